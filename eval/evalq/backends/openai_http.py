@@ -1,0 +1,206 @@
+"""Client for any OpenAI-compatible ``/v1/embeddings`` server (vLLM, Infinity, TEI's route).
+
+The OpenAI schema has no fields for pooling, normalization or truncation, so what this
+client can promise is limited and said plainly in :meth:`OpenAIEncoder.describe`:
+
+- server-specific fields that make those settings explicit (vLLM's ``use_activation``,
+  ``truncate_prompt_tokens``) go in ``extra_fields`` and are sent with every request;
+- ``settings.normalize`` is enforced client-side (L2 normalization is idempotent), so a
+  server that does not normalize still yields unit vectors — and a server that does, while
+  the recipe says ``normalize: false``, is caught by the parity preflight, not hidden;
+- token counts (used only to pack batches) come from a local tokenizer when one is given,
+  otherwise from a documented estimate.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from evalq.backends.base import EncodingSettings
+from evalq.backends.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.errors import BackendUnavailableError, InputError
+
+EncodingFormat = Literal["float", "base64"]
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+class TokenCounter:
+    """Token counts after truncation: exact with a local tokenizer, estimated without.
+
+    The estimate (words and punctuation marks, +2 for special tokens) is within ~20% of
+    WordPiece counts on English text; it only orders and packs batches, never changes a
+    vector, and ``describe()`` says which one was used.
+    """
+
+    def __init__(self, settings: EncodingSettings, tokenizer_path: str | Path | None) -> None:
+        self.settings = settings
+        self.exact = tokenizer_path is not None
+        self._tokenizer: Any = None
+        if tokenizer_path is not None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(
+                str(tokenizer_path), truncation_side=settings.truncation_side
+            )
+
+    @property
+    def method(self) -> str:
+        return "tokenizer" if self.exact else "estimate(words+punct+2)"
+
+    def __call__(self, texts: Sequence[str]) -> list[int]:
+        limit = self.settings.max_length
+        if self._tokenizer is not None:
+            enc = self._tokenizer(
+                list(texts), truncation=True, max_length=limit, add_special_tokens=True
+            )
+            return [len(ids) for ids in enc["input_ids"]]
+        return [min(limit, len(_WORD.findall(t)) + 2) for t in texts]
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise BackendUnavailableError("the server returned an all-zero embedding")
+    return (vectors / norms).astype(np.float32, copy=False)
+
+
+def decode_embedding(value: Any, encoding_format: EncodingFormat) -> np.ndarray:
+    """One ``data[i].embedding``: a list of floats, or base64 of little-endian float32."""
+    if encoding_format == "base64":
+        if not isinstance(value, str):
+            raise BackendUnavailableError("asked for base64 embeddings, got a non-string")
+        return np.frombuffer(base64.b64decode(value), dtype="<f4").astype(np.float32)
+    return np.asarray(value, dtype=np.float32)
+
+
+class OpenAIEncoder:
+    """Encoder over ``POST {url}/v1/embeddings``; ``url`` is the server root (no ``/v1``)."""
+
+    backend = "openai"
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        settings: EncodingSettings,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        concurrency: int = 4,
+        max_batch: int = 64,
+        dimensions: int | None = None,
+        encoding_format: EncodingFormat | None = None,
+        extra_fields: Mapping[str, Any] | None = None,
+        tokenizer_path: str | Path | None = None,
+        identity: str | None = None,
+    ) -> None:
+        """``identity`` keys the embedding cache (default: url + model); a server started on
+        a random port passes the weights' fingerprint instead so reruns hit the cache."""
+        if url.rstrip("/").endswith("/v1"):
+            url = url.rstrip("/")[: -len("/v1")]
+        self.url = url.rstrip("/")
+        self.model = model
+        self.settings = settings
+        self.api_key_env = api_key_env
+        self.max_batch = max_batch
+        self.dimensions = dimensions
+        self.encoding_format: EncodingFormat | None = encoding_format
+        self.extra_fields = dict(extra_fields or {})
+        self.identity = identity if identity is not None else f"{self.url}|{model}"
+        self._counter = TokenCounter(settings, tokenizer_path)
+        self._http = HttpJsonClient(
+            self.url,
+            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
+            api_key=read_api_key(api_key_env),
+            concurrency=concurrency,
+        )
+        self.served_model: str | None = None
+        self.requests = 0
+
+    def fingerprint(self) -> str:
+        key = {
+            "backend": self.backend,
+            "identity": self.identity,
+            "model": self.model,
+            "dimensions": self.dimensions,
+            "extra_fields": self.extra_fields,
+            "settings": self.settings.fingerprint(),
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "url": self.url,
+            "model": self.model,
+            "served_model": self.served_model,
+            "api_key_env": self.api_key_env,  # the variable's name, never its value
+            "dimensions": self.dimensions,
+            "encoding_format": self.encoding_format or "float",
+            "request_fields": self.extra_fields,
+            "client_side_normalize": self.settings.normalize,
+            "token_lengths": self._counter.method,
+            "max_batch": self.max_batch,
+            "concurrency": self._http.concurrency,
+            "timeout_s": self._http.policy.timeout_s,
+            "retries": self._http.policy.retries,
+            "settings": self.settings.as_dict(),
+        }
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._counter(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimensions or 0), dtype=np.float32)
+        batches = split_batches(list(texts), self.max_batch)
+        parts = self._http.map_concurrent(self._embed_batch, batches)
+        out = np.concatenate(parts, axis=0)
+        return l2_normalize(out) if self.settings.normalize else out
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _payload(self, texts: Sequence[str]) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self.model, "input": list(texts)}
+        if self.dimensions is not None:
+            payload["dimensions"] = self.dimensions
+        if self.encoding_format is not None:
+            payload["encoding_format"] = self.encoding_format
+        payload.update(self.extra_fields)
+        return payload
+
+    def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        body = self._http.post_json("/v1/embeddings", self._payload(texts))
+        self.requests += 1
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or len(data) != len(texts):
+            got = len(data) if isinstance(data, list) else type(data).__name__
+            raise BackendUnavailableError(
+                f"{self.url}/v1/embeddings returned {got} embeddings for {len(texts)} inputs"
+            )
+        if self.served_model is None and isinstance(body.get("model"), str):
+            self.served_model = body["model"]
+        ordered = sorted(data, key=lambda item: item.get("index", 0))
+        fmt: EncodingFormat = self.encoding_format or "float"
+        vectors = np.stack([decode_embedding(item["embedding"], fmt) for item in ordered])
+        if self.dimensions is not None and vectors.shape[1] != self.dimensions:
+            raise InputError(
+                message=f"asked {self.url} for {self.dimensions} dimensions, "
+                f"got {vectors.shape[1]}",
+                field="dimensions",
+                fix="remove dimensions or use a model that supports it (Matryoshka)",
+            )
+        return vectors

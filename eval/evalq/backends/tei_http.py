@@ -1,0 +1,155 @@
+"""Client for text-embeddings-inference's native ``POST /embed`` route.
+
+TEI fixes pooling and the maximum input length when the server starts and reports them on
+``/info``; normalization, truncation and its direction are per request. So this client
+reads ``/info`` first, refuses a server whose pooling or maximum length differs from the
+recipe's settings (the classic source of silent engine disagreement), sends ``normalize``,
+``truncate`` and ``truncation_direction`` explicitly with every request, and batches within
+the server's ``max_client_batch_size``. ``/info`` goes into the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.backends.base import EncodingSettings
+from evalq.backends.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.backends.openai_http import TokenCounter
+from evalq.errors import BackendUnavailableError, InputError
+
+_TEI_DIRECTION = {"right": "Right", "left": "Left"}
+
+
+def tei_pooling(info: dict[str, Any]) -> str | None:
+    """The pooling a TEI server was started with, lower-cased (``mean``, ``cls``, ...)."""
+    model_type = info.get("model_type")
+    if isinstance(model_type, dict):
+        embedding = model_type.get("embedding")
+        if isinstance(embedding, dict) and isinstance(embedding.get("pooling"), str):
+            return embedding["pooling"].lower()
+    return None
+
+
+class TeiEncoder:
+    """Encoder over TEI's ``/embed``; reads and checks ``/info`` in the constructor."""
+
+    backend = "tei"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        settings: EncodingSettings,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        concurrency: int = 4,
+        max_batch: int | None = None,
+        prompt_name: str | None = None,
+        tokenizer_path: str | Path | None = None,
+    ) -> None:
+        """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size."""
+        self.url = url.rstrip("/")
+        self.settings = settings
+        self.api_key_env = api_key_env
+        self.prompt_name = prompt_name
+        self._counter = TokenCounter(settings, tokenizer_path)
+        self._http = HttpJsonClient(
+            self.url,
+            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
+            api_key=read_api_key(api_key_env),
+            concurrency=concurrency,
+        )
+        info = self._http.get_json("/info")
+        if not isinstance(info, dict):
+            raise InputError(
+                message=f"{self.url}/info did not return a JSON object",
+                field="url",
+                fix="point the recipe at a text-embeddings-inference server",
+            )
+        self.info: dict[str, Any] = info
+        self._check_info(info)
+        server_batch = int(info.get("max_client_batch_size") or 32)
+        self.max_batch = min(max_batch, server_batch) if max_batch else server_batch
+
+    def _check_info(self, info: dict[str, Any]) -> None:
+        pooling = tei_pooling(info)
+        if pooling is not None and pooling != self.settings.pooling:
+            raise InputError(
+                message=f"the TEI server at {self.url} pools with '{pooling}' but the recipe "
+                f"asks for '{self.settings.pooling}'",
+                field="pooling",
+                fix=f"set pooling: {pooling} in the recipe, or restart TEI with "
+                f"--pooling {self.settings.pooling}",
+            )
+        max_input = info.get("max_input_length")
+        if isinstance(max_input, int) and max_input != self.settings.max_length:
+            raise InputError(
+                message=f"the TEI server at {self.url} truncates at {max_input} tokens but "
+                f"the recipe's max_length is {self.settings.max_length}",
+                field="max_length",
+                fix=f"set max_length: {max_input} in the recipe (TEI fixes it at start-up)",
+            )
+
+    def fingerprint(self) -> str:
+        key = {
+            "backend": self.backend,
+            "model_id": self.info.get("model_id"),
+            "model_sha": self.info.get("model_sha"),
+            "model_dtype": self.info.get("model_dtype"),
+            "prompt_name": self.prompt_name,
+            "settings": self.settings.fingerprint(),
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "url": self.url,
+            "model": self.info.get("model_id"),
+            "api_key_env": self.api_key_env,
+            "info": self.info,
+            "request_fields": self._fields(),
+            "token_lengths": self._counter.method,
+            "max_batch": self.max_batch,
+            "concurrency": self._http.concurrency,
+            "settings": self.settings.as_dict(),
+        }
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._counter(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        batches = split_batches(list(texts), self.max_batch)
+        return np.concatenate(self._http.map_concurrent(self._embed_batch, batches), axis=0)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "normalize": self.settings.normalize,
+            "truncate": True,
+            "truncation_direction": _TEI_DIRECTION[self.settings.truncation_side],
+        }
+        if self.prompt_name is not None:
+            fields["prompt_name"] = self.prompt_name
+        return fields
+
+    def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        body = self._http.post_json("/embed", {"inputs": list(texts), **self._fields()})
+        if not isinstance(body, list) or len(body) != len(texts):
+            got = len(body) if isinstance(body, list) else type(body).__name__
+            raise BackendUnavailableError(
+                f"{self.url}/embed returned {got} embeddings for {len(texts)} inputs"
+            )
+        return np.asarray(body, dtype=np.float32)

@@ -1,0 +1,285 @@
+"""A recipe, validated and typed.
+
+Recipes are YAML (with ``include:``); every key is checked here, once, before anything
+loads: unknown keys, wrong types, unknown quantization methods and unknown measures stop
+the run with exit 2 and a message naming the file, the line, the key and the allowed
+values. Nothing downstream re-validates.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from evalq.errors import InputError
+from evalq.yamlsource import KeyPath, Located, load_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """The model every variant serves: a folder, ``pkg:<module>`` or a locally cached HF id."""
+
+    path: str
+    kind: Literal["embedding"] = "embedding"
+    revision: str | None = None
+
+
+class EncodingOverrides(_Strict):
+    """Encoding settings; unset fields come from the model's sentence-transformers config."""
+
+    pooling: Literal["mean", "cls", "last"] | None = None
+    normalize: bool | None = None
+    max_length: int | None = Field(default=None, ge=1)
+    truncation_side: Literal["right", "left"] | None = None
+    query_prefix: str | None = None
+    document_prefix: str | None = None
+
+    def merged(self, over: EncodingOverrides) -> EncodingOverrides:
+        return EncodingOverrides(**{**self.model_dump(exclude_none=True),
+                                    **over.model_dump(exclude_none=True)})
+
+
+class VectorSpec(_Strict):
+    """Quantization of the output vectors (what the index stores), with optional rescoring
+    of the top ``depth × rescore`` candidates with the float query."""
+
+    quantize: Literal["none", "int8", "binary"] = "none"
+    rescore: int | None = Field(default=None, ge=1)
+
+
+class VllmOptions(_Strict):
+    mode: Literal["engine", "server"] = "engine"
+    quantization: str | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    enforce_eager: bool | None = None
+    url: str | None = None  # server mode: connect to a running server instead of starting one
+    concurrency: int = Field(default=4, ge=1)
+    max_batch: int = Field(default=64, ge=1)
+    startup_timeout_s: float = Field(default=300, gt=0)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class HttpOptions(_Strict):
+    url: str
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=60, gt=0)
+    retries: int = Field(default=3, ge=0)
+    concurrency: int = Field(default=4, ge=1)
+    max_batch: int = Field(default=64, ge=1)
+    dimensions: int | None = None
+    encoding_format: Literal["float", "base64"] | None = None
+    prompt_name: str | None = None
+
+
+Backend = Literal["inprocess", "vllm", "openai", "tei"]
+
+
+class Variant(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    backend: Backend = "inprocess"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    model: str | None = None  # a different checkpoint (e.g. a pre-quantized W8A8 folder)
+    quantization: dict[str, Any] | None = None
+    vectors: VectorSpec = VectorSpec()
+    encoding: EncodingOverrides = EncodingOverrides()
+    batch_tokens: int | None = Field(default=None, ge=16)
+    vllm: VllmOptions | None = None
+    http: HttpOptions | None = None
+
+    @field_validator("quantization")
+    @classmethod
+    def _check_quantization(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        if not isinstance(value.get("method"), str):
+            raise ValueError("quantization needs 'method'")
+        from evalq.quantize import validate_quantization
+
+        params = {k: v for k, v in value.items() if k != "method"}
+        validate_quantization(value["method"], params)
+        return value
+
+    @model_validator(mode="after")
+    def _backend_options(self) -> Variant:
+        if self.backend in ("openai", "tei") and self.http is None:
+            raise ValueError(f"backend '{self.backend}' needs 'http: {{url: ...}}'")
+        if self.backend not in ("openai", "tei") and self.http is not None:
+            raise ValueError("'http' options apply to backends openai and tei only")
+        if self.backend != "vllm" and self.vllm is not None:
+            raise ValueError("'vllm' options apply to backend vllm only")
+        if self.vectors.rescore is not None and self.vectors.quantize == "none":
+            raise ValueError("vectors.rescore needs vectors.quantize int8 or binary")
+        return self
+
+
+class StatsOptions(_Strict):
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    resamples: int = Field(default=10_000, ge=100)
+    seed: int = 0
+
+
+class GateConfig(_Strict):
+    metric: str
+    against: Literal["qrels", "reference"] = "qrels"
+    max_drop: str | float | None = None
+    min: float | None = None
+    stat: Literal["mean", "p1", "min"] = "mean"
+    confidence: float | None = Field(default=None, gt=0.5, lt=1)
+    variants: list[str] | None = None  # default: every candidate
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> GateConfig:
+        if (self.max_drop is None) == (self.min is None):
+            raise ValueError("a gate needs exactly one of 'max_drop' (e.g. 1% or 0.01) or 'min'")
+        return self
+
+
+class ParityOptions(_Strict):
+    enabled: bool = True
+    texts: int = Field(default=32, ge=1)
+    min_cosine: float = 0.9999
+
+
+class Recipe(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    description: str = ""
+    model: ModelSpec
+    datasets: list[str | dict[str, Any]] = Field(min_length=1)
+    encoding: EncodingOverrides = EncodingOverrides()
+    title_separator: str | None = " "
+    batch_tokens: int = Field(default=8192, ge=16)
+    reference: Variant
+    candidates: list[Variant] = Field(default_factory=list)
+    metrics: list[str] = Field(default_factory=lambda: ["nDCG@10", "R@100", "RR@10"])
+    reference_metrics: list[str] = Field(
+        default_factory=lambda: ["overlap@10", "refnDCG@10", "RBO@100", "cosine"]
+    )
+    gates: list[GateConfig] = Field(default_factory=list)
+    stats: StatsOptions = StatsOptions()
+    parity: ParityOptions = ParityOptions()
+    max_queries: int | None = Field(default=None, ge=1)
+    max_docs: int | None = Field(default=None, ge=1)
+    output: str | None = None  # default results/<name>
+    cache_dir: str = ".evalq-cache"
+
+    @model_validator(mode="after")
+    def _names(self) -> Recipe:
+        names = [self.reference.name] + [c.name for c in self.candidates]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"variant names must be unique; repeated: {', '.join(dupes)}")
+        for gate in self.gates:
+            for v in gate.variants or []:
+                if v not in names[1:]:
+                    raise ValueError(f"gate names unknown candidate '{v}'; candidates: "
+                                     f"{', '.join(names[1:]) or '(none)'}")
+        return self
+
+    @property
+    def variants(self) -> list[Variant]:
+        return [self.reference, *self.candidates]
+
+
+def _loc_to_path(loc: tuple[Any, ...]) -> KeyPath:
+    # pydantic inserts union-branch and validator names into loc; keep real keys only
+    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and not p.startswith(
+        ("function-", "union[", "list[", "dict[", "str", "literal["))))
+
+
+def _describe(err: dict[str, Any], model: type[BaseModel], path: KeyPath) -> tuple[str, str]:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = str(path[-1]) if path else "?"
+        allowed = _allowed_keys(model, path[:-1])
+        guess = difflib.get_close_matches(key, allowed, n=1)
+        hint = f" Did you mean '{guess[0]}'?" if guess else ""
+        return f"unknown key '{key}'.{hint}", f"use one of: {', '.join(sorted(allowed))}"
+    if kind == "missing":
+        return "this key is required", "add it"
+    if kind == "literal_error":
+        return err["msg"], "pick one of the allowed values above"
+    return err["msg"].removeprefix("Value error, "), "see README.md, section 'Recipes'"
+
+
+def _allowed_keys(model: type[BaseModel], path: KeyPath) -> list[str]:
+    current: Any = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field_info = getattr(current, "model_fields", {}).get(part)
+        if field_info is None:
+            return []
+        annotation = field_info.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        for c in candidates:
+            inner = [c, *getattr(c, "__args__", ())]
+            found = next((x for x in inner if isinstance(x, type) and issubclass(x, BaseModel)), None)
+            if found:
+                current = found
+                break
+        else:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+def recipe_from_located(located: Located, file: Path) -> Recipe:
+    try:
+        recipe = Recipe.model_validate(located.data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        path = _loc_to_path(err["loc"])
+        where_file, line = located.where(path)
+        message, fix = _describe(err, Recipe, path)
+        if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), InputError):
+            inner: InputError = err["ctx"]["error"]
+            message, fix = inner.message, inner.fix or fix
+        more = f" ({len(exc.errors()) - 1} more problem(s) after this one)" if len(exc.errors()) > 1 else ""
+        raise InputError(
+            message=message + more,
+            file=where_file or file,
+            line=line,
+            field=".".join(str(p) for p in path) or None,
+            fix=fix,
+        ) from None
+    _check_measures(recipe, located, file)
+    return recipe
+
+
+def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
+    from evalq.metrics.registry import parse_measure
+
+    def check(text: str, path: KeyPath, against: str | None) -> None:
+        try:
+            measure = parse_measure(text)
+        except InputError as exc:
+            where_file, line = located.where(path)
+            raise InputError(message=exc.message, file=where_file or file, line=line,
+                             field=".".join(map(str, path)), fix=exc.fix) from None
+        if against and measure.against != against:
+            where_file, line = located.where(path)
+            raise InputError(
+                message=f"'{text}' is measured against {measure.against}, not {against}",
+                file=where_file or file, line=line, field=".".join(map(str, path)),
+                fix=f"set against: {measure.against}",
+            )
+
+    for i, m in enumerate(recipe.metrics):
+        check(m, ("metrics", i), "qrels")
+    for i, m in enumerate(recipe.reference_metrics):
+        check(m, ("reference_metrics", i), "reference")
+    for i, g in enumerate(recipe.gates):
+        check(g.metric, ("gates", i, "metric"), g.against)
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    path = Path(path)
+    return recipe_from_located(load_yaml(path), path)

@@ -1,0 +1,207 @@
+"""Checks shared by every file-based loader, and assembly into a :class:`Dataset`.
+
+Loaders (BEIR folders, Hugging Face files) only parse: they turn rows into
+:class:`TextRecord` values that remember where each row came from. Everything a user can
+get wrong in the *content* is checked here once, the same way for every source:
+
+* duplicate ids: an error naming both lines;
+* empty texts: counted; an error unless ``allow_empty_texts`` (then kept and warned
+  about, never dropped silently). A document is empty when both title and text are blank,
+  since its encoded text is ``title + " " + text``;
+* judgments naming unknown queries: those judgments are dropped with a warning (the query
+  can never be run, so keeping it would score a 0 that measures nothing);
+* judgments naming unknown documents: kept, with a warning. trec_eval and BEIR count them
+  in recall and nDCG denominators, so keeping them is what makes our numbers comparable
+  to theirs; metrics stay defined.
+* queries without judgments in the split are not part of the evaluation set (BEIR's
+  ``queries.jsonl`` holds every split's queries); their count is recorded in ``source``.
+
+Warnings go through :mod:`warnings` (category :class:`DatasetWarning`) *and* into
+``source["warnings"]``, so they reach the results manifest.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from evalq.datasets.fingerprint import fingerprint
+from evalq.datasets.types import Corpus, Dataset, Qrels, Queries
+from evalq.errors import InputError
+
+
+class DatasetWarning(UserWarning):
+    """Something in the data is odd but measurable (unknown ids in qrels, empty texts)."""
+
+
+class TextRecord(NamedTuple):
+    """One parsed row and where it came from (``line`` is a 1-based line or row number)."""
+
+    id: str
+    title: str
+    text: str
+    file: str
+    line: int
+
+
+class FieldNames(NamedTuple):
+    """Names of the id and text fields in the user's files, for error messages."""
+
+    id: str
+    text: str
+
+
+BEIR_FIELDS = FieldNames("_id", "text")
+
+
+@dataclass(frozen=True)
+class AssemblyOptions:
+    allow_empty_texts: bool = False
+    keep_unjudged_queries: bool = False
+
+
+def _check_unique(records: Sequence[TextRecord], fields: FieldNames, what: str) -> None:
+    first: dict[str, TextRecord] = {}
+    for record in records:
+        seen = first.get(record.id)
+        if seen is not None:
+            where = f"line {seen.line}" if seen.file == record.file else f"{seen.file}:{seen.line}"
+            raise InputError(
+                f"duplicate {what} id {record.id!r} (first seen on {where})",
+                file=record.file,
+                line=record.line,
+                field=fields.id,
+                fix=f"give every {what} a unique id",
+            )
+        first[record.id] = record
+
+
+def _check_empty(
+    records: Sequence[TextRecord],
+    fields: FieldNames,
+    what: str,
+    options: AssemblyOptions,
+    notes: list[str],
+) -> int:
+    empty = [r for r in records if not r.text.strip() and not r.title.strip()]
+    if not empty:
+        return 0
+    first = empty[0]
+    message = (
+        f"{len(empty)} of {len(records)} {what} texts are empty "
+        f"(first: id {first.id!r})"
+    )
+    if not options.allow_empty_texts:
+        raise InputError(
+            message,
+            file=first.file,
+            line=first.line,
+            field=fields.text,
+            fix="fill in or remove those rows, or set `allow_empty_texts: true` in the dataset "
+            "spec to keep them (they are encoded as empty strings)",
+        )
+    note = f"{message}; kept because allow_empty_texts is set"
+    notes.append(note)
+    warnings.warn(f"{first.file}: {note}", DatasetWarning, stacklevel=3)
+    return len(empty)
+
+
+def assemble_dataset(
+    name: str,
+    docs: Sequence[TextRecord],
+    queries: Sequence[TextRecord],
+    qrels: Qrels,
+    *,
+    corpus_file: str | Path,
+    qrels_file: str | Path,
+    source: Mapping[str, Any],
+    options: AssemblyOptions,
+    doc_fields: FieldNames = BEIR_FIELDS,
+    query_fields: FieldNames = BEIR_FIELDS,
+) -> Dataset:
+    """Check parsed rows and judgments and build the :class:`Dataset` (module docstring)."""
+    notes: list[str] = []
+    if not docs:
+        raise InputError("the corpus has no documents", file=corpus_file,
+                         fix="point the dataset at a non-empty corpus")
+    _check_unique(docs, doc_fields, "document")
+    _check_unique(queries, query_fields, "query")
+
+    query_ids = {r.id for r in queries}
+    doc_ids = {r.id for r in docs}
+    judgments: dict[str, dict[str, int]] = {}
+    unknown_queries: list[str] = []
+    unknown_pairs = 0
+    unknown_docs: set[str] = set()
+    for qid, per_query in qrels.judgments.items():
+        if qid not in query_ids:
+            unknown_queries.append(qid)
+            continue
+        for docid in per_query:
+            if docid not in doc_ids:
+                unknown_pairs += 1
+                unknown_docs.add(docid)
+        judgments[qid] = dict(per_query)
+    if unknown_queries:
+        note = (
+            f"{len(unknown_queries)} judged queries are not in the queries file "
+            f"(e.g. {unknown_queries[0]!r}); their judgments are ignored"
+        )
+        notes.append(note)
+        warnings.warn(f"{qrels_file}: {note}", DatasetWarning, stacklevel=2)
+    if unknown_docs:
+        note = (
+            f"{unknown_pairs} judgments name {len(unknown_docs)} documents that are not in the "
+            f"corpus (e.g. {sorted(unknown_docs)[0]!r}); kept, so recall counts them as "
+            "unretrievable, as trec_eval does"
+        )
+        notes.append(note)
+        warnings.warn(f"{qrels_file}: {note}", DatasetWarning, stacklevel=2)
+    if not judgments:
+        raise InputError(
+            "no judged query is in the queries file",
+            file=qrels_file,
+            fix="check that the qrels and the queries use the same query ids (and the split)",
+        )
+
+    if options.keep_unjudged_queries:
+        kept_queries = list(queries)
+    else:
+        kept_queries = [r for r in queries if r.id in judgments]
+    unjudged = len(queries) - sum(1 for r in queries if r.id in judgments)
+
+    empty_docs = _check_empty(docs, doc_fields, "document", options, notes)
+    empty_queries = _check_empty(kept_queries, query_fields, "query", options, notes)
+
+    corpus = Corpus(
+        ids=tuple(r.id for r in docs),
+        titles=tuple(r.title for r in docs),
+        texts=tuple(r.text for r in docs),
+    )
+    query_values = Queries(
+        ids=tuple(r.id for r in kept_queries), texts=tuple(r.text for r in kept_queries)
+    )
+    ordered = Qrels(judgments={r.id: judgments[r.id] for r in kept_queries if r.id in judgments})
+    full_source = dict(source)
+    full_source.update(
+        documents=len(corpus),
+        queries=len(query_values),
+        judged_queries=len(ordered.judgments),
+        queries_without_judgments=unjudged if not options.keep_unjudged_queries else 0,
+        empty_documents=empty_docs,
+        empty_queries=empty_queries,
+        unknown_qrels_queries=len(unknown_queries),
+        unknown_qrels_documents=len(unknown_docs),
+        warnings=notes,
+    )
+    return Dataset(
+        name=name,
+        corpus=corpus,
+        queries=query_values,
+        qrels=ordered,
+        fingerprint=fingerprint(corpus, query_values, ordered),
+        source=full_source,
+    )

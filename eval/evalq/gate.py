@@ -1,0 +1,550 @@
+"""Gates: pure functions from per-query values and thresholds to a verdict.
+
+A gate is data in the recipe (:class:`GateSpec`). Deciding needs only the stored
+per-query values, and every resampling is seeded, so ``evalq gate RESULTS_DIR``
+re-decides exactly what ``evalq run`` decided.
+
+Two kinds of gate:
+
+**Allowed drop** (``against: qrels``, ``max_drop``): a non-inferiority test on the paired
+per-query differences d = candidate − reference. The margin is ``max_drop`` (absolute)
+or ``max_drop × mean(reference)`` (relative, ``"1%"``). With the paired percentile
+bootstrap interval [ci_low, ci_high] of mean(d) at ``confidence``:
+
+* ``pass``          ci_low >= −margin (the drop is shown to be within the margin);
+* ``fail``          mean(d) < −margin (the observed drop already exceeds the margin);
+* ``inconclusive``  otherwise: the point estimate is within the margin but the interval
+  reaches past it. More queries would decide; the reason gives the minimum detectable
+  effect for this query count and the queries needed if the observed difference held.
+  Inconclusive fails the gate: an unproven candidate does not ship.
+
+This is not "no significant difference": a noisy candidate cannot pass by being
+indistinguishable from the reference, it must be shown to be close.
+
+**Floor** (``min``): the candidate's value must be at least ``min``. With ``stat: mean``
+the test is on the lower bound of the bootstrap interval of the mean of per-query values
+(pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With ``stat: p1`` or
+``stat: min`` the plain statistic over the values is compared (1st percentile by numpy's
+linear interpolation, or the minimum): these describe the worst texts, not an average,
+so they need no interval. Floors suit reference measures (``overlap@10 >= 0.9``,
+``cosine p1 >= 0.99``); they are also accepted on qrels measures.
+
+Common rules: a NaN among the values fails the gate (a broken query is reported, never
+averaged away); no values is inconclusive; with varying values and fewer than
+:data:`MIN_QUERIES` queries the interval is not trusted and a pass becomes inconclusive
+(a percentile bootstrap underestimates the spread of tiny samples by (n−1)/n and takes
+few distinct values). Constant values (all differences equal, e.g. identical runs) are
+decided by that constant for any n >= 1.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from evalq import stats
+from evalq.errors import InputError
+from evalq.metrics.measures import FAMILIES, Measure
+from evalq.metrics.values import PerQuery
+
+Against = Literal["qrels", "reference"]
+Stat = Literal["mean", "p1", "min"]
+Verdict = Literal["pass", "fail", "inconclusive"]
+
+MIN_QUERIES = 10
+"""Fewer varying values than this cannot pass a gate that needs an interval."""
+
+POWER = 0.8
+"""Power at which the minimum detectable effect and the queries needed are reported."""
+
+Figure = float | int | bool | str | None
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """One gate from the recipe. Build drops with :func:`parse_max_drop`."""
+
+    metric: str
+    against: Against
+    max_drop: float | None = None
+    relative: bool = False
+    min: float | None = None
+    stat: Stat = "mean"
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        def bad(message: str, fix: str, where: str = "gates") -> InputError:
+            return InputError(message=f"gate on {self.metric}: {message}", field=where, fix=fix)
+
+        if self.against not in ("qrels", "reference"):
+            raise bad(
+                f"against must be qrels or reference, got {self.against!r}",
+                "write against: qrels or against: reference",
+                "gates.against",
+            )
+        if (self.max_drop is None) == (self.min is None):
+            raise bad(
+                "give exactly one of max_drop and min",
+                "write max_drop: 1% (allowed drop) or min: 0.9 (floor), not both",
+            )
+        if self.max_drop is not None:
+            if self.against == "reference":
+                raise bad(
+                    "max_drop needs a reference value to drop from; a measure against the "
+                    "reference run has none (the reference scores itself 1.0)",
+                    "use a floor instead, e.g. {metric: overlap@10, against: reference, min: 0.9}",
+                    "gates.max_drop",
+                )
+            if not (math.isfinite(self.max_drop) and self.max_drop >= 0.0):
+                raise bad(
+                    f"max_drop must be a finite number >= 0, got {self.max_drop}",
+                    "write max_drop: 0.01 (absolute) or max_drop: 1% (relative)",
+                    "gates.max_drop",
+                )
+            if self.stat != "mean":
+                raise bad(
+                    "stat p1/min applies to floors only",
+                    "drop stat, or use min: instead of max_drop:",
+                    "gates.stat",
+                )
+        else:
+            if self.relative:
+                raise bad("relative applies to max_drop only", "remove relative", "gates.relative")
+            if not math.isfinite(float(self.min)):  # type: ignore[arg-type]
+                raise bad(
+                    f"min must be a finite number, got {self.min}",
+                    "write e.g. min: 0.9",
+                    "gates.min",
+                )
+        if self.stat not in ("mean", "p1", "min"):
+            raise bad(
+                f"stat must be mean, p1 or min, got {self.stat!r}",
+                "write stat: mean (default), p1 or min",
+                "gates.stat",
+            )
+        if not 0.5 <= self.confidence < 1.0:
+            raise bad(
+                f"confidence must lie in [0.5, 1), got {self.confidence}",
+                "write e.g. confidence: 0.95",
+                "gates.confidence",
+            )
+
+    @property
+    def label(self) -> str:
+        """Human label: ``nDCG@10 vs qrels max_drop 1%``, ``cosine p1 vs reference min 0.99``."""
+        metric = self.metric if self.stat == "mean" else f"{self.metric} {self.stat}"
+        if self.max_drop is not None:
+            drop = f"{self.max_drop * 100:g}%" if self.relative else f"{self.max_drop:g}"
+            return f"{metric} vs {self.against} max_drop {drop}"
+        return f"{metric} vs {self.against} min {self.min:g}"
+
+
+_DROP = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<percent>%?)\s*$")
+
+
+def parse_max_drop(
+    value: str | float | int, field_name: str = "gates.max_drop"
+) -> tuple[float, bool]:
+    """``"1%"`` -> ``(0.01, True)`` (relative to the reference mean); ``"0.01"`` or
+    ``0.01`` -> ``(0.01, False)`` (absolute, in the measure's units). Raises
+    :class:`InputError` on anything else (negative, non-numeric, over 100%)."""
+    fix = "write max_drop: 0.01 (absolute, in the measure's units) or max_drop: 1% (relative)"
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(
+            message=f"max_drop must be a number or a percentage, got {value!r}",
+            field=field_name,
+            fix=fix,
+        )
+    if isinstance(value, (int, float)):
+        number = float(value)
+        if not (math.isfinite(number) and number >= 0.0):
+            raise InputError(
+                message=f"max_drop must be finite and >= 0, got {value!r}",
+                field=field_name,
+                fix=fix,
+            )
+        return number, False
+    match = _DROP.match(value)
+    if not match:
+        raise InputError(message=f"cannot read max_drop {value!r}", field=field_name, fix=fix)
+    number = float(match["number"])
+    if match["percent"]:
+        if number > 100.0:
+            raise InputError(
+                message=f"a relative max_drop over 100% ({value!r}) allows anything",
+                field=field_name,
+                fix=fix,
+            )
+        return number / 100.0, True
+    return number, False
+
+
+def validate_gate(spec: GateSpec) -> Measure:
+    """Check the gate's metric against the measure registry (config validation calls
+    this): it must parse, be measured against what the gate says, and have a direction
+    the gate understands. Returns the parsed measure."""
+    measure = _parse(spec.metric)
+    family = FAMILIES[measure.family]
+    if family.against != spec.against:
+        raise InputError(
+            message=f"gate on {spec.metric}: this measure is computed against "
+            f"{family.against}, but the gate says against: {spec.against}",
+            field="gates.against",
+            fix=f"write against: {family.against}",
+        )
+    if not family.higher_is_better:
+        raise InputError(
+            message=f"gate on {spec.metric}: gates support measures where higher is better",
+            field="gates.metric",
+            fix="gate a measure where higher is better",
+        )
+    return measure
+
+
+def _parse(metric: str) -> Measure:
+    # The registry imports every measure module, so any family parses; imported here to
+    # keep ``gate`` importable (and testable) without the metric implementations loaded.
+    from evalq.metrics.registry import parse_measure
+
+    return parse_measure(metric)
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    gate: str
+    passed: bool
+    verdict: Verdict
+    reason: str
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready (non-finite figures become None: JSON has no NaN)."""
+        out = asdict(self)
+        out["figures"] = {k: _json_figure(v) for k, v in self.figures.items()}
+        return out
+
+
+@dataclass(frozen=True)
+class VariantGate:
+    passed: bool
+    checks: tuple[GateCheck, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]}
+
+
+def _json_figure(value: Figure) -> Figure:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def _nan_check(spec: GateSpec, arrays: Mapping[str, np.ndarray]) -> GateCheck | None:
+    bad = {name: int(np.count_nonzero(np.isnan(a))) for name, a in arrays.items()}
+    bad = {name: count for name, count in bad.items() if count}
+    if not bad:
+        return None
+    where = ", ".join(f"{count} {name}" for name, count in bad.items())
+    return GateCheck(
+        spec.label,
+        False,
+        "fail",
+        f"undefined (NaN) per-query values: {where}; a broken query fails the gate",
+        {"nan_" + name: count for name, count in bad.items()},
+    )
+
+
+def decide(
+    spec: GateSpec,
+    candidate_values: np.ndarray,
+    reference_values: np.ndarray | None = None,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> GateCheck:
+    """Decide one gate from per-query values (see the module docstring for the rules).
+
+    For an allowed-drop gate ``candidate_values[i]`` and ``reference_values[i]`` must be
+    the same query's values. A floor looks at ``candidate_values`` only (for ``cosine``
+    with ``stat: p1``/``min`` the caller may pass query and document cosines together);
+    ``reference_values`` is then ignored.
+    """
+    cand = np.asarray(candidate_values, dtype=np.float64).ravel()
+    if spec.max_drop is not None:
+        if reference_values is None:
+            raise ValueError(f"{spec.label}: an allowed-drop gate needs the reference's values")
+        ref = np.asarray(reference_values, dtype=np.float64).ravel()
+        if ref.shape != cand.shape:
+            raise ValueError(
+                f"{spec.label}: {cand.size} candidate values vs {ref.size} reference values; "
+                "pair them by query id first"
+            )
+        return _decide_drop(spec, cand, ref, resamples, seed)
+    return _decide_floor(spec, cand, resamples, seed)
+
+
+def _decide_drop(
+    spec: GateSpec, cand: np.ndarray, ref: np.ndarray, resamples: int, seed: int
+) -> GateCheck:
+    assert spec.max_drop is not None
+    broken = _nan_check(spec, {"candidate": cand, "reference": ref})
+    if broken:
+        return broken
+    n = int(cand.size)
+    if n == 0:
+        return GateCheck(spec.label, False, "inconclusive", "no queries to compare", {"n": 0})
+    diff = stats.paired_bootstrap(cand, ref, spec.confidence, resamples, seed)
+    margin = spec.max_drop * diff.reference_mean if spec.relative else spec.max_drop
+    alpha = (1.0 - spec.confidence) / 2.0
+    diffs = cand - ref
+    mde = stats.minimum_detectable_effect(diffs, alpha, POWER)
+    needed = stats.queries_needed(diff.sd, diff.delta + margin, alpha, POWER)
+    p_value = stats.randomization_test(cand, ref, resamples, seed)
+    constant = bool(np.all(diffs == diffs[0]))
+    figures: dict[str, Figure] = {
+        "n": n,
+        "reference_mean": diff.reference_mean,
+        "candidate_mean": diff.candidate_mean,
+        "delta": diff.delta,
+        "ci_low": diff.ci_low,
+        "ci_high": diff.ci_high,
+        "confidence": spec.confidence,
+        "margin": margin,
+        "max_drop": spec.max_drop,
+        "relative": spec.relative,
+        "p_value": p_value,
+        "sd_diff": diff.sd,
+        "mde": mde,
+        "power": POWER,
+        "queries_needed": needed,
+        "resamples": resamples,
+        "seed": seed,
+    }
+    pct = f"{spec.confidence * 100:g}%"
+    where = (
+        f"Δ={_fmt(diff.delta)} ({pct} CI [{_fmt(diff.ci_low)}, {_fmt(diff.ci_high)}], "
+        f"n={n}) vs margin −{_fmt(margin)}"
+    )
+    if diff.ci_low >= -margin and (constant or n >= MIN_QUERIES):
+        return GateCheck(
+            spec.label,
+            True,
+            "pass",
+            f"non-inferior: lower bound {_fmt(diff.ci_low)} >= −{_fmt(margin)}; " + where,
+            figures,
+        )
+    if diff.delta < -margin:
+        return GateCheck(
+            spec.label,
+            False,
+            "fail",
+            f"dropped beyond the margin: Δ={_fmt(diff.delta)} < −{_fmt(margin)}; " + where,
+            figures,
+        )
+    return GateCheck(
+        spec.label,
+        False,
+        "inconclusive",
+        _inconclusive_reason(where, n, mde, needed, "the margin"),
+        figures,
+    )
+
+
+def _inconclusive_reason(where: str, n: int, mde: float, needed: int | None, target: str) -> str:
+    head = (
+        f"too few queries to trust an interval (n={n} < {MIN_QUERIES})"
+        if n < MIN_QUERIES
+        else "the interval reaches past " + target
+    )
+    text = f"inconclusive: {head}; {where}; minimum detectable effect at n={n}: {_fmt(mde)}"
+    if needed is not None:
+        text += f"; about {needed} queries would decide if the observed difference held"
+    return text
+
+
+def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -> GateCheck:
+    assert spec.min is not None
+    floor = float(spec.min)
+    broken = _nan_check(spec, {"candidate": cand})
+    if broken:
+        return broken
+    n = int(cand.size)
+    if n == 0:
+        return GateCheck(spec.label, False, "inconclusive", "no values to check", {"n": 0})
+    if spec.stat != "mean":
+        value = float(np.percentile(cand, 1.0)) if spec.stat == "p1" else float(cand.min())
+        figures: dict[str, Figure] = {"n": n, "value": value, "min": floor, "stat": spec.stat}
+        if value >= floor:
+            return GateCheck(
+                spec.label,
+                True,
+                "pass",
+                f"{spec.stat}={_fmt(value)} >= {_fmt(floor)} over {n} values",
+                figures,
+            )
+        below = int(np.count_nonzero(cand < floor))
+        figures["below_floor"] = below
+        return GateCheck(
+            spec.label,
+            False,
+            "fail",
+            f"{spec.stat}={_fmt(value)} < {_fmt(floor)} over {n} values ({below} below the floor)",
+            figures,
+        )
+    ci = stats.bootstrap_mean_ci(cand, spec.confidence, resamples, seed)
+    alpha = (1.0 - spec.confidence) / 2.0
+    mde = stats.minimum_detectable_effect(cand, alpha, POWER)
+    needed = stats.queries_needed(ci.sd, ci.mean - floor, alpha, POWER)
+    constant = bool(np.all(cand == cand[0]))
+    figures = {
+        "n": n,
+        "mean": ci.mean,
+        "ci_low": ci.ci_low,
+        "ci_high": ci.ci_high,
+        "confidence": spec.confidence,
+        "min": floor,
+        "sd": ci.sd,
+        "mde": mde,
+        "power": POWER,
+        "queries_needed": needed,
+        "resamples": resamples,
+        "seed": seed,
+    }
+    pct = f"{spec.confidence * 100:g}%"
+    where = f"mean={_fmt(ci.mean)} ({pct} CI [{_fmt(ci.ci_low)}, {_fmt(ci.ci_high)}], n={n})"
+    if ci.ci_low >= floor and (constant or n >= MIN_QUERIES):
+        return GateCheck(
+            spec.label,
+            True,
+            "pass",
+            f"lower bound {_fmt(ci.ci_low)} >= {_fmt(floor)}; " + where,
+            figures,
+        )
+    if ci.mean < floor:
+        return GateCheck(
+            spec.label,
+            False,
+            "fail",
+            f"below the floor: mean {_fmt(ci.mean)} < {_fmt(floor)}; " + where,
+            figures,
+        )
+    return GateCheck(
+        spec.label,
+        False,
+        "inconclusive",
+        _inconclusive_reason(where, n, mde, needed, f"the floor {_fmt(floor)}"),
+        figures,
+    )
+
+
+def decide_variant(checks: Sequence[GateCheck]) -> VariantGate:
+    """A variant passes when every one of its gates passes (no gates: passes)."""
+    return VariantGate(all(c.passed for c in checks), tuple(checks))
+
+
+def _values_for(spec: GateSpec, per_query: PerQuery, role: str) -> np.ndarray:
+    if spec.metric in per_query.values:
+        return per_query.values[spec.metric]
+    name = _parse(spec.metric).name  # "ndcg_cut_10" -> "nDCG@10"
+    if name not in per_query.values:
+        raise InputError(
+            message=f"gate on {spec.metric}: the {role} results hold no per-query values for "
+            f"{name} (they hold: {', '.join(sorted(per_query.values)) or 'nothing'})",
+            field="gates.metric",
+            fix=f"add {name} to the recipe's metrics, or remove the gate",
+        )
+    return per_query.values[name]
+
+
+def _paired(
+    spec: GateSpec, candidate: PerQuery, reference: PerQuery
+) -> tuple[np.ndarray, np.ndarray]:
+    cand = _values_for(spec, candidate, "candidate")
+    ref = _values_for(spec, reference, "reference")
+    if candidate.query_ids == reference.query_ids:
+        return cand, ref
+    if set(candidate.query_ids) != set(reference.query_ids):
+        only = set(candidate.query_ids) ^ set(reference.query_ids)
+        raise ValueError(
+            f"{spec.label}: candidate and reference were scored on different queries "
+            f"({len(only)} differ, e.g. {sorted(only)[0]!r}); every qrels query gets a value"
+        )
+    row_of = {q: i for i, q in enumerate(reference.query_ids)}
+    order = np.array([row_of[q] for q in candidate.query_ids], dtype=np.int64)
+    return cand, ref[order]
+
+
+def decide_gates(
+    specs: Sequence[GateSpec],
+    candidate: PerQuery,
+    reference: PerQuery | None,
+    *,
+    extra_values: Mapping[str, np.ndarray] | None = None,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> VariantGate:
+    """Decide all gates of one variant from stored per-query values.
+
+    ``candidate`` holds the variant's per-query values by measure name (qrels measures
+    and reference measures together, or merged by the caller); ``reference`` the
+    reference variant's qrels measures over the same queries (paired by query id).
+    ``extra_values`` overrides the values a floor with stat p1/min sees, by metric name
+    (e.g. ``{"cosine": query_and_document_cosines}``).
+    """
+    checks = []
+    for spec in specs:
+        if spec.max_drop is not None:
+            if reference is None:
+                raise ValueError(f"{spec.label}: no reference values to compare with")
+            cand, ref = _paired(spec, candidate, reference)
+            checks.append(decide(spec, cand, ref, resamples=resamples, seed=seed))
+            continue
+        values = None
+        if extra_values is not None and spec.stat != "mean":
+            values = extra_values.get(spec.metric)
+        if values is None:
+            values = _values_for(spec, candidate, "candidate")
+        checks.append(decide(spec, values, resamples=resamples, seed=seed))
+    return decide_variant(checks)
+
+
+def to_junit(verdicts: Mapping[str, VariantGate], suite_name: str = "evalq") -> str:
+    """JUnit XML for CI: one testsuite, one testcase per variant × gate. Failed and
+    inconclusive gates carry a ``<failure>`` with the reason (``type`` is the verdict)."""
+    cases = [(variant, check) for variant, gate in verdicts.items() for check in gate.checks]
+    failures = sum(1 for _, check in cases if not check.passed)
+    root = ET.Element(
+        "testsuites", name=suite_name, tests=str(len(cases)), failures=str(failures), errors="0"
+    )
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite_name,
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+    )
+    for variant, check in cases:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{suite_name}.{variant}", name=check.gate
+        )
+        if check.passed:
+            ET.SubElement(case, "system-out").text = check.reason
+        else:
+            failure = ET.SubElement(case, "failure", message=check.reason, type=check.verdict)
+            failure.text = "\n".join(
+                f"{key}: {_json_figure(value)}" for key, value in check.figures.items()
+            )
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

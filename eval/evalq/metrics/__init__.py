@@ -1,0 +1,1 @@
+"""Measures against qrels (``judged``) and against the reference run (``reference``)."""

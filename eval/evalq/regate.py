@@ -1,0 +1,43 @@
+"""`evalq gate RESULTS_DIR`: re-decide the gates of a finished run from what it stored.
+
+Uses the recipe recorded in the manifest and the same ``scoring.build_summary`` that
+``evalq run`` used, over the stored per-query values: the verdicts are reproduced
+exactly, and a difference from the stored summary is reported (it means the folder was
+edited or written by another evalq version).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalq import atomicio
+from evalq.config import Recipe
+from evalq.errors import InputError
+from evalq.gate import to_junit
+from evalq.results import RunFolder
+from evalq.scoring import build_summary
+
+
+def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
+    folder = RunFolder(results)
+    manifest = folder.read_manifest()
+    stored = folder.read_summary()
+    try:
+        recipe = Recipe.model_validate(manifest["recipe"])
+    except Exception as exc:  # a hand-edited manifest is bad input, not our bug
+        raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
+                         file=folder.root / "manifest.json", field="recipe",
+                         fix="rerun 'evalq run' to write a fresh folder") from None
+    summary, verdicts = build_summary(recipe, manifest["variants"], folder)
+    for name, gate in verdicts.items():
+        mark = "PASS" if gate.passed else "FAIL"
+        print(f"{mark}  {name}")
+        for check in gate.checks:
+            print(f"      [{check.verdict}] {check.gate}: {check.reason}")
+    if stored.get("passed") != summary["passed"]:
+        print(f"note: the stored summary says passed={stored.get('passed')}, re-decided "
+              f"passed={summary['passed']}")
+    if junit is not None:
+        atomicio.write_text(junit, to_junit(verdicts, suite_name=f"evalq.{recipe.name}"))
+    print("gates " + ("PASSED" if summary["passed"] else "FAILED"))
+    return bool(summary["passed"])

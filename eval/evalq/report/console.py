@@ -1,0 +1,82 @@
+"""What `evalq run` prints: one table per dataset, then the gate verdicts with reasons.
+
+Reads the summary only (never recomputes), so the console, the JSON and the JUnit report
+cannot disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalq.config import Recipe
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _metric_cell(entry: dict[str, Any]) -> str:
+    vs = entry.get("vs_reference")
+    value = _fmt(entry.get("value"))
+    if not vs:
+        return value
+    return f"{value} {vs['delta']:+.4f} [{vs['ci_low']:+.3f},{vs['ci_high']:+.3f}]"
+
+
+def _rate(encode: dict[str, Any]) -> str:
+    docs = encode.get("documents", {})
+    if not docs.get("texts_per_s"):
+        return "cached"
+    return f"{docs['texts_per_s']:.0f}/s {docs['tokens_per_s'] / 1000:.1f}k tok/s"
+
+
+def _mib(n: int | None) -> str:
+    return f"{n / 2**20:.1f}M" if n else "—"
+
+
+def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=220)
+    variants_info = summary["variants"]
+    conf = f"{recipe.stats.confidence * 100:g}%"
+    for ds_name, ds in summary["datasets"].items():
+        table = Table(title=f"{recipe.name} · {ds_name} · {ds['queries']} queries, "
+                      f"{ds.get('documents')} documents · value Δ [{conf} CI] vs "
+                      f"{summary['reference']}", title_justify="left")
+        table.add_column("variant", no_wrap=True)
+        for m in recipe.metrics:
+            table.add_column(m, justify="right", no_wrap=True)
+        for m in recipe.reference_metrics:
+            table.add_column(m, justify="right", no_wrap=True)
+        for col in ("encode docs", "weights", "index", "gates"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for name, v in ds["variants"].items():
+            info = variants_info.get(name, {})
+            row = [name + (" (ref)" if v["role"] == "reference" else "")]
+            row += [_metric_cell(v["metrics"].get(m, {})) for m in recipe.metrics]
+            row += [_fmt(v.get("reference_metrics", {}).get(m, {}).get("value"))
+                    for m in recipe.reference_metrics]
+            row += [_rate(v.get("encode", {})), _mib(info.get("weight_bytes")),
+                    _mib((v.get("index") or {}).get("bytes"))]
+            gate = v.get("gate")
+            row.append("" if gate is None else
+                       "[green]pass[/green]" if gate["passed"] else "[red]FAIL[/red]")
+            table.add_row(*row)
+        console.print(table)
+        for name, v in ds["variants"].items():
+            for check in (v.get("gate") or {}).get("checks", []):
+                if not check["passed"]:
+                    console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
+                                  f"{check['reason']}", soft_wrap=True)
+    for w in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+    for name, info in variants_info.items():
+        if info.get("peak_rss_mb"):
+            console.print(f"  {name}: startup {info.get('startup_s') or 0:.1f}s, total "
+                          f"{info.get('total_s') or 0:.1f}s, process peak RSS "
+                          f"{info['peak_rss_mb']:.0f} MiB")
+    verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
+    console.print(f"gates {verdict}; results in {out_dir}")

