@@ -77,8 +77,8 @@ def test_default_settings_read_sentence_transformers_files(tmp_path: Path,
                                                            minilm_path: Path) -> None:
     folder = _bare_model(tmp_path, minilm_path)
     (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"path": "", "type": "sentence_transformers.models.Transformer"},
+        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]))
     (folder / "1_Pooling").mkdir()
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "cls"}))
@@ -244,12 +244,11 @@ def test_pooling_respects_padding_side(padding: str) -> None:
     hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
     right = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     mask = right if padding == "right" else right.flip(1)
-    first = 0 if padding == "right" else 2
-    last = 3 if padding == "right" else 3
-    second_last = 1 if padding == "right" else 3
+    # row 1 has two real tokens: positions 0-1 (right padding) or 2-3 (left padding)
+    first, final = (0, 1) if padding == "right" else (2, 3)
     cls = pool(hidden, mask, "cls")
-    assert torch.equal(cls[1], hidden[1, first])
+    assert torch.equal(cls[0], hidden[0, 0]) and torch.equal(cls[1], hidden[1, first])
     tail = pool(hidden, mask, "last")
-    assert torch.equal(tail[0], hidden[0, last]) and torch.equal(tail[1], hidden[1, second_last])
+    assert torch.equal(tail[0], hidden[0, 3]) and torch.equal(tail[1], hidden[1, final])
     mean = pool(hidden, mask, "mean")
     assert torch.allclose(mean[1], hidden[1][mask[1].bool()].mean(0))

@@ -60,3 +60,18 @@ def test_max_length_beyond_max_model_len_is_refused_before_loading(minilm_path,
     with pytest.raises(InputError) as err:
         VllmEngineEncoder(minilm_path, settings=too_long, max_model_len=256)
     assert err.value.field == "max_model_len"
+
+
+def test_impossible_quantization_is_refused_before_loading(minilm_path, minilm_settings,
+                                                           tmp_path):
+    from evalq.backends.vllm_engine import VllmEngineEncoder
+    from evalq.backends.vllm_server import VllmServer
+
+    with pytest.raises(InputError) as err:
+        VllmEngineEncoder(minilm_path, settings=minilm_settings, quantization="fp8")
+    assert "only a CPU" in str(err.value)
+    server = VllmServer(minilm_path, settings=minilm_settings, log_dir=tmp_path,
+                        quantization="bitsandbytes")
+    with pytest.raises(InputError):
+        server.start()
+    assert server.process is None and not (tmp_path / "vllm-server.log").exists()

@@ -98,14 +98,10 @@ class Variant(_Strict):
     @field_validator("quantization")
     @classmethod
     def _check_quantization(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        if not isinstance(value.get("method"), str):
-            raise ValueError("quantization needs 'method'")
-        from evalq.quantize import validate_quantization
-
-        params = {k: v for k, v in value.items() if k != "method"}
-        validate_quantization(value["method"], params)
+        # Method and parameters are checked against the quantize registry after parsing
+        # (``_check_quantization``), where the error can name the recipe line.
+        if value is not None and not isinstance(value.get("method"), str):
+            raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
         return value
 
     @model_validator(mode="after")
@@ -170,6 +166,8 @@ class Recipe(_Strict):
     max_docs: int | None = Field(default=None, ge=1)
     output: str | None = None  # default results/<name>
     cache_dir: str = ".evalq-cache"
+    # Texts per embedding-cache chunk: the unit of resumption after an interruption.
+    cache_chunk: int = Field(default=512, ge=1)
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:
@@ -222,7 +220,8 @@ def _allowed_keys(model: type[BaseModel], path: KeyPath) -> list[str]:
         candidates = [annotation, *getattr(annotation, "__args__", ())]
         for c in candidates:
             inner = [c, *getattr(c, "__args__", ())]
-            found = next((x for x in inner if isinstance(x, type) and issubclass(x, BaseModel)), None)
+            found = next(
+                (x for x in inner if isinstance(x, type) and issubclass(x, BaseModel)), None)
             if found:
                 current = found
                 break
@@ -235,14 +234,17 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
     try:
         recipe = Recipe.model_validate(located.data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # A misspelt key also makes the real key "missing": report the misspelling first.
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        err = errors[0]
         path = _loc_to_path(err["loc"])
         where_file, line = located.where(path)
         message, fix = _describe(err, Recipe, path)
         if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), InputError):
             inner: InputError = err["ctx"]["error"]
             message, fix = inner.message, inner.fix or fix
-        more = f" ({len(exc.errors()) - 1} more problem(s) after this one)" if len(exc.errors()) > 1 else ""
+        extra = len(exc.errors()) - 1
+        more = f" ({extra} more problem(s) after this one)" if extra else ""
         raise InputError(
             message=message + more,
             file=where_file or file,
@@ -250,8 +252,27 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
             field=".".join(str(p) for p in path) or None,
             fix=fix,
         ) from None
+    _check_quantization(recipe, located, file)
     _check_measures(recipe, located, file)
     return recipe
+
+
+def _check_quantization(recipe: Recipe, located: Located, file: Path) -> None:
+    from evalq.quantize import validate_quantization
+
+    for i, variant in enumerate(recipe.variants):
+        if variant.quantization is None:
+            continue
+        path: KeyPath = ("reference",) if i == 0 else ("candidates", i - 1)
+        params = {k: v for k, v in variant.quantization.items() if k != "method"}
+        try:
+            validate_quantization(variant.quantization["method"], params)
+        except InputError as exc:
+            key = (exc.field or "quantization").split(".")[-1]
+            where_file, line = located.where((*path, "quantization", key))
+            raise InputError(message=exc.message, file=where_file or file, line=line,
+                             field=f"{'.'.join(map(str, path))}.quantization.{key}",
+                             fix=exc.fix) from None
 
 
 def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
@@ -278,6 +299,15 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
         check(m, ("reference_metrics", i), "reference")
     for i, g in enumerate(recipe.gates):
         check(g.metric, ("gates", i, "metric"), g.against)
+        try:
+            from evalq.scoring import gate_spec
+
+            gate_spec(g, recipe.stats.confidence)
+        except InputError as exc:
+            where_file, line = located.where(("gates", i))
+            raise InputError(message=exc.message, file=where_file or file, line=line,
+                             field=f"gates.{i}.{(exc.field or 'gate').split('.')[-1]}",
+                             fix=exc.fix) from None
 
 
 def load_recipe(path: str | Path) -> Recipe:

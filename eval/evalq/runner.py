@@ -93,7 +93,9 @@ def _search_dirs(recipe_path: Path) -> list[Path]:
     return [Path.cwd() / "datasets", here / "datasets", here.parent / "datasets"]
 
 
-def _settings_for(recipe: Recipe, variant: Variant, model_path: Path, file: Path) -> EncodingSettings:
+def _settings_for(
+    recipe: Recipe, variant: Variant, model_path: Path, file: Path
+) -> EncodingSettings:
     from evalq.modelinfo import resolve_settings
 
     merged = recipe.encoding.merged(variant.encoding)
@@ -111,7 +113,7 @@ def _check_capabilities(variants: list[Variant], file: Path) -> None:
     before anything loads."""
     from evalq.backends.capability import check_current_device
 
-    for i, v in enumerate(variants):
+    for v in variants:
         quantization = v.vllm.quantization if v.vllm else None
         try:
             check_current_device(v.backend, quantization, v.dtype)
@@ -137,7 +139,6 @@ def run_recipe(
     use_cache: bool = True,
     progress: bool | None = None,
 ) -> RunOutcome:
-    from evalq.datasets.manifest import load_dataset
     from evalq.embcache import EmbeddingCache
     from evalq.metrics.judged import JudgedIndex
     from evalq.modelinfo import model_fingerprint
@@ -150,11 +151,7 @@ def run_recipe(
     _check_capabilities(variants, recipe_path)
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
-    datasets = [
-        load_dataset(spec, search_dirs=_search_dirs(recipe_path), max_queries=max_queries,
-                     max_docs=max_docs)
-        for spec in recipe.datasets
-    ]
+    datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
     depth = _required_depth(recipe)
     out_dir = Path(output or recipe.output or Path("results") / recipe.name)
     folder = RunFolder(out_dir)
@@ -212,6 +209,29 @@ def run_recipe(
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 
+def _load_datasets(recipe: Recipe, recipe_path: Path, max_queries: int | None,
+                   max_docs: int | None) -> list[Any]:
+    from evalq.datasets.manifest import load_dataset
+
+    loaded = []
+    for i, spec in enumerate(recipe.datasets):
+        try:
+            loaded.append(load_dataset(spec, search_dirs=_search_dirs(recipe_path),
+                                       base_dir=recipe_path.resolve().parent,
+                                       max_queries=max_queries, max_docs=max_docs))
+        except InputError as exc:
+            if exc.file is None:  # an inline spec: point at the recipe
+                exc.file = recipe_path
+                exc.field = f"datasets.{i}" + (f".{exc.field}" if exc.field else "")
+            raise
+    names = [d.name for d in loaded]
+    if len(set(names)) != len(names):
+        raise InputError(message=f"two datasets share a name ({', '.join(names)})",
+                         file=recipe_path, field="datasets",
+                         fix="give inline datasets distinct 'name' fields")
+    return loaded
+
+
 def _parity_texts(datasets: list[Any], n: int) -> list[str]:
     """A few dozen texts of mixed length from the first dataset (queries and documents)."""
     ds = datasets[0]
@@ -243,17 +263,20 @@ def _run_variant(
     try:
         record.timings["startup_s"] = time.perf_counter() - t0
         record.description = encoder.describe()
-        if recipe.parity.enabled:
-            parity_vectors = encoder.embed(parity_texts)
-            record.parity = _parity_entry(parity_vectors, parity_ref, variant, recipe)
         batch_tokens = variant.batch_tokens or recipe.batch_tokens
+        if recipe.parity.enabled:
+            # Through the cache like everything else: a rerun recomputes nothing.
+            parity_vectors = encode_texts(encoder, parity_texts, role="document",
+                                          batch_tokens=batch_tokens, cache=cache,
+                                          progress=False, chunk_size=recipe.cache_chunk).vectors
+            record.parity = _parity_entry(parity_vectors, parity_ref, variant, recipe)
         for ds in datasets:
             docs = encode_texts(encoder, ds.corpus.texts_for_encoding(recipe.title_separator),
                                 role="document", batch_tokens=batch_tokens, cache=cache,
-                                progress=show_progress)
+                                progress=show_progress, chunk_size=recipe.cache_chunk)
             queries = encode_texts(encoder, list(ds.queries.texts), role="query",
                                    batch_tokens=batch_tokens, cache=cache,
-                                   progress=show_progress)
+                                   progress=show_progress, chunk_size=recipe.cache_chunk)
             _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
                            judged[ds.name], record)
     finally:
@@ -384,8 +407,8 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
             ok = False
         print(f"{variant.name:20s} cosine mean {np.mean(cos):.6f} min {np.min(cos):.6f}  "
               f"settings {settings.fingerprint()}  {verdict}"
-              + (f"  differs in: {', '.join(f'{k}={a!r} (ref {b!r})' for k, (a, b) in diff.items())}"
-                 if diff else ""))
+              + ("  differs in: " + ", ".join(f"{k}={a!r} (ref {b!r})"
+                                              for k, (a, b) in diff.items()) if diff else ""))
     return ok
 
 

@@ -35,7 +35,9 @@ class Located:
         return None, None
 
 
-def _walk(node: yaml.Node, path: KeyPath, file: Path, lines: dict[KeyPath, tuple[Path, int]]) -> None:
+def _walk(
+    node: yaml.Node, path: KeyPath, file: Path, lines: dict[KeyPath, tuple[Path, int]]
+) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value

@@ -84,6 +84,9 @@ class VllmEngineEncoder:
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
 
+        from evalq.backends.capability import check_current_device
+
+        check_current_device("vllm-engine", quantization, dtype)  # before anything loads
         self.model_path = Path(model_path)
         self.settings = settings
         self.dtype = dtype

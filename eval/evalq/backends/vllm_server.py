@@ -212,6 +212,9 @@ class VllmServer:
             return self
         if self._closed:
             raise RuntimeError("VllmServer cannot restart after close()")
+        from evalq.backends.capability import check_current_device
+
+        check_current_device("vllm-server", self.quantization, self.dtype)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", **self.env}
