@@ -140,6 +140,20 @@ def test_resolve_model_path(minilm_path: Path, tmp_path: Path,
     assert "config.json" in str(info.value)
 
 
+def test_resolve_model_path_from_local_hf_cache(minilm_path: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hugging Face id resolves to its snapshot in the local cache, offline."""
+    repo = tmp_path / "hub" / "models--someone--minilm"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (snapshot / name).symlink_to(minilm_path / name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert resolve_model_path("someone/minilm") == snapshot
+
+
 def test_model_fingerprint_follows_weight_content(tmp_path: Path, minilm_path: Path) -> None:
     folder = _bare_model(tmp_path, minilm_path)
     weights = folder / "model.safetensors"

@@ -102,14 +102,16 @@ def test_weight_bytes_ordering(measured: dict[str, Measured]) -> None:
     id_buffers = 2 * 512 * 8  # position / token-type id buffers: int64, no cast touches them
     assert b["fp32"] == 22_713_216 * 4 + id_buffers  # MiniLM's 22.7M parameters, float32
     assert b["bf16"] == 22_713_216 * 2 + id_buffers
-    assert b["fp32"] > b["bnb-int8"] > b["bnb-nf4"] > b["bf16"]
-    assert b["bnb-int8"] > b["dyn-int8"] > b["bf16"]
-    linear_fp32 = 10_764_288 * 4  # weights of the 37 nn.Linear layers (pooler included)
-    # int8 keeps 1 byte per Linear weight plus per-row float32 scales
-    assert b["fp32"] - b["bnb-int8"] == pytest.approx(linear_fp32 * 3 / 4, rel=0.01)
-    # 4-bit keeps half a byte per weight plus a float32 absmax per 64-weight block
-    assert b["fp32"] - b["bnb-nf4"] == pytest.approx(linear_fp32 * (1 - 1 / 8 - 1 / 64),
-                                                     rel=0.01)
+    assert b["fp32"] > b["bnb-int8"] > b["dyn-int8"] > b["bnb-nf4"] > b["bf16"]
+    # Exact accounting of what replaces the float32 weights of the 37 nn.Linear layers:
+    linear_weights, linear_rows, linears = 10_764_288, 21_120, 37
+    # LLM.int8: 1 byte per weight + one float32 scale per output row (SCB)
+    assert b["fp32"] - b["bnb-int8"] == linear_weights * 3 - linear_rows * 4
+    # torch.ao: 1 byte per weight + a per-tensor scale and zero point (8 bytes each)
+    assert b["fp32"] - b["dyn-int8"] == linear_weights * 3 - linears * 16
+    # nf4: half a byte per weight + a float32 absmax per 64-weight block + a 16-entry code
+    assert b["fp32"] - b["bnb-nf4"] == (linear_weights * 7 // 2 - linear_weights // 64 * 4
+                                        - linears * 16 * 4)
 
 
 def test_records_and_fingerprints(measured: dict[str, Measured]) -> None:

@@ -102,15 +102,14 @@ def _path_from_package(module_name: str, where: dict[str, Any]) -> Path:
 
 
 def _path_from_hf_cache(repo_id: str, where: dict[str, Any]) -> Path:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    # Read at call time: huggingface_hub freezes its constant at import.
+    cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=cache))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
-        from huggingface_hub.constants import HF_HUB_CACHE
-
-        cache = os.environ.get("HF_HUB_CACHE") or HF_HUB_CACHE
         raise InputError(
             message=f"Hugging Face model '{repo_id}' is not a local folder and is not in the "
                     f"local Hugging Face cache ({cache}); evalq never downloads models",

@@ -35,8 +35,8 @@ class InProcessEncoder:
     """Encoder protocol on transformers; see the module docstring for what it does not do.
 
     ``threads`` sets PyTorch's intra-op thread count (process-wide, as PyTorch has one
-    pool); ``None`` keeps PyTorch's default of one thread per physical core, which was the
-    fastest setting measured on the 2-core CI machine.
+    pool); ``None`` keeps PyTorch's default of one thread per physical core (2 threads
+    beat 1 on the 2-core CI machine).
     """
 
     def __init__(self, model_path: str | Path, *, settings: EncodingSettings,

@@ -49,12 +49,16 @@ def weight_bytes(model: torch.nn.Module) -> int:
     import torch
 
     seen: set[tuple[int, int, str]] = set()
+    # Unpacked copies (torch.ao) are fresh tensors: hold them until the end, or a freed
+    # copy's address is reused by the next one and the storage dedup drops real bytes.
+    alive: list[torch.Tensor] = []
     total = 0
 
     def add(tensor: torch.Tensor | None) -> None:
         nonlocal total
         if tensor is None:
             return
+        alive.append(tensor)
         key = (tensor.data_ptr(), tensor.numel(), str(tensor.dtype))
         if key in seen:
             return
@@ -74,9 +78,11 @@ def weight_bytes(model: torch.nn.Module) -> int:
                     add(side)
         for tensor in module.buffers(recurse=False):
             add(tensor)
+        packed = getattr(module, "_packed_params", None)
         weight_bias = getattr(module, "_weight_bias", None)
-        if callable(weight_bias) and not list(module.parameters(recurse=False)):
-            # torch.ao dynamic-quantized Linear: weights packed outside parameters()
+        if packed is not None and not isinstance(packed, torch.nn.Module) and callable(weight_bias):
+            # torch.ao LinearPackedParams: int8 weights and bias packed outside parameters().
+            # Only this innermost holder is counted; the Linear above it exposes the same.
             qweight, bias = weight_bias()
             add(qweight)
             add(bias)

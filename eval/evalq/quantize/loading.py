@@ -19,7 +19,10 @@ FloatDtype = Literal["float32", "float16", "bfloat16"]
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
 #: Attention kernel used for every in-process model. PyTorch's fused SDPA matches the eager
-#: implementation to float rounding and is what sentence-transformers gets by default.
+#: implementation to float rounding (max |diff| 1.3e-7 on MiniLM) and is what
+#: sentence-transformers gets by default. Measured on the 2-core CI machine (96 pydocs
+#: texts, batches of 32, best of 4): sdpa 7.9 s, eager 14.4 s. ``torch.compile(dynamic=True)``
+#: gave 7.3 s after a 75 s warm-up, within noise of sdpa, so it is not used.
 ATTN_IMPLEMENTATION = "sdpa"
 
 

@@ -4,6 +4,10 @@
 ships with PyTorch and runs anywhere on CPU. Its per-tensor weight scale visibly hurts
 small encoders such as MiniLM (cosine to fp32 ≈ 0.92–0.95): a real regression that a
 gate must catch, kept as a candidate for exactly that reason.
+
+torchao's ``quantize_`` (the replacement) is not wired in: torchao is not part of the
+``cpu`` extra, so that path could not be tested here, and an untested path is worse than
+none. The record names the implementation, so adding it later changes fingerprints.
 """
 
 from __future__ import annotations

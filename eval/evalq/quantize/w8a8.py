@@ -33,11 +33,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from evalq.atomicio import write_json
 from evalq.backends.base import QuantizationRecord
 from evalq.errors import InputError
 
 NAME = "w8a8-int8"
+SUMMARY = "W8A8 int8 compressed-tensors checkpoint (llm-compressor), served by vLLM"
 RECORD_FILE = "evalq-quantization.json"
 LLMCOMPRESSOR_SPEC = "llmcompressor>=0.14,<0.15"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -63,6 +66,25 @@ print("EVALQ-VERSIONS " + json.dumps({
     for name in ("llmcompressor", "compressed-tensors", "torch", "transformers")
 }))
 """
+
+
+class Params(BaseModel):
+    """Recipe parameters (unknown keys refused); the defaults are vLLM's CPU-served scheme."""
+
+    model_config = ConfigDict(extra="forbid")
+    scheme: str = "W8A8"
+    targets: str = "Linear"
+    ignore: tuple[str, ...] = ()
+
+
+def load(model_path: Path, params: Params, device: str, dtype: str | None = None) -> Any:
+    """The registry's in-process hook: this method makes a checkpoint for vLLM instead."""
+    raise InputError(
+        message=f"quantization method '{NAME}' produces a checkpoint that vLLM serves; "
+        "the in-process backend cannot run it",
+        field="backend",
+        fix="use backend: vllm for this variant (engine or server mode)",
+    )
 
 
 @dataclass(frozen=True)
