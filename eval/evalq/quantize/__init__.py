@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalq.backends.base import QuantizationRecord
 from evalq.errors import InputError
-from evalq.quantize import bnb, dtype, torch_dynamic
+from evalq.quantize import bnb, dtype, torch_dynamic, w8a8
 
 if TYPE_CHECKING:
     import torch
@@ -61,7 +61,7 @@ def _type_text(annotation: Any) -> str:
 
 METHODS: dict[str, QuantMethod] = {
     module.NAME: QuantMethod(module.NAME, module.SUMMARY, module.Params, module.load)
-    for module in (dtype, bnb, torch_dynamic)
+    for module in (dtype, bnb, torch_dynamic, w8a8)
 }
 
 

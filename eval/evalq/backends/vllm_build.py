@@ -1,0 +1,93 @@
+"""Builds a vLLM-served encoder from a recipe variant: engine, managed server, or a
+server already running at a URL; W8A8 int8 variants first get their compressed-tensors
+checkpoint (made once, cached by weight fingerprint)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from evalq.backends.base import Encoder, QuantizationRecord
+from evalq.backends.factory import BuildContext
+from evalq.config import Variant, VllmOptions
+
+# On CPU, vLLM's "GPU memory" is host RAM reserved for the KV cache: keep it small by
+# default (pooling models need little), and let recipes raise it on GPUs.
+_DEFAULT_MEMORY_SHARE = 0.1
+
+
+def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
+    from evalq.backends.vllm_server import VllmServerEncoder, vllm_request_fields
+
+    opts = variant.vllm or VllmOptions()
+    model_path, settings = ctx.model_path, ctx.settings
+    record = None
+    if variant.quantization and variant.quantization["method"] == "w8a8-int8":
+        from evalq.modelinfo import resolve_settings
+        from evalq.quantize.w8a8 import quantize_w8a8
+
+        params = {k: v for k, v in variant.quantization.items() if k != "method"}
+        ckpt = quantize_w8a8(model_path, cache_dir=ctx.cache_dir / "checkpoints",
+                             **{k: tuple(v) if k == "ignore" else v for k, v in params.items()})
+        model_path, record = ckpt.path, ckpt.record
+        # The checkpoint carries the original sentence-transformers files; keep any
+        # explicit overrides the recipe made by re-resolving from the same values.
+        settings = resolve_settings(model_path, ctx.settings.as_dict())
+    common = {
+        "settings": settings,
+        "dtype": variant.dtype,
+        "quantization": opts.quantization,
+        "max_model_len": opts.max_model_len,
+        "gpu_memory_utilization": opts.gpu_memory_utilization or _DEFAULT_MEMORY_SHARE,
+        "enforce_eager": opts.enforce_eager,
+    }
+    encoder: Encoder
+    if opts.mode == "engine":
+        from evalq.backends.vllm_engine import VllmEngineEncoder
+
+        encoder = VllmEngineEncoder(model_path, extra_engine_args=opts.engine_args, **common)
+    elif opts.url:
+        from evalq.backends.openai_http import OpenAIEncoder
+
+        encoder = OpenAIEncoder(
+            opts.url, str(model_path), settings=settings, concurrency=opts.concurrency,
+            max_batch=opts.max_batch, extra_fields=vllm_request_fields(settings),
+            tokenizer_path=model_path,
+        )
+    else:
+        extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
+        encoder = VllmServerEncoder(
+            model_path, log_dir=ctx.logs_dir, startup_timeout_s=opts.startup_timeout_s,
+            concurrency=opts.concurrency, max_batch=opts.max_batch, extra_args=extra,
+            **common,
+        )
+    if record is not None:
+        encoder = _WithRecord(encoder, record)
+    return encoder
+
+
+class _WithRecord:
+    """Adds what the quantization did to a vLLM encoder's manifest entry (mteb's habit:
+    quantization is a wrapper that writes itself into the run's metadata)."""
+
+    def __init__(self, inner: Encoder, record: QuantizationRecord) -> None:
+        self._inner = inner
+        self._record = record
+        self.settings = inner.settings
+
+    def fingerprint(self) -> str:
+        return self._inner.fingerprint()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._inner.describe(), "quantization": self._record.as_dict()}
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._inner.token_lengths(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._inner.embed(texts)
+
+    def close(self) -> None:
+        self._inner.close()
