@@ -63,9 +63,13 @@ class RunOutcome:
     summary: dict[str, Any]
 
 
-def _peak_rss_mb() -> float:
-    # ru_maxrss is in kilobytes on Linux: the process' peak so far (monotonic).
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    """Peak resident memory so far, MiB (ru_maxrss is KiB on Linux and monotonic).
+
+    ``RUSAGE_CHILDREN`` covers engine and server processes once they have exited: the
+    largest of them, which is where a vLLM variant's memory lives.
+    """
+    return resource.getrusage(who).ru_maxrss / 1024
 
 
 def _required_depth(recipe: Recipe) -> int:
@@ -283,6 +287,7 @@ def _run_variant(
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0
     record.timings["peak_rss_mb"] = _peak_rss_mb()
+    record.timings["children_peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
     return record, parity_vectors
 
 

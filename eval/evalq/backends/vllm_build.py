@@ -4,6 +4,7 @@ checkpoint (made once, cached by weight fingerprint)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,9 @@ _DEFAULT_MEMORY_SHARE = 0.1
 
 
 def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
+    # vLLM logs every step at INFO on stderr, drowning the run's own report; users who
+    # want it set VLLM_LOGGING_LEVEL themselves.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from evalq.backends.vllm_server import VllmServerEncoder, vllm_request_fields
 
     opts = variant.vllm or VllmOptions()
