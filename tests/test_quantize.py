@@ -161,7 +161,7 @@ def test_same_method_spelled_two_ways_shares_a_fingerprint(minilm_path: Path) ->
 
 
 def test_registry() -> None:
-    assert set(METHODS) == {"dtype", "bitsandbytes", "torch-dynamic-int8"}
+    assert set(METHODS) == {"dtype", "bitsandbytes", "torch-dynamic-int8", "w8a8-int8"}
 
 
 @pytest.mark.parametrize(("method", "params", "field", "hint"), [

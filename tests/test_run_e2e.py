@@ -185,7 +185,7 @@ def test_interrupted_run_resumes_from_finished_chunks(runs: dict[str, Any],
         run_recipe_file(recipe, output=out, only=["dyn-int8"], progress=False)
     assert counter.calls == 4
     assert not (out / "summary.json").exists()  # an unfinished run never looks finished
-    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
     with _Counter() as resumed:
         outcome = run_recipe_file(recipe, output=out, only=["dyn-int8"], progress=False)
     manifest = json.loads((out / "manifest.json").read_text())

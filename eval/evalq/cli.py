@@ -72,12 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         _parser().print_help()
         return EXIT_BAD_INPUT
-    from evalq.errors import InputError
+    from evalq.errors import BackendUnavailableError, InputError
 
     try:
         return _dispatch(args)
     except InputError as exc:
         print(f"evalq: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BackendUnavailableError as exc:
+        print(f"evalq: error: the backend stopped answering: {exc}. Finished embedding "
+              "chunks are cached; rerun the same command to resume once it is back.",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("evalq: interrupted; finished embedding chunks are cached, rerun to resume.",

@@ -24,7 +24,7 @@ import numpy as np
 
 from evalq.backends.base import Encoder, EncodingSettings
 from evalq.config import Recipe, Variant, load_recipe
-from evalq.errors import InputError
+from evalq.errors import BackendUnavailableError, InputError
 from evalq.metrics.values import PerQuery
 from evalq.ranking import Ranking
 from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
@@ -186,23 +186,31 @@ def run_recipe(
     records: list[VariantRecord] = []
     parity_texts = _parity_texts(datasets, recipe.parity.texts)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
-    for variant in variants:
-        role = "reference" if variant is recipe.reference else "candidate"
-        settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
-        record, parity_vectors = _run_variant(
-            recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
-            folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
-        )
-        if role == "reference" and parity_vectors is not None:
-            parity_ref = (parity_vectors, record.settings)
-        records.append(record)
-        # Keep what finished: the manifest grows variant by variant.
-        manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
-                                         "settings": r.settings.as_dict(),
-                                         "timings": r.timings, "parity": r.parity,
-                                         "datasets": r.datasets}
-                                for r in records}
+    try:
+        for variant in variants:
+            role = "reference" if variant is recipe.reference else "candidate"
+            settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
+            record, parity_vectors = _run_variant(
+                recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
+                folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
+            )
+            if role == "reference" and parity_vectors is not None:
+                parity_ref = (parity_vectors, record.settings)
+            records.append(record)
+            # Keep what finished: the manifest grows variant by variant.
+            manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
+                                             "settings": r.settings.as_dict(),
+                                             "timings": r.timings, "parity": r.parity,
+                                             "datasets": r.datasets}
+                                    for r in records}
+            folder.write_manifest(manifest)
+    except (KeyboardInterrupt, BackendUnavailableError, InputError) as exc:
+        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
+        manifest["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        manifest["error"] = str(exc) or type(exc).__name__
+        manifest["stopped"] = now_iso()
         folder.write_manifest(manifest)
+        raise
 
     summary, _ = build_summary(recipe, manifest["variants"], folder)
     manifest["finished"] = now_iso()
