@@ -295,7 +295,8 @@ def _run_variant(
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0
     record.timings["peak_rss_mb"] = _peak_rss_mb()
-    record.timings["children_peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
+    if variant.backend == "vllm":  # its engine or server ran in child processes
+        record.timings["children_peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
     return record, parity_vectors
 
 

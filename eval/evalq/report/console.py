@@ -77,7 +77,8 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> N
         if info.get("peak_rss_mb"):
             console.print(f"  {name}: startup {info.get('startup_s') or 0:.1f}s, total "
                           f"{info.get('total_s') or 0:.1f}s, process peak RSS "
-                          f"{info['peak_rss_mb']:.0f} MiB, engine processes "
-                          f"{info.get('children_peak_rss_mb') or 0:.0f} MiB")
+                          f"{info['peak_rss_mb']:.0f} MiB"
+                          + (f", engine processes {info['children_peak_rss_mb']:.0f} MiB"
+                             if info.get("children_peak_rss_mb") else ""))
     verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
     console.print(f"gates {verdict}; results in {out_dir}")
