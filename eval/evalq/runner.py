@@ -275,20 +275,20 @@ def _run_variant(
     try:
         record.timings["startup_s"] = time.perf_counter() - t0
         record.description = encoder.describe()
-        batch_tokens, max_batch = batching(variant, recipe.batch_tokens)
+        plan = batching(variant, recipe.batch_tokens)
+        options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
+                   "length_sorted": plan.length_sorted, "cache": cache,
+                   "chunk_size": recipe.cache_chunk}
         if recipe.parity.enabled:
             # Through the cache like everything else: a rerun recomputes nothing.
-            parity_vectors = encode_texts(
-                encoder, parity_texts, role="document", batch_tokens=batch_tokens,
-                max_batch=max_batch, cache=cache, progress=False, chunk_size=recipe.cache_chunk,
-            ).vectors
+            parity_vectors = encode_texts(encoder, parity_texts, role="document",
+                                          progress=False, **options).vectors
             record.parity = _parity_entry(parity_vectors, settings, parity_ref, variant, recipe)
         for ds in datasets:
-            options = {"batch_tokens": batch_tokens, "max_batch": max_batch, "cache": cache,
-                       "progress": show_progress, "chunk_size": recipe.cache_chunk}
             docs = encode_texts(encoder, ds.corpus.texts_for_encoding(recipe.title_separator),
-                                role="document", **options)
-            queries = encode_texts(encoder, list(ds.queries.texts), role="query", **options)
+                                role="document", progress=show_progress, **options)
+            queries = encode_texts(encoder, list(ds.queries.texts), role="query",
+                                   progress=show_progress, **options)
             _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
                            judged[ds.name], record)
     finally:
