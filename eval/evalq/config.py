@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalq.errors import InputError
+from evalq.modelinfo import SettingsOverrides
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 
@@ -30,15 +31,9 @@ class ModelSpec(_Strict):
     revision: str | None = None
 
 
-class EncodingOverrides(_Strict):
-    """Encoding settings; unset fields come from the model's sentence-transformers config."""
-
-    pooling: Literal["mean", "cls", "last"] | None = None
-    normalize: bool | None = None
-    max_length: int | None = Field(default=None, ge=1)
-    truncation_side: Literal["right", "left"] | None = None
-    query_prefix: str | None = None
-    document_prefix: str | None = None
+class EncodingOverrides(SettingsOverrides):
+    """Encoding settings; unset fields come from the model's sentence-transformers config
+    (the fields and their checks are ``modelinfo.SettingsOverrides``)."""
 
     def merged(self, over: EncodingOverrides) -> EncodingOverrides:
         return EncodingOverrides(**{**self.model_dump(exclude_none=True),

@@ -266,10 +266,10 @@ def default_settings(path: str | Path) -> EncodingSettings:
     )
 
 
-class _SettingsOverrides(BaseModel):
+class SettingsOverrides(BaseModel):
     """What a recipe may override; every field optional, unknown keys refused."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     pooling: Literal["mean", "cls", "last"] | None = None
     normalize: bool | None = None
@@ -288,11 +288,11 @@ def resolve_settings(path: str | Path, overrides: Mapping[str, Any] | None = Non
     """
     base = default_settings(path)
     try:
-        parsed = _SettingsOverrides.model_validate(dict(overrides or {}))
+        parsed = SettingsOverrides.model_validate(dict(overrides or {}))
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ".".join(str(p) for p in err["loc"]) or None
-        allowed = ", ".join(_SettingsOverrides.model_fields)
+        allowed = ", ".join(SettingsOverrides.model_fields)
         raise InputError(
             message=f"{err['msg']} (input {err.get('input')!r})",
             file=file, line=line, field=name,

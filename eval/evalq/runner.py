@@ -11,11 +11,9 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 
 from __future__ import annotations
 
-import logging
 import resource
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,6 @@ from evalq.metrics.values import PerQuery
 from evalq.ranking import Ranking
 from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
 
-log = logging.getLogger("evalq")
-
 
 @dataclass
 class ReferenceState:
@@ -39,7 +35,6 @@ class ReferenceState:
     ranking: Ranking
     query_vectors: np.ndarray
     doc_vectors: np.ndarray
-    qrels_values: PerQuery
 
 
 @dataclass
@@ -53,7 +48,6 @@ class VariantRecord:
     timings: dict[str, Any] = field(default_factory=dict)
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
     parity: dict[str, Any] | None = None
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -360,7 +354,7 @@ def _score_dataset(
         doc_vectors = docs.vectors
     values = dict(qrels_values.values)
     if role == "reference":
-        reference[ds.name] = ReferenceState(ranking, queries.vectors, docs.vectors, qrels_values)
+        reference[ds.name] = ReferenceState(ranking, queries.vectors, docs.vectors)
     else:
         ref = reference[ds.name]
         q_agree = vector_agreement(ref.query_vectors, queries.vectors, list(ds.queries.ids))
@@ -428,5 +422,3 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
               f"{result.reason}")
     return ok
 
-
-warnings.filterwarnings("default", category=UserWarning, module="evalq")
