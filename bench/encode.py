@@ -18,7 +18,7 @@ region (``time.process_time``, all threads) are reported beside it and are stead
 The best run (least wall time) per engine is kept, each engine's CPU ratio taken from it.
 
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python bench/encode.py [--max-docs N] [--repeats R]
-[--threads T] [--batch-tokens 4096,8192,16384]``. Timings are best-of-``repeats`` with
+[--threads T] [--batch-tokens 2048,8192]``. Timings are best-of-``repeats`` with
 the two engines interleaved, because a shared CI machine's load changes within a minute.
 """
 
@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--max-docs", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--batch-tokens", default="8192,16384",
+    parser.add_argument("--batch-tokens", default="2048,8192",
                         help="comma-separated token budgets to try for evalq")
     parser.add_argument("--max-batch", type=int, default=256)
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")

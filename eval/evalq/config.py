@@ -147,7 +147,8 @@ class Recipe(_Strict):
     datasets: list[str | dict[str, Any]] = Field(min_length=1)
     encoding: EncodingOverrides = EncodingOverrides()
     title_separator: str | None = " "
-    batch_tokens: int = Field(default=8192, ge=16)
+    # Padded tokens per in-process batch; unset = by device (backends.factory.batching).
+    batch_tokens: int | None = Field(default=None, ge=16)
     reference: Variant
     candidates: list[Variant] = Field(default_factory=list)
     metrics: list[str] = Field(default_factory=lambda: ["nDCG@10", "R@100", "RR@10"])

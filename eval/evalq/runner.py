@@ -269,7 +269,7 @@ def _run_variant(
     try:
         record.timings["startup_s"] = time.perf_counter() - t0
         record.description = encoder.describe()
-        plan = batching(variant, recipe.batch_tokens)
+        plan = batching(variant, recipe.batch_tokens, ctx.device)
         options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
                    "length_sorted": plan.length_sorted, "cache": cache,
                    "chunk_size": recipe.cache_chunk}

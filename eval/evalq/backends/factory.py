@@ -97,10 +97,18 @@ class Batching:
     length_sorted: bool
 
 
-def batching(variant: Variant, default_tokens: int) -> Batching:
+# Padded tokens per in-process batch when the recipe sets none. Measured on the 2-core
+# CPU (fp32 MiniLM, 400 pydocs texts, interleaved with sentence-transformers batch 32):
+# 2048 -> 1.30-1.35x sentence-transformers, 4096 -> 1.16-1.30x, 8192 -> 1.10-1.16x;
+# small batches stay in cache. GPUs want large batches to fill their cores.
+DEFAULT_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
+
+
+def batching(variant: Variant, recipe_tokens: int | None, device: str) -> Batching:
     if variant.backend in SELF_BATCHING:
         return Batching(variant.batch_tokens or 1 << 30, 512, length_sorted=False)
-    return Batching(variant.batch_tokens or default_tokens, 256, length_sorted=True)
+    tokens = variant.batch_tokens or recipe_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
+    return Batching(tokens, 256, length_sorted=True)
 
 
 def create_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
