@@ -203,3 +203,18 @@ def test_validation() -> None:
         search(q, d, ["a", "b", "c"], ["q1"], 5)
     empty = search(q, d[:0], [], ["q1", "q2"], 3)
     assert (empty.indices == -1).all()
+
+
+def test_prequantized_documents_give_the_same_ranking() -> None:
+    """The runner quantizes documents once and hands them in; the result must not change."""
+    rng = np.random.default_rng(11)
+    docs = rng.standard_normal((300, 32)).astype(np.float32)
+    queries = rng.standard_normal((20, 32)).astype(np.float32)
+    doc_ids = [f"d{i}" for i in range(300)]
+    query_ids = [f"q{i}" for i in range(20)]
+    for spec in (VectorSpec(quantize="int8", rescore=4), VectorSpec(quantize="binary")):
+        own = search(queries, docs, doc_ids, query_ids, 10, vectors=spec)
+        given = search(queries, docs, doc_ids, query_ids, 10, vectors=spec,
+                       quantized=quantize_documents(docs, spec))
+        np.testing.assert_array_equal(own.indices, given.indices)
+        np.testing.assert_array_equal(own.scores, given.scores)

@@ -94,7 +94,7 @@ class Variant(_Strict):
     @classmethod
     def _check_quantization(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         # Method and parameters are checked against the quantize registry after parsing
-        # (``_check_quantization``), where the error can name the recipe line.
+        # (``_check_quantization_methods``), where the error can name the recipe line.
         if value is not None and not isinstance(value.get("method"), str):
             raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
         return value
@@ -248,12 +248,12 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
             field=".".join(str(p) for p in path) or None,
             fix=fix,
         ) from None
-    _check_quantization(recipe, located, file)
+    _check_quantization_methods(recipe, located, file)
     _check_measures(recipe, located, file)
     return recipe
 
 
-def _check_quantization(recipe: Recipe, located: Located, file: Path) -> None:
+def _check_quantization_methods(recipe: Recipe, located: Located, file: Path) -> None:
     from evalq.quantize import validate_quantization
 
     for i, variant in enumerate(recipe.variants):

@@ -177,11 +177,15 @@ def encode_texts(
                 counters.n_cached += len(chunk)
                 advance(len(chunk))
             else:
-                compute = _compute_chunk if length_sorted else _compute_chunk_mixed
-                vectors = compute(
-                    encoder, chunk_texts, [lengths[i] for i in chunk], batch_tokens,
-                    max_batch, dim, counters, advance,
+                # Self-batching engines get the chunk in a fixed mixed order (a hash of
+                # each text); the vectors are put back in the chunk's order.
+                send = np.arange(len(chunk)) if length_sorted else _mixed_order(chunk_texts)
+                sent = _compute_chunk(
+                    encoder, [chunk_texts[i] for i in send], [lengths[chunk[i]] for i in send],
+                    batch_tokens, max_batch, dim, counters, advance,
                 )
+                vectors = np.empty_like(sent)
+                vectors[send] = sent
                 if cache is not None:
                     cache.put(key, vectors)
                 counters.chunks_computed += 1
@@ -261,25 +265,10 @@ def _compute_chunk(
     return np.ascontiguousarray(np.concatenate(parts, axis=0))
 
 
-def _compute_chunk_mixed(
-    encoder: Encoder,
-    texts: list[str],
-    lengths: list[int],
-    batch_tokens: int,
-    max_batch: int,
-    dim: int | None,
-    counters: _Counters,
-    advance: _Advance,
-) -> np.ndarray:
-    """The chunk in a deterministic mixed-length order (by a hash of each text), handed to
-    a self-batching engine; the vectors come back in the chunk's order."""
-    mix = sorted(range(len(texts)), key=lambda i: hashlib.blake2b(
-        texts[i].encode(), digest_size=8).digest())
-    mixed = _compute_chunk(encoder, [texts[i] for i in mix], [lengths[i] for i in mix],
-                           batch_tokens, max_batch, dim, counters, advance)
-    out = np.empty_like(mixed)
-    out[np.asarray(mix, dtype=np.int64)] = mixed
-    return out
+def _mixed_order(texts: list[str]) -> np.ndarray:
+    """A deterministic order that mixes lengths: by a hash of each text."""
+    keys = [hashlib.blake2b(t.encode(), digest_size=8).digest() for t in texts]
+    return np.asarray(sorted(range(len(texts)), key=keys.__getitem__), dtype=np.int64)
 
 
 class _Advance:

@@ -294,14 +294,20 @@ def _run_variant(
     return record, parity_vectors
 
 
+def _parity_checked(variant: Variant) -> bool:
+    """Whether a variant must match the reference at parity: float32, unquantized, same
+    weights. Others are reported only; their quantization is meant to move the cosine."""
+    return (variant.dtype == "float32" and variant.quantization is None
+            and variant.model is None and variant.vectors.quantize == "none")
+
+
 def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
                   ref: tuple[np.ndarray, EncodingSettings] | None, variant: Variant,
                   recipe: Recipe) -> dict[str, Any]:
     """Parity preflight: the same texts through this backend and the reference's.
 
-    Only a float32, unquantized variant of the same weights is *checked* (it must reach
-    ``parity.min_cosine``, and a miss fails its gate naming the settings that differ);
-    for the others the cosine is informational, since quantization is meant to move it.
+    A checked variant (:func:`_parity_checked`) must reach ``parity.min_cosine``; a miss
+    fails its gate naming the settings that differ.
     """
     from evalq.parity import compare_vectors
 
@@ -310,8 +316,7 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
                 "settings_fingerprint": settings.fingerprint()}
     result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                              recipe.parity.min_cosine)
-    checked = (variant.dtype == "float32" and variant.quantization is None
-               and variant.model is None and variant.vectors.quantize == "none")
+    checked = _parity_checked(variant)
     return {"texts": len(vectors), "checked": checked,
             "min_cosine": recipe.parity.min_cosine, "cosine_mean": result.mean_cosine,
             "cosine_min": result.min_cosine, "passed": result.passed if checked else None,
@@ -330,12 +335,14 @@ def _score_dataset(
     from evalq.search import search
     from evalq.vectorquant import VectorSpec, quantize_documents
 
-    spec = None
+    spec = stored = None
     if variant.vectors.quantize != "none":
         spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
+        stored = quantize_documents(docs.vectors, spec)
     t0 = time.perf_counter()
     ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
-                     query_ids=list(ds.queries.ids), depth=depth, vectors=spec)
+                     query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
+                     quantized=stored)
     search_s = time.perf_counter() - t0
     folder.write_run(ds.name, variant.name, ranking)
     qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
@@ -344,8 +351,7 @@ def _score_dataset(
         "search_s": search_s,
         "documents": len(ds.corpus),
     }
-    if spec is not None:
-        stored = quantize_documents(docs.vectors, spec)
+    if spec is not None and stored is not None:
         entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes}
         # What the index holds, as floats: the drift a deployment actually sees.
         doc_vectors = stored.stored_vectors(np.arange(len(ds.corpus)))
@@ -414,7 +420,7 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
             continue
         result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                                  recipe.parity.min_cosine)
-        exact = variant.dtype == "float32" and variant.quantization is None
+        exact = _parity_checked(variant)
         verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
         ok = ok and (result.passed or not exact)
         print(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "

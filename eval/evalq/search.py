@@ -45,12 +45,15 @@ def search(
     depth: int,
     *,
     vectors: VectorSpec | None = None,
+    quantized: QuantizedDocuments | None = None,
     query_chunk: int = 1024,
 ) -> Ranking:
     """Top ``depth`` documents per query; see the module docstring for each index type.
 
     ``doc_vectors`` are the float32 corpus vectors; with a quantized ``vectors`` spec they
-    are quantized here (int8 calibrated on them) and only the quantized form is searched.
+    are quantized here (int8 calibrated on them) and only the quantized form is searched;
+    a caller that also needs the stored form (its size, its drift) passes it as
+    ``quantized`` (from :func:`quantize_documents` with the same spec) so it is made once.
     Queries with fewer than ``depth`` documents in the collection get empty slots.
     """
     queries = _matrix(query_vectors, "query_vectors")
@@ -81,7 +84,7 @@ def search(
     if spec.quantize == "none":
         first_stage, stored = _float_index(docs), None
     else:
-        stored = quantize_documents(docs, spec)
+        stored = quantized if quantized is not None else quantize_documents(docs, spec)
         del docs  # from here on only what a deployment stores is searched
         first_stage = _quantized_index(stored)
 

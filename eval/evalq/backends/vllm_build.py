@@ -27,18 +27,16 @@ def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
 
     opts = variant.vllm or VllmOptions()
     model_path, settings = ctx.model_path, ctx.settings
-    record = None
+    record: QuantizationRecord | None = None
     if variant.quantization and variant.quantization["method"] == "w8a8-int8":
-        from evalq.modelinfo import resolve_settings
         from evalq.quantize.w8a8 import quantize_w8a8
 
         params = {k: v for k, v in variant.quantization.items() if k != "method"}
         ckpt = quantize_w8a8(model_path, cache_dir=ctx.cache_dir / "checkpoints",
                              **{k: tuple(v) if k == "ignore" else v for k, v in params.items()})
+        # The checkpoint carries the original sentence-transformers files, so the settings
+        # resolved for the original model (ctx.settings) hold for it unchanged.
         model_path, record = ckpt.path, ckpt.record
-        # The checkpoint carries the original sentence-transformers files; keep any
-        # explicit overrides the recipe made by re-resolving from the same values.
-        settings = resolve_settings(model_path, ctx.settings.as_dict())
     common = {
         "settings": settings,
         "dtype": variant.dtype,
