@@ -126,6 +126,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         for row in rows:
             print(f"{row.name:16s} {row.source:7s} {row.location:40s} {row.split:6s} "
                   f"{row.description}")
+            # Where the name resolves from (evalq.locations: ./datasets first, built-ins last).
+            shadows = f"; shadows {row.shadows}" if row.shadows else ""
+            print(f"{'':16s} from {row.origin}: {row.file}{shadows}")
         if not rows:
             print("no dataset manifests found (looked in ./datasets)")
         return EXIT_OK

@@ -307,5 +307,9 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    path = Path(path)
+    """Load and validate a recipe file; a name of a built-in recipe works too
+    (``quickstart``: see :mod:`evalq.locations`)."""
+    from evalq.locations import resolve_recipe
+
+    path = resolve_recipe(path)
     return recipe_from_located(load_yaml(path), path)
