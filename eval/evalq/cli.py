@@ -92,9 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        from evalq.runner import run_recipe_file
+        from evalq.api import run  # the Python API's run: one code path for both
 
-        outcome = run_recipe_file(
+        outcome = run(
             args.recipe, output=args.output, max_queries=args.max_queries,
             max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
         )
