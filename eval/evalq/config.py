@@ -63,6 +63,9 @@ class VllmOptions(_Strict):
 
 class HttpOptions(_Strict):
     url: str
+    # The embeddings path under url: openai default /v1/embeddings (Infinity without
+    # --url-prefix /v1 serves /embeddings), tei default /embed (backends.http_probe).
+    route: str | None = Field(default=None, pattern=r"^/")
     model: str | None = None
     api_key_env: str | None = None
     timeout_s: float = Field(default=60, gt=0)

@@ -150,6 +150,9 @@ def run_recipe(
     show_progress = sys.stderr.isatty() if progress is None else progress
     variants = _select_variants(recipe, only, recipe_path)
     _check_capabilities(variants, recipe_path)
+    from evalq.backends.http_probe import probe_http_variants
+
+    http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
@@ -175,6 +178,7 @@ def run_recipe(
                      for d in datasets},
         "started": started,
         "status": "running",
+        "http_probe": http_probe,
     }
     folder.write_manifest(manifest)
 
