@@ -52,6 +52,7 @@ def test_http_backend_scaffold_carries_url_and_route(tmp_path: Path) -> None:
                  "http://127.0.0.1:7997", "--route", "/embeddings",
                  "--served-model", "minilm"]) == 0
     data = yaml.safe_load(out.read_text())
+    assert data["datasets"] == ["pydocs"]
     assert data["candidates"] == [{"name": "openai-server", "backend": "openai", "http": {
         "url": "http://127.0.0.1:7997", "route": "/embeddings", "model": "minilm"}}]
 
@@ -61,6 +62,7 @@ def test_http_backend_scaffold_carries_url_and_route(tmp_path: Path) -> None:
     (["--beir", "no/such/folder"], "does not exist"),
     (["--backend", "tei"], "needs the server's URL"),
     (["--margin", "lots"], "cannot read max_drop 'lots'"),
+    (["--dataset", "scifact"], "no dataset named 'scifact'"),
 ])
 def test_bad_answers_exit_2_and_write_nothing(tmp_path: Path, capsys, argv, expected) -> None:
     out = tmp_path / "bad.yaml"

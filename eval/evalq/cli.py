@@ -72,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     ini.add_argument("--route", help="embeddings route on that server (e.g. /embeddings)")
     ini.add_argument("--served-model", help="model name the server expects")
     ini.add_argument("--margin", default="1%", help="allowed nDCG@10 drop (1%% or 0.01)")
-    ini.add_argument("--max-queries", type=int)
+    ini.add_argument("--max-queries", type=int, help="slice for a quick first run")
+    ini.add_argument("--max-docs", type=int, help="cap the corpus for a quick first run")
     ini.add_argument("--ask", action="store_true", help="prompt even without a terminal")
     ini.add_argument("--force", action="store_true", help="overwrite an existing file")
 
@@ -162,6 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             trec=parse_trec(args.trec), hf=args.hf, dataset=args.dataset,
             backend=args.backend, url=args.url, route=args.route,
             served_model=args.served_model, margin=args.margin, max_queries=args.max_queries,
+            max_docs=args.max_docs,
             quantizations=[q for q in (args.quantize or "").split(",") if q],
         )
         init_command(answers, args.output, force=args.force, ask=args.ask)

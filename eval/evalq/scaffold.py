@@ -68,6 +68,7 @@ class InitAnswers:
     served_model: str | None = None
     margin: str = "1%"
     max_queries: int | None = None
+    max_docs: int | None = None
 
 
 def _choices(backend: str) -> dict[str, dict[str, Any]]:
@@ -221,8 +222,8 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
         model_path = _relative(local, base)
 
     def dump(value: Any) -> str:
-        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False,
-                              width=1000).strip()
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
+        return text.removesuffix("\n").removesuffix("\n...").strip()
 
     out = [
         f"# Written by `evalq init`. Run it with: evalq run {recipe_file.name}",
@@ -232,9 +233,11 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
         f"# {data_note}",
         f"datasets: [{dump(dataset)}]",
     ]
-    if a.max_queries:
-        out += ["# A slice for a first, quick run; remove it for the real decision.",
-                f"max_queries: {a.max_queries}"]
+    if a.max_queries or a.max_docs:
+        out += ["# A slice for a first, quick run (judged documents are kept first);",
+                "# remove it for the real decision."]
+        out += [f"max_queries: {a.max_queries}"] if a.max_queries else []
+        out += [f"max_docs: {a.max_docs}"] if a.max_docs else []
     out += [
         "",
         "# The reference is the full-precision model run in-process by PyTorch. Every",
@@ -281,7 +284,16 @@ def validate_scaffold(text: str, recipe_file: Path) -> Any:
     recipe = recipe_from_located(Located(data), recipe_file)
     base = recipe_file.resolve().parent
     for entry in recipe.datasets:
-        if not isinstance(entry, dict):
+        if isinstance(entry, str):
+            from evalq.datasets.manifest import find_manifests
+            from evalq.locations import dataset_search_dirs
+
+            known = find_manifests([d.path for d in dataset_search_dirs(recipe_file)])
+            if entry not in known:
+                raise InputError(message=f"no dataset named {entry!r}; known: "
+                                 f"{', '.join(sorted(known))}", file=recipe_file,
+                                 field="datasets", fix="pass --beir, --trec or --hf, or "
+                                 "a name that `evalq datasets` lists")
             continue
         spec: DatasetSpec = parse_spec(entry, recipe_file)
         paths = [spec.path] if spec.source == "beir" and spec.path else []
