@@ -7,7 +7,8 @@ vLLM ``/v1/embeddings``. A wrong route used to surface as "HTTP 404, check the m
 name" after the reference had spent minutes encoding. Two things here fix that:
 
 * :func:`not_found_error` turns a 404 into a message listing what the server *does*
-  answer, read from ``/openapi.json``, ``/v1/models``, ``/models`` and ``/info``;
+  answer, read from ``/openapi.json`` (or ``/v1/openapi.json``), ``/v1/models``,
+  ``/models`` and ``/info``;
 * :func:`probe_http_variants` runs at the start of a run, before the reference encodes
   (the plan stage is meant to call it too): for each ``openai``/``tei`` variant it checks
   reachability, the route, the model name against the served models, the vector's
@@ -40,7 +41,7 @@ _NORM_TOLERANCE = 1e-3
 class ServerRoutes:
     """What a server says about itself (each field empty when that route did not answer)."""
 
-    operations: list[str] = field(default_factory=list)  # "POST /embeddings", from openapi
+    operations: list[str] = field(default_factory=list)  # "POST /embeddings" (openapi.json)
     models: list[str] = field(default_factory=list)  # ids from /v1/models or /models
     info_model: str | None = None  # TEI / Infinity /info model id
     answered: list[str] = field(default_factory=list)  # listing routes that answered 200
@@ -82,15 +83,16 @@ def _model_ids(body: Any) -> list[str]:
 def server_routes(client: httpx.Client) -> ServerRoutes:
     """Read the routes and models a server answers (best effort, short timeouts)."""
     routes = ServerRoutes()
-    spec = _get(client, "/openapi.json")
-    if isinstance(spec, dict) and isinstance(spec.get("paths"), dict):
-        routes.answered.append("/openapi.json")
+    for listing in ("/openapi.json", "/v1/openapi.json"):  # Infinity mounts it under its prefix
+        spec = _get(client, listing)
+        if not (isinstance(spec, dict) and isinstance(spec.get("paths"), dict)):
+            continue
+        routes.answered.append(listing)
         for path, methods in sorted(spec["paths"].items()):
-            verbs = sorted(m.upper() for m in methods) if isinstance(methods, dict) else []
-            # Embedding, rerank and listing routes are what a user is looking for.
-            for verb in verbs:
-                if verb in ("POST", "GET"):
-                    routes.operations.append(f"{verb} {path}")
+            # The POST routes (embeddings, rerank, ...) are what a user is looking for.
+            if isinstance(methods, dict) and "post" in {m.lower() for m in methods}:
+                routes.operations.append(f"POST {path}")
+        break
     for listing in ("/v1/models", "/models"):
         ids = _model_ids(_get(client, listing))
         if ids:
@@ -106,7 +108,7 @@ def server_routes(client: httpx.Client) -> ServerRoutes:
 
 def _embedding_routes(routes: ServerRoutes) -> list[str]:
     return [op.split(" ", 1)[1] for op in routes.operations
-            if op.startswith("POST ") and "embed" in op.lower()]
+            if op.startswith("POST ") and op.rstrip("/").endswith(("/embeddings", "/embed"))]
 
 
 def not_found_error(client: httpx.Client, url: str, path: str, excerpt: str) -> InputError:
