@@ -64,10 +64,13 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     path = Path(path)
     if not path.is_file():
+        from evalq.locations import builtin_recipe_names
+
         raise InputError(
             message="file not found",
             file=path,
-            fix="check the path; built-in recipes resolve by name (quickstart, vllm-cpu, ...)",
+            fix="check the path; built-in recipes resolve by name: "
+            + ", ".join(builtin_recipe_names()),
         )
     resolved = path.resolve()
     if resolved in _stack:
