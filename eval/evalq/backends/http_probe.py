@@ -214,7 +214,9 @@ def probe_variant(recipe: Recipe, variant: Variant, recipe_path: Path) -> ProbeR
     except InputError as exc:
         exc.file = exc.file or recipe_path
         if exc.field and not exc.field.startswith(where):
-            exc.field = f"{where}.http.{exc.field.removeprefix('http.')}"
+            # TEI's /info check names encoding settings; everything else is an http option.
+            group = "encoding" if exc.field in ("pooling", "max_length") else "http"
+            exc.field = f"{where}.{group}.{exc.field.removeprefix('http.')}"
         raise
     vector = raw[0]
     norm = float(math.sqrt(float((vector.astype("float64") ** 2).sum())))
