@@ -46,6 +46,9 @@ def main() -> None:
     if args.max_docs:
         extra += ["--max-docs", str(args.max_docs)]
     with tempfile.TemporaryDirectory(prefix="evalq-rerun-") as tmp:
+        from evalq.locations import resolve_recipe
+
+        args.recipe = str(resolve_recipe(args.recipe))  # built-ins live in the package
         data = yaml.safe_load(Path(args.recipe).read_text())
         data["cache_dir"] = str(Path(tmp) / "cache")
         data.pop("output", None)

@@ -10,6 +10,7 @@ import pytest
 from evalq.cli import main
 from evalq.config import load_recipe
 from evalq.errors import InputError
+from evalq.locations import BUILTIN_RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,11 @@ def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
     return path
 
 
-@pytest.mark.parametrize("recipe", sorted((ROOT / "recipes").glob("*.yaml")), ids=lambda p: p.name)
+# Example recipes ship in the package (evalq/recipes); a root recipes/ may hold more.
+_RECIPES = sorted([*BUILTIN_RECIPES.glob("*.yaml"), *(ROOT / "recipes").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("recipe", _RECIPES, ids=lambda p: p.name)
 def test_committed_recipes_validate(recipe: Path) -> None:
     loaded = load_recipe(recipe)
     assert loaded.reference.name

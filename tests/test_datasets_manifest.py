@@ -14,13 +14,14 @@ from evalq.datasets.manifest import list_datasets, load_dataset, read_manifest
 from evalq.datasets.slicing import slice_dataset
 from evalq.datasets.types import Corpus, Dataset, Qrels, Queries
 from evalq.errors import InputError
+from evalq.locations import BUILTIN_DATASETS
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "beir-tiny"
 
 
 def test_repository_manifests_load_and_verify() -> None:
-    rows = {row.name: row for row in list_datasets([REPO / "datasets"])}
+    rows = {row.name: row for row in list_datasets([REPO / "datasets", BUILTIN_DATASETS])}
     assert {"pydocs", "beir-tiny"} <= set(rows)
     assert rows["pydocs"].source == "pydocs" and rows["beir-tiny"].split == "test"
     ds = load_dataset("beir-tiny", search_dirs=[REPO / "datasets"])
@@ -29,8 +30,8 @@ def test_repository_manifests_load_and_verify() -> None:
 
 
 def test_pydocs_manifest_verifies_its_environment_or_says_unverified() -> None:
-    ds = load_dataset("pydocs", search_dirs=[REPO / "datasets"], max_queries=5, max_docs=20)
-    spec = read_manifest(REPO / "datasets" / "pydocs.yaml")
+    ds = load_dataset("pydocs", max_queries=5, max_docs=20)
+    spec = read_manifest(BUILTIN_DATASETS / "pydocs.yaml")
     assert isinstance(spec.fingerprint, dict)
     known = ds.source["environment"] in spec.fingerprint
     assert ds.source["fingerprint_verified"] is known

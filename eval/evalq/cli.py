@@ -54,6 +54,29 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("datasets", help="list the dataset manifests")
 
+    ini = sub.add_parser("init", help="write a first recipe for your model and data "
+                         "(asks for what the flags leave open)")
+    ini.add_argument("-o", "--output", type=Path, help="recipe file (default <name>.yaml)")
+    ini.add_argument("--name", help="recipe name (results go to results/<name>)")
+    ini.add_argument("--model", help="model folder, pkg:<module> or Hugging Face id")
+    data = ini.add_mutually_exclusive_group()
+    data.add_argument("--beir", metavar="DIR", help="BEIR folder (corpus, queries, qrels/)")
+    data.add_argument("--trec", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"))
+    data.add_argument("--hf", metavar="DATASET", help="BEIR-layout Hugging Face dataset id")
+    data.add_argument("--dataset", metavar="NAME", help="a dataset manifest name (pydocs)")
+    ini.add_argument("--split", default="test")
+    ini.add_argument("--backend", default="inprocess",
+                     choices=["inprocess", "vllm", "openai", "tei"])
+    ini.add_argument("--quantize", help="comma-separated quantizations to try")
+    ini.add_argument("--url", help="server URL for --backend openai/tei")
+    ini.add_argument("--route", help="embeddings route on that server (e.g. /embeddings)")
+    ini.add_argument("--served-model", help="model name the server expects")
+    ini.add_argument("--margin", default="1%", help="allowed nDCG@10 drop (1%% or 0.01)")
+    ini.add_argument("--max-queries", type=int, help="slice for a quick first run")
+    ini.add_argument("--max-docs", type=int, help="cap the corpus for a quick first run")
+    ini.add_argument("--ask", action="store_true", help="prompt even without a terminal")
+    ini.add_argument("--force", action="store_true", help="overwrite an existing file")
+
     par = sub.add_parser("parity", help="compare every variant's backend against the reference")
     par.add_argument("recipe", type=Path)
     par.add_argument("--texts", type=int, default=32)
@@ -92,9 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        from evalq.runner import run_recipe_file
+        from evalq.api import run  # the Python API's run: one code path for both
 
-        outcome = run_recipe_file(
+        outcome = run(
             args.recipe, output=args.output, max_queries=args.max_queries,
             max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
         )
@@ -126,8 +149,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         for row in rows:
             print(f"{row.name:16s} {row.source:7s} {row.location:40s} {row.split:6s} "
                   f"{row.description}")
+            # Where the name resolves from (evalq.locations: ./datasets first, built-ins last).
+            shadows = f"; shadows {row.shadows}" if row.shadows else ""
+            print(f"{'':16s} from {row.origin}: {row.file}{shadows}")
         if not rows:
             print("no dataset manifests found (looked in ./datasets)")
+        return EXIT_OK
+    if args.command == "init":
+        from evalq.scaffold import InitAnswers, init_command, parse_trec
+
+        answers = InitAnswers(
+            model=args.model, name=args.name, beir=args.beir, split=args.split,
+            trec=parse_trec(args.trec), hf=args.hf, dataset=args.dataset,
+            backend=args.backend, url=args.url, route=args.route,
+            served_model=args.served_model, margin=args.margin, max_queries=args.max_queries,
+            max_docs=args.max_docs,
+            quantizations=[q for q in (args.quantize or "").split(",") if q],
+        )
+        init_command(answers, args.output, force=args.force, ask=args.ask)
         return EXIT_OK
     if args.command == "parity":
         from evalq.runner import parity_only

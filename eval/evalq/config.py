@@ -63,6 +63,9 @@ class VllmOptions(_Strict):
 
 class HttpOptions(_Strict):
     url: str
+    # The embeddings path under url: openai default /v1/embeddings (Infinity without
+    # --url-prefix /v1 serves /embeddings), tei default /embed (backends.http_probe).
+    route: str | None = Field(default=None, pattern=r"^/")
     model: str | None = None
     api_key_env: str | None = None
     timeout_s: float = Field(default=60, gt=0)
@@ -307,5 +310,9 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    path = Path(path)
+    """Load and validate a recipe file; a name of a built-in recipe works too
+    (``quickstart``: see :mod:`evalq.locations`)."""
+    from evalq.locations import resolve_recipe
+
+    path = resolve_recipe(path)
     return recipe_from_located(load_yaml(path), path)

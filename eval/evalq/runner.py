@@ -87,8 +87,9 @@ def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list
 
 
 def _search_dirs(recipe_path: Path) -> list[Path]:
-    here = recipe_path.resolve().parent
-    return [Path.cwd() / "datasets", here / "datasets", here.parent / "datasets"]
+    from evalq.locations import dataset_search_dirs
+
+    return [d.path for d in dataset_search_dirs(recipe_path)]
 
 
 def _settings_for(
@@ -122,7 +123,9 @@ def _check_capabilities(variants: list[Variant], file: Path) -> None:
 
 
 def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
-    path = Path(path)
+    from evalq.locations import resolve_recipe
+
+    path = resolve_recipe(path)
     return run_recipe(load_recipe(path), path, **kwargs)
 
 
@@ -147,6 +150,9 @@ def run_recipe(
     show_progress = sys.stderr.isatty() if progress is None else progress
     variants = _select_variants(recipe, only, recipe_path)
     _check_capabilities(variants, recipe_path)
+    from evalq.backends.http_probe import probe_http_variants
+
+    http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
@@ -172,6 +178,7 @@ def run_recipe(
                      for d in datasets},
         "started": started,
         "status": "running",
+        "http_probe": http_probe,
     }
     folder.write_manifest(manifest)
 
@@ -395,9 +402,10 @@ def _align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray
 def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
     """`evalq parity`: the parity preflight alone, one backend alive at a time."""
     from evalq.backends.factory import BuildContext, create_encoder, resolve_device
+    from evalq.locations import resolve_recipe
     from evalq.parity import compare_vectors
 
-    path = Path(recipe_path)
+    path = resolve_recipe(recipe_path)
     recipe = load_recipe(path)
     _check_capabilities(recipe.variants, path)
     datasets = _load_datasets(recipe, path, max_queries=texts, max_docs=texts)

@@ -64,10 +64,13 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     path = Path(path)
     if not path.is_file():
+        from evalq.locations import builtin_recipe_names
+
         raise InputError(
             message="file not found",
             file=path,
-            fix="check the path; recipes live in recipes/*.yaml",
+            fix="check the path; built-in recipes resolve by name: "
+            + ", ".join(builtin_recipe_names()),
         )
     resolved = path.resolve()
     if resolved in _stack:
@@ -110,7 +113,9 @@ def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     merged: dict[str, Any] = {}
     merged_lines: dict[KeyPath, tuple[Path, int]] = {}
     for inc in includes:
-        sub = load_yaml(path.parent / inc, (*_stack, resolved))
+        from evalq.locations import resolve_include
+
+        sub = load_yaml(resolve_include(path.parent, inc), (*_stack, resolved))
         merged = _merge(merged, sub.data)
         merged_lines.update(sub.lines)
     merged_lines.update({k: v for k, v in lines.items() if k != ("include",)})

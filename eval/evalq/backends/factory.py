@@ -58,7 +58,7 @@ def _openai(variant: Variant, ctx: BuildContext) -> Encoder:
         http.url, http.model or str(ctx.model_path), settings=ctx.settings,
         api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
         concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
-        encoding_format=http.encoding_format, tokenizer_path=ctx.model_path,
+        encoding_format=http.encoding_format, tokenizer_path=ctx.model_path, route=http.route,
     )
 
 
@@ -70,7 +70,7 @@ def _tei(variant: Variant, ctx: BuildContext) -> Encoder:
     return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
                       timeout_s=http.timeout_s, retries=http.retries,
                       concurrency=http.concurrency, prompt_name=http.prompt_name,
-                      tokenizer_path=ctx.model_path)
+                      tokenizer_path=ctx.model_path, route=http.route)
 
 
 BUILDERS: dict[str, Callable[[Variant, BuildContext], Encoder]] = {

@@ -134,6 +134,12 @@ class HttpJsonClient:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
             return list(pool.map(fn, items))
 
+    def server_routes(self) -> Any:
+        """The routes and models the server lists (``http_probe.ServerRoutes``)."""
+        from evalq.backends.http_probe import server_routes
+
+        return server_routes(self._client)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -181,6 +187,10 @@ class HttpJsonClient:
                 field="api_key_env",
                 fix="check the API key in the environment variable the recipe names",
             )
+        if response.status_code == 404:  # say which routes the server does answer
+            from evalq.backends.http_probe import not_found_error
+
+            raise not_found_error(self._client, url, path, _body_excerpt(response, 120))
         if response.status_code >= 400:
             raise InputError(
                 message=f"{url} rejected the request (HTTP {response.status_code}): "

@@ -103,11 +103,17 @@ class OpenAIEncoder:
         extra_fields: Mapping[str, Any] | None = None,
         tokenizer_path: str | Path | None = None,
         identity: str | None = None,
+        route: str | None = None,
     ) -> None:
         """``identity`` keys the embedding cache (default: url + model); a server started on
-        a random port passes the weights' fingerprint instead so reruns hit the cache."""
-        if url.rstrip("/").endswith("/v1"):
-            url = url.rstrip("/")[: -len("/v1")]
+        a random port passes the weights' fingerprint instead so reruns hit the cache.
+        ``route``: the embeddings path under ``url`` (Infinity without ``--url-prefix /v1``
+        serves ``/embeddings``); unset, ``url`` is the root and the route ``/v1/embeddings``."""
+        if route is None:
+            if url.rstrip("/").endswith("/v1"):
+                url = url.rstrip("/")[: -len("/v1")]
+            route = "/v1/embeddings"
+        self.route = "/" + route.lstrip("/")
         self.url = url.rstrip("/")
         self.model = model
         self.settings = settings
@@ -142,6 +148,7 @@ class OpenAIEncoder:
         return {
             "backend": self.backend,
             "url": self.url,
+            "route": self.route,
             "model": self.model,
             "served_model": self.served_model,
             "api_key_env": self.api_key_env,  # the variable's name, never its value
@@ -160,13 +167,21 @@ class OpenAIEncoder:
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         return self._counter(texts)
 
+    def server_routes(self) -> Any:
+        """What the server lists about itself (used by ``http_probe``)."""
+        return self._http.server_routes()
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
-        batches = split_batches(list(texts), self.max_batch)
-        parts = self._http.map_concurrent(self._embed_batch, batches)
-        out = np.concatenate(parts, axis=0)
+        out = self.embed_raw(texts)
         return l2_normalize(out) if self.settings.normalize else out
+
+    def embed_raw(self, texts: Sequence[str]) -> np.ndarray:
+        """What the server returned, before client-side normalization (the route probe
+        reads the server's own norm from it)."""
+        batches = split_batches(list(texts), self.max_batch)
+        return np.concatenate(self._http.map_concurrent(self._embed_batch, batches), axis=0)
 
     def close(self) -> None:
         self._http.close()
@@ -183,13 +198,13 @@ class OpenAIEncoder:
         return payload
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        body = self._http.post_json("/v1/embeddings", self._payload(texts))
+        body = self._http.post_json(self.route, self._payload(texts))
         self.requests += 1
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or len(data) != len(texts):
             got = len(data) if isinstance(data, list) else type(data).__name__
             raise BackendUnavailableError(
-                f"{self.url}/v1/embeddings returned {got} embeddings for {len(texts)} inputs"
+                f"{self.url}{self.route} returned {got} embeddings for {len(texts)} inputs"
             )
         if self.served_model is None and isinstance(body.get("model"), str):
             self.served_model = body["model"]

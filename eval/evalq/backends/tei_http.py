@@ -54,9 +54,12 @@ class TeiEncoder:
         max_batch: int | None = None,
         prompt_name: str | None = None,
         tokenizer_path: str | Path | None = None,
+        route: str | None = None,
     ) -> None:
-        """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size."""
+        """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size;
+        ``route`` is the native embed path (default ``/embed``)."""
         self.url = url.rstrip("/")
+        self.route = "/" + (route or "/embed").lstrip("/")
         self.settings = settings
         self.api_key_env = api_key_env
         self.prompt_name = prompt_name
@@ -113,6 +116,7 @@ class TeiEncoder:
         return {
             "backend": self.backend,
             "url": self.url,
+            "route": self.route,
             "model": self.info.get("model_id"),
             "api_key_env": self.api_key_env,
             "info": self.info,
@@ -125,6 +129,10 @@ class TeiEncoder:
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         return self._counter(texts)
+
+    def server_routes(self) -> Any:
+        """What the server lists about itself (used by ``http_probe``)."""
+        return self._http.server_routes()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -146,10 +154,10 @@ class TeiEncoder:
         return fields
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        body = self._http.post_json("/embed", {"inputs": list(texts), **self._fields()})
+        body = self._http.post_json(self.route, {"inputs": list(texts), **self._fields()})
         if not isinstance(body, list) or len(body) != len(texts):
             got = len(body) if isinstance(body, list) else type(body).__name__
             raise BackendUnavailableError(
-                f"{self.url}/embed returned {got} embeddings for {len(texts)} inputs"
+                f"{self.url}{self.route} returned {got} embeddings for {len(texts)} inputs"
             )
         return np.asarray(body, dtype=np.float32)

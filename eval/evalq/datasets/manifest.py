@@ -91,20 +91,16 @@ class ManifestInfo(NamedTuple):
     fingerprint: str
     description: str
     file: str
+    origin: str = ""  # ./datasets, recipe folder, checkout, built in (evalq.locations)
+    shadows: str = ""  # the file of a same-named manifest further down the search order
 
 
 def default_search_dirs() -> list[Path]:
-    """``./datasets`` and, when evalq runs from a checkout, the repository's ``datasets/``."""
-    dirs = [Path.cwd() / "datasets"]
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "datasets").is_dir():
-            dirs.append(parent / "datasets")
-            break
-    unique: list[Path] = []
-    for d in dirs:
-        if d.is_dir() and d.resolve() not in [u.resolve() for u in unique]:
-            unique.append(d)
-    return unique
+    """``./datasets``, the checkout's ``datasets/`` and the built-in manifests
+    (search order: :mod:`evalq.locations`)."""
+    from evalq.locations import dataset_search_dirs
+
+    return [d.path for d in dataset_search_dirs()]
 
 
 def _validation_error(exc: ValidationError, file: str | Path | None) -> InputError:
@@ -189,11 +185,20 @@ def _fingerprint_text(value: str | dict[str, str] | None) -> str:
     return "; ".join(f"{env}: {fp}" for env, fp in sorted(value.items()))
 
 
-def list_datasets(search_dirs: Sequence[str | Path] | None = None) -> list[ManifestInfo]:
-    """Rows for ``evalq datasets``, sorted by name."""
-    dirs = default_search_dirs() if search_dirs is None else search_dirs
-    rows = [
-        ManifestInfo(
+def list_datasets(
+    search_dirs: Sequence[str | Path] | None = None, *, recipe_path: str | Path | None = None
+) -> list[ManifestInfo]:
+    """Rows for ``evalq datasets``, sorted by name, each saying where it comes from."""
+    from evalq.locations import dataset_search_dirs
+
+    located = dataset_search_dirs(recipe_path)
+    dirs = [d.path for d in located] if search_dirs is None else [Path(d) for d in search_dirs]
+    origins = {d.path.resolve(): d.origin for d in located}
+    names = {f: read_manifest(f).name or f.stem for f in _manifest_files(dirs)}
+    rows = []
+    for name, (file, spec) in find_manifests(dirs).items():
+        later = [f for f, n in names.items() if f != file and n == name]
+        rows.append(ManifestInfo(
             name=name,
             source=spec.source,
             location=_location(spec),
@@ -201,9 +206,9 @@ def list_datasets(search_dirs: Sequence[str | Path] | None = None) -> list[Manif
             fingerprint=_fingerprint_text(spec.fingerprint),
             description=spec.description,
             file=str(file),
-        )
-        for name, (file, spec) in find_manifests(dirs).items()
-    ]
+            origin=origins.get(file.parent.resolve(), str(file.parent)),
+            shadows=str(later[0]) if later else "",
+        ))
     return sorted(rows, key=lambda row: row.name)
 
 

@@ -1,0 +1,214 @@
+"""The Python API: ``evalq.run``, ``evalq.load_results`` and :class:`Results`.
+
+Users of this field work in notebooks and in their own repositories as often as on the
+command line (MTEB, ranx and BEIR are libraries first), so the same run is one function
+call, and what it wrote is one object: verdicts, a tidy table (``to_pandas``), per-query
+frames and the TREC run files. The CLI's ``evalq run`` calls :func:`run`, so both paths
+are one code path. :class:`Results` only *reads* a results folder; nothing here
+recomputes a figure the run did not store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from evalq.config import Recipe
+
+# Keyword arguments of :func:`run` that steer the run rather than change the recipe.
+RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress")
+_INLINE = Path("<python recipe>")  # a recipe given as a dict: paths resolve from the cwd
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """One gate check of one variant on one dataset."""
+
+    dataset: str
+    gate: str
+    verdict: str  # pass | fail | inconclusive
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class VariantVerdict:
+    """Whether a candidate passed every gate, and each check's verdict."""
+
+    variant: str
+    passed: bool
+    checks: tuple[GateVerdict, ...]
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:  # pragma: no cover - pandas ships with the cpu extra
+        from evalq.errors import InputError
+
+        raise InputError(message="Results.to_pandas() needs pandas",
+                         fix="pip install pandas") from None
+    return pandas
+
+
+_WORST = {"fail": 2, "inconclusive": 1, "pass": 0}
+
+
+class Results:
+    """A finished results folder (``summary.json`` + ``manifest.json`` + per-query files)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        from evalq.results import RunFolder
+
+        self.folder = Path(folder)
+        self._run_folder = RunFolder(self.folder)
+        self.summary: dict[str, Any] = self._run_folder.read_summary()
+        self.manifest: dict[str, Any] = self._run_folder.read_manifest()
+
+    def __repr__(self) -> str:
+        verdict = "passed" if self.passed else "FAILED"
+        return (f"Results({str(self.folder)!r}: recipe {self.summary.get('recipe')!r}, "
+                f"{len(self.variants)} variants, {verdict})")
+
+    # -- verdicts ------------------------------------------------------------------------
+    @property
+    def passed(self) -> bool:
+        """True when every candidate passed every gate (exit code 0 of ``evalq run``)."""
+        return bool(self.summary["passed"])
+
+    @property
+    def reference(self) -> str:
+        return str(self.summary["reference"])
+
+    @property
+    def variants(self) -> list[str]:
+        return list(self.summary["variants"])
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(self.summary["datasets"])
+
+    @property
+    def failed_gates(self) -> list[str]:
+        return list(self.summary.get("failed_gates", []))
+
+    @property
+    def verdicts(self) -> dict[str, VariantVerdict]:
+        """Candidate name -> its verdict, with every gate check on every dataset."""
+        out: dict[str, VariantVerdict] = {}
+        for name, info in self.summary["variants"].items():
+            if info.get("role") != "candidate":
+                continue
+            checks = tuple(
+                GateVerdict(ds, c["gate"], c["verdict"], bool(c["passed"]), c["reason"])
+                for ds, entry in self.summary["datasets"].items()
+                for c in (entry["variants"].get(name, {}).get("gate") or {}).get("checks", [])
+            )
+            out[name] = VariantVerdict(name, bool(info.get("passed")), checks)
+        return out
+
+    # -- tables --------------------------------------------------------------------------
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per dataset × variant × metric (what :meth:`to_pandas` tabulates)."""
+        rows: list[dict[str, Any]] = []
+        for ds, ds_entry in self.summary["datasets"].items():
+            for variant, entry in ds_entry["variants"].items():
+                checks = (entry.get("gate") or {}).get("checks", [])
+                for against, key in (("qrels", "metrics"), ("reference", "reference_metrics")):
+                    for metric, figures in (entry.get(key) or {}).items():
+                        delta = figures.get("vs_reference") or {}
+                        verdicts = [c["verdict"] for c in checks
+                                    if c["gate"].split(" ")[0] == metric]
+                        rows.append({
+                            "dataset": ds, "variant": variant, "role": entry.get("role"),
+                            "metric": metric, "against": against,
+                            "value": figures.get("value"), "ci_low": figures.get("ci_low"),
+                            "ci_high": figures.get("ci_high"), "n": figures.get("n"),
+                            "delta": delta.get("delta"), "delta_ci_low": delta.get("ci_low"),
+                            "delta_ci_high": delta.get("ci_high"),
+                            "p_value": delta.get("p_value"), "mde": delta.get("mde"),
+                            "verdict": max(verdicts, key=lambda v: _WORST.get(v, 3))
+                            if verdicts else None,
+                        })
+        return rows
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per dataset × variant × metric: value and CI, the paired delta to the
+        reference and its CI (qrels measures), and the worst gate verdict on that metric
+        (None when no gate reads it)."""
+        return _pandas().DataFrame(self.rows())
+
+    def per_query(self, dataset: str | None = None, variant: str | None = None
+                  ) -> pd.DataFrame:
+        """Per-query values: columns ``dataset``, ``variant``, ``query_id`` and one per
+        measure; filter by dataset and/or variant."""
+        pandas = _pandas()
+        frames = []
+        for ds in self.datasets if dataset is None else [dataset]:
+            for name in self.variants if variant is None else [variant]:
+                values = self._run_folder.read_per_query(ds, name)
+                frame = pandas.DataFrame({k: list(v) for k, v in values.values.items()})
+                frame.insert(0, "query_id", list(values.query_ids))
+                frame.insert(0, "variant", name)
+                frame.insert(0, "dataset", ds)
+                frames.append(frame)
+        return pandas.concat(frames, ignore_index=True)
+
+    @property
+    def run_files(self) -> dict[tuple[str, str], Path]:
+        """(dataset, variant) -> TREC run file, for trec_eval, ranx or ir_measures."""
+        return {(ds, name): self.folder / "runs" / ds / f"{name}.trec"
+                for ds in self.datasets for name in self.variants
+                if (self.folder / "runs" / ds / f"{name}.trec").is_file()}
+
+
+def load_results(folder: str | Path) -> Results:
+    """Open a finished results folder (exit-2 style InputError when it is not one)."""
+    return Results(folder)
+
+
+def _recipe_with_overrides(recipe_or_path: Any, overrides: Mapping[str, Any]
+                           ) -> tuple[Recipe, Path]:
+    from evalq.config import Recipe, recipe_from_located
+    from evalq.locations import resolve_recipe
+    from evalq.yamlsource import Located, load_yaml
+
+    if isinstance(recipe_or_path, Recipe):
+        data = recipe_or_path.model_dump(mode="json", exclude_unset=True)
+        located, path = Located({**data, **overrides}), _INLINE
+    elif isinstance(recipe_or_path, Mapping):
+        located, path = Located({**json.loads(json.dumps(recipe_or_path)), **overrides}), _INLINE
+    else:
+        path = resolve_recipe(recipe_or_path)
+        located = load_yaml(path)
+        if overrides:  # keep the file's line numbers for the keys not overridden
+            located = Located({**located.data, **overrides},
+                              {k: v for k, v in located.lines.items() if k[0] not in overrides})
+    return recipe_from_located(located, path), path
+
+
+def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: Any) -> Results:
+    """Run a recipe end to end and return its :class:`Results`.
+
+    ``recipe_or_path``: a recipe file, a built-in recipe name (``"quickstart"``), a dict
+    with a recipe's keys, or a loaded ``Recipe``. Keyword arguments named in
+    ``RUN_OPTIONS`` steer the run (``output``, ``max_queries``, ``max_docs``, ``only``,
+    ``use_cache``, ``progress``); any other keyword replaces that top-level recipe key
+    (``datasets=[...]``, ``candidates=[...]``) and is validated like the file. A failed
+    gate is a finding, not an exception: check ``results.passed``. Bad input raises
+    ``evalq.errors.InputError`` naming the file, the field and the fix.
+    """
+    from evalq.runner import run_recipe
+
+    options = {k: overrides.pop(k) for k in RUN_OPTIONS if k in overrides}
+    if options.get("output") is not None:
+        options["output"] = Path(options["output"])
+    recipe, path = _recipe_with_overrides(recipe_or_path, overrides)
+    outcome = run_recipe(recipe, path, **options)
+    return Results(outcome.output)
