@@ -9,6 +9,7 @@ values. Nothing downstream re-validates.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,9 +19,29 @@ from evalq.errors import InputError
 from evalq.modelinfo import SettingsOverrides
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
+# Upper bounds that keep a typo (10^9) from becoming an out-of-memory crash.
+MAX_CUTOFF = 10_000  # of any measure: the search keeps this many documents per query
+MAX_RESAMPLES = 1_000_000
+
+
+def _is_number_field(annotation: Any) -> bool:
+    args = {annotation, *getattr(annotation, "__args__", ())}
+    return bool(args & {int, float}) and bool not in args
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_as_numbers(cls, data: Any) -> Any:
+        # pydantic reads true as 1; in a recipe that is always a slip (max_queries: true).
+        if isinstance(data, dict):
+            for name, value in data.items():
+                info = cls.model_fields.get(name) if isinstance(name, str) else None
+                if isinstance(value, bool) and info and _is_number_field(info.annotation):
+                    raise ValueError(f"'{name}' must be a number, not {str(value).lower()}")
+        return data
 
 
 class ModelSpec(_Strict):
@@ -114,7 +135,7 @@ class Variant(_Strict):
 
 class StatsOptions(_Strict):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    resamples: int = Field(default=10_000, ge=100)
+    resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
     seed: int = 0
 
 
@@ -234,6 +255,9 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         err = errors[0]
         path = _loc_to_path(err["loc"])
+        named = re.match(r"Value error, '(\w+)' must be a number", err["msg"])
+        if named:  # raised on the model, about one of its keys: point at that key's line
+            path = (*path, named.group(1))
         where_file, line = located.where(path)
         message, fix = _describe(err, Recipe, path)
         if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), InputError):
@@ -281,6 +305,13 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
             where_file, line = located.where(path)
             raise InputError(message=exc.message, file=where_file or file, line=line,
                              field=".".join(map(str, path)), fix=exc.fix) from None
+        if (measure.cutoff or 0) > MAX_CUTOFF:
+            where_file, line = located.where(path)
+            raise InputError(
+                message=f"cutoff {measure.cutoff} in '{text}' is larger than evalq allows "
+                f"({MAX_CUTOFF}); every query would keep that many documents",
+                file=where_file or file, line=line, field=".".join(map(str, path)),
+                fix="use a cutoff such as 10, 100 or 1000")
         if against and measure.against != against:
             where_file, line = located.where(path)
             raise InputError(

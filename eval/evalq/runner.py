@@ -22,8 +22,9 @@ import numpy as np
 
 from evalq.backends.base import Encoder, EncodingSettings
 from evalq.config import Recipe, Variant, load_recipe
-from evalq.errors import BackendUnavailableError, InputError
+from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
+from evalq.plan import Plan, build_plan
 from evalq.ranking import Ranking
 from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
 
@@ -106,24 +107,13 @@ def _variant_model_path(recipe: Recipe, variant: Variant, file: Path) -> Path:
     return resolve_model_path(variant.model or recipe.model.path, file=file)
 
 
-def _check_capabilities(variants: list[Variant], file: Path) -> None:
-    """Refuse impossible combinations (fp8 on CPU, bitsandbytes in vLLM on CPU, ...)
-    before anything loads."""
-    from evalq.backends.capability import check_current_device
-
-    for v in variants:
-        quantization = v.vllm.quantization if v.vllm else None
-        try:
-            check_current_device(v.backend, quantization, v.dtype)
-        except InputError as exc:
-            exc.file = file
-            exc.field = f"variant '{v.name}'.{exc.field or 'backend'}"
-            raise
-
-
 def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
+    from evalq.config import recipe_from_located
+    from evalq.yamlsource import load_yaml
+
     path = Path(path)
-    return run_recipe(load_recipe(path), path, **kwargs)
+    located = load_yaml(path)
+    return run_recipe(recipe_from_located(located, path), path, _located=located, **kwargs)
 
 
 def run_recipe(
@@ -136,27 +126,67 @@ def run_recipe(
     only: list[str] | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    _located: Any = None,
 ) -> RunOutcome:
-    from evalq.embcache import EmbeddingCache
-    from evalq.metrics.judged import JudgedIndex
-    from evalq.modelinfo import model_fingerprint
-    from evalq.report.console import print_run_table
-    from evalq.scoring import build_summary
-
+    from evalq import failure, rundir
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
+    # Every recipe error that can be known before work, at once (plan.py).
+    plan = build_plan(recipe, recipe_path, output=output, only=only, max_queries=max_queries,
+                      max_docs=max_docs, use_cache=use_cache, located=_located)
     variants = _select_variants(recipe, only, recipe_path)
-    _check_capabilities(variants, recipe_path)
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
     depth = _required_depth(recipe)
-    out_dir = Path(output or recipe.output or Path("results") / recipe.name)
+    out_dir = plan.output
     folder = RunFolder(out_dir)
-    folder.prepare()
+    lock = rundir.RunLock(out_dir)  # a second run into this folder is refused (exit 2)
+    lock.acquire()
+    try:
+        folder.prepare()
+        failure.set_logs_dir(folder.logs)
+        rundir.remove_stale_variants(out_dir, [v.name for v in recipe.variants])
+        return _run_locked(recipe, recipe_path, plan, variants, datasets, depth, folder,
+                           use_cache, max_queries, max_docs, only, started, show_progress)
+    finally:
+        lock.release()
+
+
+def _run_locked(recipe: Recipe, recipe_path: Path, plan: Plan, variants: list[Variant],
+                datasets: list[Any], depth: int, folder: RunFolder, use_cache: bool,
+                max_queries: int | None, max_docs: int | None, only: list[str] | None,
+                started: str, show_progress: bool) -> RunOutcome:
+    from evalq import rundir
+    from evalq.report.console import print_run_table
+
+    out_dir = folder.root
+    manifest: dict[str, Any] = {"started": started, "status": "running"}
+    try:
+        summary = _run_variants(recipe, recipe_path, variants, datasets, depth, folder,
+                                use_cache, max_queries, max_docs, only, started,
+                                show_progress, manifest)
+    except BaseException as exc:
+        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
+        rundir.record_stop(folder, manifest, exc)
+        raise
+    print_run_table(recipe, summary, out_dir)
+    return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
+
+
+def _run_variants(recipe: Recipe, recipe_path: Path, variants: list[Variant],
+                  datasets: list[Any], depth: int, folder: RunFolder, use_cache: bool,
+                  max_queries: int | None, max_docs: int | None, only: list[str] | None,
+                  started: str, show_progress: bool, manifest: dict[str, Any],
+                  ) -> dict[str, Any]:
+    from evalq.embcache import EmbeddingCache
+    from evalq.metrics.judged import JudgedIndex
+    from evalq.modelinfo import model_fingerprint
+    from evalq.scoring import build_summary
+
     cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
     model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
-    manifest: dict[str, Any] = {
+    manifest.update({
         "evalq_version": package_versions()["evalq"],
         "git_revision": git_revision(),
         "versions": package_versions(),
@@ -172,7 +202,7 @@ def run_recipe(
                      for d in datasets},
         "started": started,
         "status": "running",
-    }
+    })
     folder.write_manifest(manifest)
 
     reference: dict[str, ReferenceState] = {}
@@ -180,39 +210,30 @@ def run_recipe(
     records: list[VariantRecord] = []
     parity_texts = _parity_texts(datasets, recipe.parity.texts)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
-    try:
-        for variant in variants:
-            role = "reference" if variant is recipe.reference else "candidate"
-            settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
-            record, parity_vectors = _run_variant(
-                recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
-                folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
-            )
-            if role == "reference" and parity_vectors is not None:
-                parity_ref = (parity_vectors, record.settings)
-            records.append(record)
-            # Keep what finished: the manifest grows variant by variant.
-            manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
-                                             "settings": r.settings.as_dict(),
-                                             "timings": r.timings, "parity": r.parity,
-                                             "datasets": r.datasets}
-                                    for r in records}
-            folder.write_manifest(manifest)
-    except (KeyboardInterrupt, BackendUnavailableError, InputError) as exc:
-        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
-        manifest["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        manifest["error"] = str(exc) or type(exc).__name__
-        manifest["stopped"] = now_iso()
+    for variant in variants:
+        role = "reference" if variant is recipe.reference else "candidate"
+        settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
+        record, parity_vectors = _run_variant(
+            recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
+            folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
+        )
+        if role == "reference" and parity_vectors is not None:
+            parity_ref = (parity_vectors, record.settings)
+        records.append(record)
+        # Keep what finished: the manifest grows variant by variant.
+        manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
+                                         "settings": r.settings.as_dict(),
+                                         "timings": r.timings, "parity": r.parity,
+                                         "datasets": r.datasets}
+                                for r in records}
         folder.write_manifest(manifest)
-        raise
-
+    # Statistics and gates: inside the same guard, so SIGTERM here is recorded too.
     summary, _ = build_summary(recipe, manifest["variants"], folder)
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
     folder.write_manifest(manifest)
     folder.write_summary(summary)
-    print_run_table(recipe, summary, out_dir)
-    return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
+    return summary
 
 
 def _load_datasets(recipe: Recipe, recipe_path: Path, max_queries: int | None,
@@ -399,7 +420,7 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
 
     path = Path(recipe_path)
     recipe = load_recipe(path)
-    _check_capabilities(recipe.variants, path)
+    build_plan(recipe, path, use_cache=False)
     datasets = _load_datasets(recipe, path, max_queries=texts, max_docs=texts)
     sample = _parity_texts(datasets, texts)
     ref: tuple[np.ndarray, EncodingSettings] | None = None

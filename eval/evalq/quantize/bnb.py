@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 NAME = "bitsandbytes"
 SUMMARY = "bitsandbytes LLM.int8 (bits: 8) or 4-bit nf4/fp4 (bits: 4) Linear weights"
+# What this method supports (read by the plan stage): backends and devices.
+BACKENDS = ("inprocess",)
+DEVICES = ("cpu", "cuda")
 
 
 class Params(BaseModel):

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 NAME = "torch-dynamic-int8"
 SUMMARY = "torch.ao dynamic int8 quantization of nn.Linear (CPU only)"
+# What this method supports (read by the plan stage): backends and devices.
+BACKENDS = ("inprocess",)
+DEVICES = ("cpu",)
 
 
 class Params(BaseModel):
