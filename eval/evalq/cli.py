@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check a recipe without running it")
     val.add_argument("recipe", type=Path, nargs="+")
+    val.add_argument("--here", action="store_true",
+                     help="also refuse what this machine cannot run (device, capability)")
 
     pln = sub.add_parser("plan", help="print what a run would load, encode, cache and gate")
     pln.add_argument("recipe", type=Path)
@@ -148,7 +150,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "validate":
         from evalq.plan import validate_files
 
-        return EXIT_OK if validate_files(args.recipe) else EXIT_BAD_INPUT
+        return EXIT_OK if validate_files(args.recipe, here=args.here) else EXIT_BAD_INPUT
     if args.command == "plan":
         from evalq.plan import print_plan
 

@@ -113,6 +113,9 @@ class Plan:
     output: Path
     cache_dir: Path | None
     limits: dict[str, Any] = field(default_factory=dict)
+    # Problems of this machine, not of the recipe (device, capability), when the plan was
+    # built with ``machine=False`` (``evalq validate`` of a GPU recipe on a laptop).
+    machine_notes: tuple[str, ...] = ()
 
     def variant(self, name: str) -> VariantPlan:
         return next(v for v in self.variants if v.name == name)
@@ -121,8 +124,16 @@ class Plan:
 class _Problems:
     """Collects problems with their recipe lines."""
 
-    def __init__(self, file: Path, located: Any) -> None:
+    def __init__(self, file: Path, located: Any, machine: bool = True) -> None:
         self.file, self.located, self.items = file, located, []
+        self.machine, self.notes = machine, []
+
+    def machine_problem(self, path: tuple[Any, ...], message: str, fix: str) -> None:
+        """A problem of this machine: an error for a run, a note for a validation."""
+        if self.machine:
+            self.add(path, message, fix)
+        else:
+            self.notes.append(f"{message} ({'.'.join(map(str, path))}; on this machine)")
 
     def add(self, path: tuple[Any, ...], message: str, fix: str, field: str | None = None,
             ) -> None:
@@ -152,7 +163,7 @@ def _variant_path(i: int) -> tuple[Any, ...]:
 def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = None,
                only: Sequence[str] | None = None, max_queries: int | None = None,
                max_docs: int | None = None, use_cache: bool = True,
-               located: Any = None, detect: Any = None) -> Plan:
+               located: Any = None, detect: Any = None, machine: bool = True) -> Plan:
     """Resolve ``recipe`` (a :class:`evalq.config.Recipe`) into a :class:`Plan`, or raise
     :class:`PlanError` listing every problem. ``detect`` (default
     :func:`evalq.backends.capability.detect_device`) is injectable for tests."""
@@ -164,7 +175,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         from evalq.yamlsource import load_yaml
 
         located = load_yaml(path)
-    problems = _Problems(path, located)
+    problems = _Problems(path, located, machine)
 
     names = [v.name for v in recipe.variants]
     if only:
@@ -247,6 +258,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
                 "max_docs": max_docs or recipe.max_docs, "depth": depth,
                 "resamples": recipe.stats.resamples, "confidence": recipe.stats.confidence,
                 "cache_chunk": recipe.cache_chunk},
+        machine_notes=tuple(problems.notes),
     )
 
 
@@ -265,7 +277,7 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
     elif support.local:
         assert device_info is not None
         if variant.device == "cuda" and device_info.kind != "cuda":
-            problems.add((*vpath, "device"),
+            problems.machine_problem((*vpath, "device"),
                          f"{label} asks for device cuda, but this machine has no CUDA GPU "
                          "(torch sees none)",
                          "use device: cpu or auto for this variant, or run on a GPU machine")
@@ -280,8 +292,11 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
                 check_capability(variant.backend, device, vllm_quant, variant.dtype,
                                  compute_capability=device_info.compute_capability)
             except InputError as exc:
-                problems.add_error((*vpath, "vllm" if exc.field == "quantization"
-                                    else exc.field or "backend"), exc, prefix=f"{label}: ")
+                key = (*vpath, "vllm" if exc.field == "quantization" else exc.field or "backend")
+                if problems.machine:
+                    problems.add_error(key, exc, prefix=f"{label}: ")
+                else:
+                    problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
     else:  # a remote server fixed its dtype and device when it started
         if variant.dtype != "float32" or variant.device != "auto":
             problems.add((*vpath, "dtype" if variant.dtype != "float32" else "device"),
@@ -394,19 +409,24 @@ def plan_file(path: str | Path, **kwargs: Any) -> Plan:
     return build_plan(recipe, path, located=located, **kwargs)
 
 
-def validate_files(paths: Sequence[Path]) -> bool:
-    """`evalq validate`: every file planned; each file's problems printed; all good?"""
+def validate_files(paths: Sequence[Path], *, here: bool = False) -> bool:
+    """`evalq validate`: every file planned; each file's problems printed; all good?
+
+    Without ``here`` a recipe meant for another machine (device: cuda, fp8) validates,
+    with notes on what this machine could not run."""
     import sys
 
     ok = True
     for path in paths:
         try:
-            plan = plan_file(path)
+            plan = plan_file(path, machine=here)
         except InputError as exc:
             print(f"evalq: error: {exc}", file=sys.stderr)
             ok = False
             continue
         print(f"{path}: ok ({len(plan.variants) - 1} candidates, {len(plan.gates)} gates)")
+        for note in plan.machine_notes:
+            print(f"  note: {note}")
     return ok
 
 
