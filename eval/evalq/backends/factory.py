@@ -59,6 +59,7 @@ def _openai(variant: Variant, ctx: BuildContext) -> Encoder:
         api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
         concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
         encoding_format=http.encoding_format, tokenizer_path=ctx.model_path,
+        probe_store=ctx.cache_dir / "servers",
     )
 
 
@@ -70,7 +71,7 @@ def _tei(variant: Variant, ctx: BuildContext) -> Encoder:
     return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
                       timeout_s=http.timeout_s, retries=http.retries,
                       concurrency=http.concurrency, prompt_name=http.prompt_name,
-                      tokenizer_path=ctx.model_path)
+                      tokenizer_path=ctx.model_path, probe_store=ctx.cache_dir / "servers")
 
 
 BUILDERS: dict[str, Callable[[Variant, BuildContext], Encoder]] = {
