@@ -327,9 +327,10 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
     for i, g in enumerate(recipe.gates):
         check(g.metric, ("gates", i, "metric"), g.against)
         try:
-            from evalq.scoring import gate_spec
+            from evalq.gate import parse_max_drop  # not scoring: scoring imports config
 
-            gate_spec(g, recipe.stats.confidence)
+            if g.max_drop is not None:
+                parse_max_drop(g.max_drop)
         except InputError as exc:
             where_file, line = located.where(("gates", i))
             raise InputError(message=exc.message, file=where_file or file, line=line,

@@ -11,7 +11,6 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -56,15 +55,6 @@ class RunOutcome:
     passed: bool
     output: Path
     summary: dict[str, Any]
-
-
-def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident memory so far, MiB (ru_maxrss is KiB on Linux and monotonic).
-
-    ``RUSAGE_CHILDREN`` covers engine and server processes once they have exited: the
-    largest of them, which is where a vLLM variant's memory lives.
-    """
-    return resource.getrusage(who).ru_maxrss / 1024
 
 
 def _required_depth(recipe: Recipe) -> int:
@@ -274,13 +264,33 @@ def _run_variant(
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
 ) -> tuple[VariantRecord, np.ndarray | None]:
-    from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
-    from evalq.encode import encode_texts
+    from evalq.memsample import PeakRss
 
     print(f"[evalq] {role} {variant.name}: {variant.backend}"
           f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
           f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
           file=sys.stderr, flush=True)
+    with PeakRss() as memory:  # this variant's own peak, not the process lifetime's
+        record, parity_vectors = _run_variant_measured(
+            recipe, variant, role, settings, model_path, datasets, depth, folder, cache,
+            reference, judged, parity_texts, parity_ref, show_progress)
+    figures = memory.figures()
+    record.timings["peak_rss_mb"] = figures["peak_rss_mb"]
+    record.timings["peak_rss_method"] = figures["peak_rss_method"]
+    if variant.backend == "vllm":  # its engine or server ran in child processes
+        record.timings["children_peak_rss_mb"] = figures["children_peak_rss_mb"]
+    return record, parity_vectors
+
+
+def _run_variant_measured(
+    recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
+    datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
+    reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
+    parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
+) -> tuple[VariantRecord, np.ndarray | None]:
+    from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
+    from evalq.encode import encode_texts
+
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
@@ -309,9 +319,6 @@ def _run_variant(
     finally:
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0
-    record.timings["peak_rss_mb"] = _peak_rss_mb()
-    if variant.backend == "vllm":  # its engine or server ran in child processes
-        record.timings["children_peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
     return record, parity_vectors
 
 

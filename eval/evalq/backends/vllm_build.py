@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from evalq.backends.base import Encoder, QuantizationRecord
-from evalq.backends.factory import BuildContext
+from evalq.backends.context import BuildContext
 from evalq.config import Variant, VllmOptions
 
 # On CPU, vLLM's "GPU memory" is host RAM reserved for the KV cache: keep it small by

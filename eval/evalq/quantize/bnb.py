@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import MissingExtraError
 from evalq.quantize.footprint import weight_bytes
 from evalq.quantize.loading import FloatDtype, check_device, load_automodel, torch_dtype

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.quantize.footprint import weight_bytes
 from evalq.quantize.loading import FloatDtype, check_device, load_automodel
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import InputError
 from evalq.quantize.footprint import weight_bytes
 from evalq.quantize.loading import load_automodel

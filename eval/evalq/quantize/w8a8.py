@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from evalq.atomicio import write_json
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import InputError
 
 NAME = "w8a8-int8"
