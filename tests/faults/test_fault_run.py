@@ -77,7 +77,7 @@ def test_evalq_bug_exits_3_with_the_traceback_in_logs(
     assert _per_query(tmp_path / "out", "int8-vectors")  # finished variants kept
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
 def test_results_disk_refusing_is_exit_2(
         finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, code: int) -> None:
