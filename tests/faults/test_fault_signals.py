@@ -45,7 +45,7 @@ def _start(script: str, recipe: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(predicate, proc: subprocess.Popen[str], limit_s: float = 600) -> None:  # noqa: ANN001
+def _wait_for(predicate, proc: subprocess.Popen[str], limit_s: float = 600) -> None:
     deadline = time.monotonic() + limit_s
     while not predicate():
         assert proc.poll() is None, proc.communicate()
