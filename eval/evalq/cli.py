@@ -105,9 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"evalq: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BackendUnavailableError as exc:
-        print(redact(f"evalq: error: the backend stopped answering: {exc}. Finished embedding "
-                     "chunks are cached; rerun the same command to resume once it is back."),
-              file=sys.stderr)
+        text = str(exc).rstrip(".")
+        if "resume" not in text:  # say it once
+            text += (". Finished embedding chunks are cached; rerun the same command to "
+                     "resume once it is back")
+        print(redact(f"evalq: error: the backend stopped answering: {text}."), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         term = isinstance(exc, failure.Terminated)

@@ -19,8 +19,8 @@ from evalq.errors import InputError
 from evalq.modelinfo import SettingsOverrides
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
-# Upper bounds that keep a typo (10^9) from becoming an out-of-memory crash.
-MAX_CUTOFF = 10_000  # of any measure: the search keeps this many documents per query
+# Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
+# bounded where measures are parsed (metrics.measures.MAX_CUTOFF).
 MAX_RESAMPLES = 1_000_000
 
 
@@ -305,13 +305,6 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
             where_file, line = located.where(path)
             raise InputError(message=exc.message, file=where_file or file, line=line,
                              field=".".join(map(str, path)), fix=exc.fix) from None
-        if (measure.cutoff or 0) > MAX_CUTOFF:
-            where_file, line = located.where(path)
-            raise InputError(
-                message=f"cutoff {measure.cutoff} in '{text}' is larger than evalq allows "
-                f"({MAX_CUTOFF}); every query would keep that many documents",
-                file=where_file or file, line=line, field=".".join(map(str, path)),
-                fix="use a cutoff such as 10, 100 or 1000")
         if against and measure.against != against:
             where_file, line = located.where(path)
             raise InputError(

@@ -368,6 +368,9 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
     elif endpoint is not None:
         cached = ("chunks keyed by URL, model, what the server reports (/v1/models or /info) "
                   "and its embedding of a probe text, settings, texts")
+    elif variant.backend == "vllm":
+        cached = ("chunks keyed by weights fingerprint (of the W8A8 checkpoint when "
+                  "quantized), dtype, vLLM quantization, settings, texts")
     else:
         cached = ("chunks keyed by weights fingerprint, dtype, quantization, device, "
                   "torch/transformers/bitsandbytes versions, settings, texts")

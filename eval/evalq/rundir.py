@@ -91,7 +91,8 @@ def record_stop(folder: Any, manifest: dict[str, Any], exc: BaseException) -> No
     else:
         manifest["status"] = "failed"
     manifest["error"] = redact(str(exc) or type(exc).__name__)
-    user = isinstance(exc, InputError | BackendUnavailableError | KeyboardInterrupt) or (
+    user = isinstance(exc, InputError | BackendUnavailableError | KeyboardInterrupt
+                      | MemoryError) or (
         isinstance(exc, OSError) and failure.user_os_error(exc) is not None)
     if not user and isinstance(exc, Exception):
         log = failure.write_crash_log(exc)

@@ -140,6 +140,7 @@ def run_recipe(
         return _run_locked(recipe, recipe_path, plan, variants, datasets, depth, folder,
                            use_cache, max_queries, max_docs, only, started, show_progress)
     finally:
+        failure.set_logs_dir(None)
         lock.release()
 
 
