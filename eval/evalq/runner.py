@@ -23,7 +23,7 @@ from evalq.backends.base import Encoder, EncodingSettings
 from evalq.config import Recipe, Variant, load_recipe
 from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
-from evalq.plan import Plan, build_plan
+from evalq.plan import build_plan
 from evalq.ranking import Ranking
 from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
 
@@ -119,6 +119,12 @@ def run_recipe(
     _located: Any = None,
 ) -> RunOutcome:
     from evalq import failure, rundir
+    from evalq.embcache import EmbeddingCache
+    from evalq.metrics.judged import JudgedIndex
+    from evalq.modelinfo import model_fingerprint
+    from evalq.report.console import print_run_table
+    from evalq.scoring import build_summary
+
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
     # Every recipe error that can be known before work, at once (plan.py).
@@ -133,51 +139,12 @@ def run_recipe(
     folder = RunFolder(out_dir)
     lock = rundir.RunLock(out_dir)  # a second run into this folder is refused (exit 2)
     lock.acquire()
-    try:
-        folder.prepare()
-        failure.set_logs_dir(folder.logs)
-        rundir.remove_stale_variants(out_dir, [v.name for v in recipe.variants])
-        return _run_locked(recipe, recipe_path, plan, variants, datasets, depth, folder,
-                           use_cache, max_queries, max_docs, only, started, show_progress)
-    finally:
-        failure.set_logs_dir(None)
-        lock.release()
-
-
-def _run_locked(recipe: Recipe, recipe_path: Path, plan: Plan, variants: list[Variant],
-                datasets: list[Any], depth: int, folder: RunFolder, use_cache: bool,
-                max_queries: int | None, max_docs: int | None, only: list[str] | None,
-                started: str, show_progress: bool) -> RunOutcome:
-    from evalq import rundir
-    from evalq.report.console import print_run_table
-
-    out_dir = folder.root
-    manifest: dict[str, Any] = {"started": started, "status": "running"}
-    try:
-        summary = _run_variants(recipe, recipe_path, variants, datasets, depth, folder,
-                                use_cache, max_queries, max_docs, only, started,
-                                show_progress, manifest)
-    except BaseException as exc:
-        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
-        rundir.record_stop(folder, manifest, exc)
-        raise
-    print_run_table(recipe, summary, out_dir)
-    return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
-
-
-def _run_variants(recipe: Recipe, recipe_path: Path, variants: list[Variant],
-                  datasets: list[Any], depth: int, folder: RunFolder, use_cache: bool,
-                  max_queries: int | None, max_docs: int | None, only: list[str] | None,
-                  started: str, show_progress: bool, manifest: dict[str, Any],
-                  ) -> dict[str, Any]:
-    from evalq.embcache import EmbeddingCache
-    from evalq.metrics.judged import JudgedIndex
-    from evalq.modelinfo import model_fingerprint
-    from evalq.scoring import build_summary
-
+    folder.prepare()
+    failure.set_logs_dir(folder.logs)
+    rundir.remove_stale_variants(out_dir, [v.name for v in recipe.variants])
     cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
     model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
-    manifest.update({
+    manifest: dict[str, Any] = {
         "evalq_version": package_versions()["evalq"],
         "git_revision": git_revision(),
         "versions": package_versions(),
@@ -193,7 +160,7 @@ def _run_variants(recipe: Recipe, recipe_path: Path, variants: list[Variant],
                      for d in datasets},
         "started": started,
         "status": "running",
-    })
+    }
     folder.write_manifest(manifest)
 
     reference: dict[str, ReferenceState] = {}
@@ -201,30 +168,39 @@ def _run_variants(recipe: Recipe, recipe_path: Path, variants: list[Variant],
     records: list[VariantRecord] = []
     parity_texts = _parity_texts(datasets, recipe.parity.texts)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
-    for variant in variants:
-        role = "reference" if variant is recipe.reference else "candidate"
-        settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
-        record, parity_vectors = _run_variant(
-            recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
-            folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
-        )
-        if role == "reference" and parity_vectors is not None:
-            parity_ref = (parity_vectors, record.settings)
-        records.append(record)
-        # Keep what finished: the manifest grows variant by variant.
-        manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
-                                         "settings": r.settings.as_dict(),
-                                         "timings": r.timings, "parity": r.parity,
-                                         "datasets": r.datasets}
-                                for r in records}
+    try:
+        for variant in variants:
+            role = "reference" if variant is recipe.reference else "candidate"
+            settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
+            record, parity_vectors = _run_variant(
+                recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
+                folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
+            )
+            if role == "reference" and parity_vectors is not None:
+                parity_ref = (parity_vectors, record.settings)
+            records.append(record)
+            # Keep what finished: the manifest grows variant by variant.
+            manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
+                                             "settings": r.settings.as_dict(),
+                                             "timings": r.timings, "parity": r.parity,
+                                             "datasets": r.datasets}
+                                    for r in records}
+            folder.write_manifest(manifest)
+        # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
+        summary, _ = build_summary(recipe, manifest["variants"], folder)
+        manifest["finished"] = now_iso()
+        manifest["status"] = "finished"
         folder.write_manifest(manifest)
-    # Statistics and gates: inside the same guard, so SIGTERM here is recorded too.
-    summary, _ = build_summary(recipe, manifest["variants"], folder)
-    manifest["finished"] = now_iso()
-    manifest["status"] = "finished"
-    folder.write_manifest(manifest)
-    folder.write_summary(summary)
-    return summary
+        folder.write_summary(summary)
+    except BaseException as exc:
+        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
+        rundir.record_stop(folder, manifest, exc)
+        raise
+    finally:
+        failure.set_logs_dir(None)
+        lock.release()
+    print_run_table(recipe, summary, out_dir)
+    return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 
 def _load_datasets(recipe: Recipe, recipe_path: Path, max_queries: int | None,
