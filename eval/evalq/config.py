@@ -49,7 +49,6 @@ class ModelSpec(_Strict):
 
     path: str
     kind: Literal["embedding"] = "embedding"
-    revision: str | None = None
 
 
 class EncodingOverrides(SettingsOverrides):
