@@ -95,10 +95,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().print_help()
         return EXIT_BAD_INPUT
     from evalq import failure
+
+    previous = failure.terminate_as_interrupt()
+    try:
+        return _dispatch_mapped(args)
+    finally:
+        failure.restore_sigterm(previous)
+
+
+def _dispatch_mapped(args: argparse.Namespace) -> int:
+    from evalq import failure
     from evalq.errors import BackendUnavailableError, InputError
     from evalq.redact import redact
 
-    failure.terminate_as_interrupt()
     try:
         return _dispatch(args)
     except InputError as exc:

@@ -26,6 +26,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from evalq.errors import InputError
 
@@ -70,14 +71,26 @@ def user_os_error(exc: OSError) -> InputError | None:
                       fix=_FIXES.get(exc.errno or 0))
 
 
-def terminate_as_interrupt() -> None:
-    """Install a SIGTERM handler raising :class:`Terminated` (main thread only)."""
-    def _handler(signum: int, frame: FrameType | None) -> None:
-        raise Terminated()
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
 
+
+def terminate_as_interrupt() -> Any:
+    """Install a SIGTERM handler raising :class:`Terminated` (main thread only); returns
+    the previous handler for :func:`restore_sigterm`."""
+    previous = signal.getsignal(signal.SIGTERM)
     # Not the main thread (an embedding caller): leave signals alone.
     with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGTERM, _handler)
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    return previous
+
+
+def restore_sigterm(previous: Any) -> None:
+    """Put back what :func:`terminate_as_interrupt` replaced (an embedding caller's own)."""
+    if previous is None:
+        return
+    with contextlib.suppress(ValueError, TypeError):
+        signal.signal(signal.SIGTERM, previous)
 
 
 _logs_dir: Path | None = None
