@@ -265,7 +265,9 @@ def test_wrong_shape_from_the_encoder_is_an_error() -> None:
         def embed(self, texts: Sequence[str]) -> np.ndarray:
             return super().embed(texts)[:-1]
 
-    with pytest.raises(RuntimeError, match="shape"):
+    from evalq.errors import InputError
+
+    with pytest.raises(InputError, match="shape"):
         encode_texts(Short(), ["a", "b c"], role="query", cache=None, progress=False,
                      batch_tokens=100)
 

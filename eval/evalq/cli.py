@@ -1,7 +1,9 @@
 """Command line: parses arguments, calls library functions, maps errors to exit codes.
 
 Exit codes: 0 every gate passed (or the command succeeded), 1 a gate failed,
-2 bad input (recipe, dataset, arguments) with a one-paragraph message. Imports are lazy so
+2 bad input (recipe, dataset, arguments, server, full or read-only disk) with a
+one-paragraph message, 3 evalq itself failed (traceback in ``logs/``), 130 / 143
+interrupted by SIGINT / SIGTERM (see ``evalq.failure``). Imports are lazy so
 ``evalq --help`` stays fast.
 """
 
@@ -22,6 +24,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"evalq: error: {message}\n")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (argparse names the flag in its message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value} (leave the flag "
+                                         "out to use the recipe's value)")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="evalq", description="Is a quantized embedding model safe to deploy?")
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -30,8 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a recipe end to end: encode, search, score, gate")
     run.add_argument("recipe", type=Path)
     run.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
-    run.add_argument("--max-queries", type=int, help="evaluate the first N queries only")
-    run.add_argument("--max-docs", type=int, help="cap the corpus (judged documents kept first)")
+    run.add_argument("--max-queries", type=_positive_int, help="evaluate the first N queries only")
+    run.add_argument("--max-docs", type=_positive_int,
+                     help="cap the corpus (judged documents kept first)")
     run.add_argument("--only", action="append", metavar="VARIANT",
                      help="run these variants only (the reference always runs); repeatable")
     run.add_argument("--no-cache", action="store_true", help="recompute every embedding")
@@ -40,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check a recipe without running it")
     val.add_argument("recipe", type=Path, nargs="+")
+    val.add_argument("--here", action="store_true",
+                     help="also refuse what this machine cannot run (device, capability)")
+
+    pln = sub.add_parser("plan", help="print what a run would load, encode, cache and gate")
+    pln.add_argument("recipe", type=Path)
+    pln.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
+    pln.add_argument("--only", action="append", metavar="VARIANT")
 
     met = sub.add_parser("metrics", help="score a TREC run against qrels (like trec_eval)")
     met.add_argument("qrels", type=Path, help="TREC qrels or BEIR qrels .tsv")
@@ -79,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 
     par = sub.add_parser("parity", help="compare every variant's backend against the reference")
     par.add_argument("recipe", type=Path)
-    par.add_argument("--texts", type=int, default=32)
+    par.add_argument("--texts", type=_positive_int, default=32)
     return p
 
 
@@ -95,7 +117,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         _parser().print_help()
         return EXIT_BAD_INPUT
+    from evalq import failure
+
+    previous = failure.terminate_as_interrupt()
+    try:
+        return _dispatch_mapped(args)
+    finally:
+        failure.restore_sigterm(previous)
+
+
+def _dispatch_mapped(args: argparse.Namespace) -> int:
+    from evalq import failure
     from evalq.errors import BackendUnavailableError, InputError
+    from evalq.redact import redact
 
     try:
         return _dispatch(args)
@@ -103,14 +137,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"evalq: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BackendUnavailableError as exc:
-        print(f"evalq: error: the backend stopped answering: {exc}. Finished embedding "
-              "chunks are cached; rerun the same command to resume once it is back.",
-              file=sys.stderr)
+        text = str(exc).rstrip(".")
+        if "resume" not in text:  # say it once
+            text += (". Finished embedding chunks are cached; rerun the same command to "
+                     "resume once it is back")
+        print(redact(f"evalq: error: the backend stopped answering: {text}."), file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("evalq: interrupted; finished embedding chunks are cached, rerun to resume.",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, failure.Terminated)
+        print(f"evalq: {'terminated (SIGTERM)' if term else 'interrupted'}; finished "
+              "embedding chunks are cached, rerun to resume.", file=sys.stderr)
+        return failure.EXIT_SIGTERM if term else failure.EXIT_SIGINT
+    except (OSError, MemoryError) as exc:
+        user = failure.user_os_error(exc) if isinstance(exc, OSError) else InputError(
+            message="out of memory", fix="lower max_docs / resamples / batch_tokens")
+        if user is not None:
+            print(f"evalq: error: {user}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return _bug(exc, failure)
+    except Exception as exc:
+        return _bug(exc, failure)
+
+
+def _bug(exc: BaseException, failure) -> int:  # type: ignore[no-untyped-def]
+    from evalq.redact import redact
+
+    log = getattr(exc, "evalq_crash_log", None) or failure.write_crash_log(exc)
+    where = f"the traceback is in {log}" if log else "no log could be written"
+    print(redact(f"evalq: internal error (a bug in evalq, not in your input): "
+                 f"{type(exc).__name__}: {exc}; {where}. Please report it with that file."),
+          file=sys.stderr)
+    return failure.EXIT_BUG
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -125,11 +182,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             return EXIT_OK
         return EXIT_OK if args.demo else EXIT_GATE_FAILED
     if args.command == "validate":
-        from evalq.config import load_recipe
+        from evalq.plan import validate_files
 
-        for path in args.recipe:
-            recipe = load_recipe(path)
-            print(f"{path}: ok ({len(recipe.candidates)} candidates, {len(recipe.gates)} gates)")
+        return EXIT_OK if validate_files(args.recipe, here=args.here) else EXIT_BAD_INPUT
+    if args.command == "plan":
+        from evalq.plan import print_plan
+
+        print_plan(args.recipe, output=args.output, only=args.only)
         return EXIT_OK
     if args.command == "metrics":
         from evalq.metrics.cli_report import metrics_report

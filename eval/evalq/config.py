@@ -9,6 +9,7 @@ values. Nothing downstream re-validates.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,9 +19,29 @@ from evalq.errors import InputError
 from evalq.modelinfo import SettingsOverrides
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
+# Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
+# bounded where measures are parsed (metrics.measures.MAX_CUTOFF).
+MAX_RESAMPLES = 1_000_000
+
+
+def _is_number_field(annotation: Any) -> bool:
+    args = {annotation, *getattr(annotation, "__args__", ())}
+    return bool(args & {int, float}) and bool not in args
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_as_numbers(cls, data: Any) -> Any:
+        # pydantic reads true as 1; in a recipe that is always a slip (max_queries: true).
+        if isinstance(data, dict):
+            for name, value in data.items():
+                info = cls.model_fields.get(name) if isinstance(name, str) else None
+                if isinstance(value, bool) and info and _is_number_field(info.annotation):
+                    raise ValueError(f"'{name}' must be a number, not {str(value).lower()}")
+        return data
 
 
 class ModelSpec(_Strict):
@@ -28,7 +49,6 @@ class ModelSpec(_Strict):
 
     path: str
     kind: Literal["embedding"] = "embedding"
-    revision: str | None = None
 
 
 class EncodingOverrides(SettingsOverrides):
@@ -117,7 +137,7 @@ class Variant(_Strict):
 
 class StatsOptions(_Strict):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    resamples: int = Field(default=10_000, ge=100)
+    resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
     seed: int = 0
 
 
@@ -237,6 +257,9 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         err = errors[0]
         path = _loc_to_path(err["loc"])
+        named = re.match(r"Value error, '(\w+)' must be a number", err["msg"])
+        if named:  # raised on the model, about one of its keys: point at that key's line
+            path = (*path, named.group(1))
         where_file, line = located.where(path)
         message, fix = _describe(err, Recipe, path)
         if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), InputError):
@@ -299,9 +322,10 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
     for i, g in enumerate(recipe.gates):
         check(g.metric, ("gates", i, "metric"), g.against)
         try:
-            from evalq.scoring import gate_spec
+            from evalq.gate import parse_max_drop  # not scoring: scoring imports config
 
-            gate_spec(g, recipe.stats.confidence)
+            if g.max_drop is not None:
+                parse_max_drop(g.max_drop)
         except InputError as exc:
             where_file, line = located.where(("gates", i))
             raise InputError(message=exc.message, file=where_file or file, line=line,

@@ -6,14 +6,16 @@ settings, role prefix and texts — all folded into the key by :mod:`evalq.encod
 lets an interrupted run resume at the last finished chunk.
 
 Files are written atomically (temp file + rename), so a killed process leaves either a
-whole chunk or none. A file that is still unreadable or has the wrong shape or dtype
-(disk trouble, a hand-edited folder, a different numpy) is treated as missing, reported
-with a warning and overwritten by the recomputed chunk: a corrupt cache costs time,
-never correctness.
+whole chunk or none. Each file ends with a SHA-256 of its contents, verified on every
+read: a flipped bit, a truncated or hand-edited file, the wrong shape or dtype, or a
+vector with NaN/Inf is treated as missing, reported with a warning and overwritten by the
+recomputed chunk: a corrupt cache costs time, never correctness. Invalid vectors (NaN,
+Inf, all-zero rows) are refused by :meth:`EmbeddingCache.put`, so they are never stored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import warnings
@@ -27,6 +29,10 @@ from evalq import atomicio
 DEFAULT_ROOT = Path(".evalq-cache/embeddings")
 
 _KEY = re.compile(r"^[0-9a-f]{16,128}$")
+# Trailer after the .npy payload: magic + SHA-256 of the payload. np.load stops at the
+# payload's end, so the files stay readable by plain numpy.
+_MAGIC = b"EVALQSUM"
+_TRAILER = len(_MAGIC) + 32
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,20 @@ class EmbeddingCache:
             self._misses += 1
             return None
         try:
-            array = np.load(path, allow_pickle=False)
+            data = path.read_bytes()
+        except OSError as exc:
+            return self._reject(path, f"unreadable ({exc})")
+        payload, trailer = data[:-_TRAILER], data[-_TRAILER:]
+        if len(data) < _TRAILER or not trailer.startswith(_MAGIC):
+            return self._reject(path, "without a checksum (truncated, or written by an "
+                                "older evalq)")
+        if hashlib.sha256(payload).digest() != trailer[len(_MAGIC):]:
+            return self._reject(path, "failing its checksum (the file changed on disk)")
+        try:
+            array = np.load(io.BytesIO(payload), allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:
             return self._reject(path, f"unreadable ({exc})")
-        problem = _validate(array, rows=rows, dim=dim)
+        problem = _validate(array, rows=rows, dim=dim) or vector_problem(array)
         if problem is not None:
             return self._reject(path, problem)
         self._hits += 1
@@ -91,12 +107,13 @@ class EmbeddingCache:
 
     def put(self, key: str, array: np.ndarray) -> None:
         """Store ``array`` (2-D float32) atomically, replacing whatever was there."""
-        problem = _validate(array, rows=None, dim=None)
+        problem = _validate(array, rows=None, dim=None) or vector_problem(array)
         if problem is not None:
             raise ValueError(f"refusing to cache an embedding chunk that is {problem}")
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-        data = buffer.getvalue()
+        payload = buffer.getvalue()
+        data = payload + _MAGIC + hashlib.sha256(payload).digest()
         atomicio.write_bytes(self.path(key), data)
         self._writes += 1
         self._bytes_written += len(data)
@@ -126,6 +143,21 @@ class EmbeddingCache:
             stacklevel=3,
         )
         return None
+
+
+def vector_problem(array: np.ndarray) -> str | None:
+    """What makes a matrix of embeddings unusable (NaN, Inf, all-zero rows), or None."""
+    if array.ndim != 2 or array.size == 0:
+        return None
+    finite = np.isfinite(array)
+    if not finite.all():
+        rows = np.flatnonzero(~finite.all(axis=1))
+        kind = "NaN" if np.isnan(array).any() else "Inf"
+        return f"holding {kind} values in {len(rows)} row(s) (first: row {int(rows[0])})"
+    zero = np.flatnonzero(~array.any(axis=1))
+    if len(zero):
+        return f"holding {len(zero)} all-zero vector(s) (first: row {int(zero[0])})"
+    return None
 
 
 def _validate(array: np.ndarray, *, rows: int | None, dim: int | None) -> str | None:

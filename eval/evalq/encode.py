@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 Role = Literal["query", "document"]
 
 # Bump when the chunking or key layout changes, so old cache files are never misread.
-_KEY_FORMAT = "evalq-embed-chunk-v1"
+# v2: chunk files carry a checksum trailer (embcache).
+_KEY_FORMAT = "evalq-embed-chunk-v2"
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def encode_texts(
     dim: int | None = None
     counters = _Counters()
     with _progress_bar(progress, total=len(unique), role=role) as advance:
-        for chunk in chunks:
+        for number, chunk in enumerate(chunks):
             chunk_texts = [unique[i] for i in chunk]
             key = chunk_key(encoder_fp, settings_fp, role, prefix, chunk_texts)
             vectors = cache.get(key, rows=len(chunk), dim=dim) if cache is not None else None
@@ -186,6 +187,7 @@ def encode_texts(
                 )
                 vectors = np.empty_like(sent)
                 vectors[send] = sent
+                _refuse_invalid(encoder, vectors, number, len(chunks), role, chunk_texts)
                 if cache is not None:
                     cache.put(key, vectors)
                 counters.chunks_computed += 1
@@ -253,16 +255,47 @@ def _compute_chunk(
         if vectors.ndim != 2 or vectors.shape[0] != len(batch) or (
             expected_dim is not None and vectors.shape[1] != expected_dim
         ):
-            raise RuntimeError(
-                f"encoder.embed returned shape {vectors.shape} for {len(batch)} texts"
+            from evalq.errors import InputError
+
+            info = encoder.describe()
+            raise InputError(
+                message=f"{info.get('url') or info.get('backend') or 'the encoder'} returned "
+                f"embeddings of shape {vectors.shape} for {len(batch)} texts"
                 + (f" of width {expected_dim}" if expected_dim is not None else "")
-            )
+                + "; nothing of this chunk was cached",
+                field="backend",
+                fix="check the server's model and the recipe's dimensions / max_batch")
         parts.append(vectors)
         counters.batches += 1
         counters.tokens_computed += sum(lengths[start:stop])
         counters.padded_tokens += (stop - start) * max(lengths[start:stop])
         advance(len(batch))
     return np.ascontiguousarray(np.concatenate(parts, axis=0))
+
+
+def _refuse_invalid(encoder: Encoder, vectors: np.ndarray, number: int, total: int,
+                    role: str, texts: list[str]) -> None:
+    """NaN/Inf or all-zero vectors end the variant (exit 2), never reach the cache."""
+    from evalq.embcache import vector_problem
+    from evalq.errors import InputError
+
+    problem = vector_problem(vectors)
+    if problem is None:
+        return
+    try:
+        info = encoder.describe()
+    except Exception:  # describing is best effort here; the problem is the vectors
+        info = {}
+    source = info.get("url") or info.get("model_path") or info.get("backend") or "the encoder"
+    row = int(problem.split("row ")[-1].rstrip(")")) if "row " in problem else 0
+    sample = texts[row][:60].replace("\n", " ") if texts else ""
+    raise InputError(
+        message=f"{source} returned unusable embeddings for {role} chunk {number + 1} of "
+        f"{total}: a chunk {problem}, e.g. for the text '{sample}'; nothing of this chunk "
+        "was cached",
+        field="backend",
+        fix="fix or restart the server / check the model and quantization (a broken fp16 "
+        "or quantized model often yields NaN), then rerun: finished chunks are reused")
 
 
 def _mixed_order(texts: list[str]) -> np.ndarray:

@@ -35,7 +35,16 @@ class InputError(Exception):
         text = "".join(parts) + "."
         if self.fix:
             text += f" Fix: {self.fix.rstrip('.')}."
-        return text
+        from evalq.redact import redact
+
+        return redact(_single_stops(text))
+
+
+def _single_stops(text: str) -> str:
+    """No doubled punctuation where a message and its fix meet ("..", ".:", ". .")."""
+    import re
+
+    return re.sub(r"([.!?])(?:\s*\.)+(?=\s|$)", r"\1", text)
 
 
 class MissingExtraError(InputError):

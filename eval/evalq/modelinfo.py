@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalq.backends.base import EncodingSettings
+from evalq.core import EncodingSettings
 from evalq.errors import InputError
 
 #: Longest max length assumed when a model states none (or states a sentinel like 1e30).

@@ -28,7 +28,13 @@ def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=folder.root / "manifest.json", field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
-    summary, verdicts = build_summary(recipe, manifest["variants"], folder)
+    try:
+        summary, verdicts = build_summary(recipe, manifest["variants"], folder)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        # The run wrote these files; what build_summary cannot read was cut or edited.
+        raise InputError(message=f"the folder is incomplete or was edited ({type(exc).__name__}"
+                         f": {exc})", file=folder.root,
+                         fix="rerun 'evalq run' to write a fresh folder") from None
     for name, gate in verdicts.items():
         mark = "PASS" if gate.passed else "FAIL"
         print(f"{mark}  {name}")
@@ -38,6 +44,11 @@ def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
         print(f"note: the stored summary says passed={stored.get('passed')}, re-decided "
               f"passed={summary['passed']}")
     if junit is not None:
-        atomicio.write_text(junit, to_junit(verdicts, suite_name=f"evalq.{recipe.name}"))
+        try:
+            atomicio.write_text(junit, to_junit(verdicts, suite_name=f"evalq.{recipe.name}"))
+        except OSError as exc:
+            raise InputError(message=f"cannot write the JUnit report ({exc.strerror})",
+                             file=junit, field="--junit",
+                             fix="give --junit a path in a writable folder") from None
     print("gates " + ("PASSED" if summary["passed"] else "FAILED"))
     return bool(summary["passed"])

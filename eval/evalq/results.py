@@ -156,7 +156,14 @@ class RunFolder:
             raise InputError(message=f"no {name} here: not an evalq results folder, or the "
                              "run did not finish", file=path,
                              fix="point at a folder written by 'evalq run'")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:  # truncated or edited by hand
+            raise InputError(message=f"not valid JSON ({exc})", file=path,
+                             fix="rerun 'evalq run' to write the folder again") from None
+        if not isinstance(data, dict):
+            raise InputError(message="not a JSON object", file=path,
+                             fix="rerun 'evalq run' to write the folder again")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise InputError(message=f"schema_version {version} is not supported "
@@ -177,11 +184,20 @@ class RunFolder:
                              fix="rerun 'evalq run'; the folder is incomplete")
         ids: list[str] = []
         columns: dict[str, list[float]] = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            ids.append(row.pop("query_id"))
-            for k, v in row.items():
-                columns.setdefault(k, []).append(math.nan if v is None else float(v))
+        try:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                ids.append(str(row.pop("query_id")))
+                for k, v in row.items():
+                    columns.setdefault(k, []).append(math.nan if v is None else float(v))
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
+            raise InputError(message=f"line {len(ids) + 1} is not a per-query row "
+                             f"({type(exc).__name__}: {exc})", file=path, line=len(ids) + 1,
+                             fix="rerun 'evalq run'; the file is truncated or was edited"
+                             ) from None
+        if len({len(c) for c in columns.values()} | {len(ids)}) > 1:
+            raise InputError(message="rows name different measures", file=path,
+                             fix="rerun 'evalq run'; the file was edited")
         return PerQuery(tuple(ids), {k: np.asarray(v, dtype=np.float64)
                                      for k, v in columns.items()})
 
@@ -190,4 +206,5 @@ class RunFolder:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
     def datasets(self) -> Iterable[str]:
-        return sorted(p.name for p in (self.root / "per_query").iterdir() if p.is_dir())
+        folder = self.root / "per_query"
+        return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []

@@ -11,7 +11,6 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,8 +21,9 @@ import numpy as np
 
 from evalq.backends.base import Encoder, EncodingSettings
 from evalq.config import Recipe, Variant, load_recipe
-from evalq.errors import BackendUnavailableError, InputError
+from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
+from evalq.plan import build_plan
 from evalq.ranking import Ranking
 from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
 
@@ -55,15 +55,6 @@ class RunOutcome:
     passed: bool
     output: Path
     summary: dict[str, Any]
-
-
-def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident memory so far, MiB (ru_maxrss is KiB on Linux and monotonic).
-
-    ``RUSAGE_CHILDREN`` covers engine and server processes once they have exited: the
-    largest of them, which is where a vLLM variant's memory lives.
-    """
-    return resource.getrusage(who).ru_maxrss / 1024
 
 
 def _required_depth(recipe: Recipe) -> int:
@@ -107,26 +98,14 @@ def _variant_model_path(recipe: Recipe, variant: Variant, file: Path) -> Path:
     return resolve_model_path(variant.model or recipe.model.path, file=file)
 
 
-def _check_capabilities(variants: list[Variant], file: Path) -> None:
-    """Refuse impossible combinations (fp8 on CPU, bitsandbytes in vLLM on CPU, ...)
-    before anything loads."""
-    from evalq.backends.capability import check_current_device
-
-    for v in variants:
-        quantization = v.vllm.quantization if v.vllm else None
-        try:
-            check_current_device(v.backend, quantization, v.dtype)
-        except InputError as exc:
-            exc.file = file
-            exc.field = f"variant '{v.name}'.{exc.field or 'backend'}"
-            raise
-
-
 def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
+    from evalq.config import recipe_from_located
     from evalq.locations import resolve_recipe
+    from evalq.yamlsource import load_yaml
 
     path = resolve_recipe(path)
-    return run_recipe(load_recipe(path), path, **kwargs)
+    located = load_yaml(path)
+    return run_recipe(recipe_from_located(located, path), path, _located=located, **kwargs)
 
 
 def run_recipe(
@@ -139,7 +118,9 @@ def run_recipe(
     only: list[str] | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    _located: Any = None,
 ) -> RunOutcome:
+    from evalq import failure, rundir
     from evalq.embcache import EmbeddingCache
     from evalq.metrics.judged import JudgedIndex
     from evalq.modelinfo import model_fingerprint
@@ -148,8 +129,10 @@ def run_recipe(
 
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
+    # Every recipe error that can be known before work, at once (plan.py).
+    plan = build_plan(recipe, recipe_path, output=output, only=only, max_queries=max_queries,
+                      max_docs=max_docs, use_cache=use_cache, located=_located)
     variants = _select_variants(recipe, only, recipe_path)
-    _check_capabilities(variants, recipe_path)
     from evalq.backends.http_probe import probe_http_variants
 
     http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
@@ -157,9 +140,13 @@ def run_recipe(
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
     depth = _required_depth(recipe)
-    out_dir = Path(output or recipe.output or Path("results") / recipe.name)
+    out_dir = plan.output
     folder = RunFolder(out_dir)
+    lock = rundir.RunLock(out_dir)  # a second run into this folder is refused (exit 2)
+    lock.acquire()
     folder.prepare()
+    failure.set_logs_dir(folder.logs)
+    rundir.remove_stale_variants(out_dir, [v.name for v in recipe.variants])
     cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
     model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
     manifest: dict[str, Any] = {
@@ -205,19 +192,19 @@ def run_recipe(
                                              "datasets": r.datasets}
                                     for r in records}
             folder.write_manifest(manifest)
-    except (KeyboardInterrupt, BackendUnavailableError, InputError) as exc:
-        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
-        manifest["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        manifest["error"] = str(exc) or type(exc).__name__
-        manifest["stopped"] = now_iso()
+        # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
+        summary, _ = build_summary(recipe, manifest["variants"], folder)
+        manifest["finished"] = now_iso()
+        manifest["status"] = "finished"
         folder.write_manifest(manifest)
+        folder.write_summary(summary)
+    except BaseException as exc:
+        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
+        rundir.record_stop(folder, manifest, exc)
         raise
-
-    summary, _ = build_summary(recipe, manifest["variants"], folder)
-    manifest["finished"] = now_iso()
-    manifest["status"] = "finished"
-    folder.write_manifest(manifest)
-    folder.write_summary(summary)
+    finally:
+        failure.set_logs_dir(None)
+        lock.release()
     print_run_table(recipe, summary, out_dir)
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
@@ -260,13 +247,33 @@ def _run_variant(
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
 ) -> tuple[VariantRecord, np.ndarray | None]:
-    from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
-    from evalq.encode import encode_texts
+    from evalq.memsample import PeakRss
 
     print(f"[evalq] {role} {variant.name}: {variant.backend}"
           f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
           f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
           file=sys.stderr, flush=True)
+    with PeakRss() as memory:  # this variant's own peak, not the process lifetime's
+        record, parity_vectors = _run_variant_measured(
+            recipe, variant, role, settings, model_path, datasets, depth, folder, cache,
+            reference, judged, parity_texts, parity_ref, show_progress)
+    figures = memory.figures()
+    record.timings["peak_rss_mb"] = figures["peak_rss_mb"]
+    record.timings["peak_rss_method"] = figures["peak_rss_method"]
+    if variant.backend == "vllm":  # its engine or server ran in child processes
+        record.timings["children_peak_rss_mb"] = figures["children_peak_rss_mb"]
+    return record, parity_vectors
+
+
+def _run_variant_measured(
+    recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
+    datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
+    reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
+    parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
+) -> tuple[VariantRecord, np.ndarray | None]:
+    from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
+    from evalq.encode import encode_texts
+
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
@@ -295,9 +302,6 @@ def _run_variant(
     finally:
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0
-    record.timings["peak_rss_mb"] = _peak_rss_mb()
-    if variant.backend == "vllm":  # its engine or server ran in child processes
-        record.timings["children_peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
     return record, parity_vectors
 
 
@@ -407,7 +411,7 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
 
     path = resolve_recipe(recipe_path)
     recipe = load_recipe(path)
-    _check_capabilities(recipe.variants, path)
+    build_plan(recipe, path, use_cache=False)
     datasets = _load_datasets(recipe, path, max_queries=texts, max_docs=texts)
     sample = _parity_texts(datasets, texts)
     ref: tuple[np.ndarray, EncodingSettings] | None = None

@@ -144,7 +144,8 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
             "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
             "settings_differ": settings_differ.get(name),
             **{k: info.get("timings", {}).get(k)
-               for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb")},
+               for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
+                         "peak_rss_method")},
         }
     return {
         "recipe": recipe.name,

@@ -39,8 +39,19 @@ def _walk(
     node: yaml.Node, path: KeyPath, file: Path, lines: dict[KeyPath, tuple[Path, int]]
 ) -> None:
     if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value
+            line = key_node.start_mark.line + 1
+            # PyYAML keeps the last of two equal keys silently; a recipe must not.
+            if isinstance(key, str) and key in seen:
+                dotted = ".".join(str(p) for p in (*path, key))
+                raise InputError(message=f"key '{key}' appears twice (lines {seen[key]} and "
+                                 f"{line}); YAML would silently keep the last one",
+                                 file=file, line=line, field=dotted,
+                                 fix="delete one of the two")
+            if isinstance(key, str):
+                seen[key] = line
             sub = (*path, key)
             lines[sub] = (file, key_node.start_mark.line + 1)
             _walk(value_node, sub, file, lines)
@@ -63,6 +74,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     path = Path(path)
+    if path.is_dir():
+        raise InputError(message="this is a folder, not a recipe file", file=path,
+                         fix=f"name a YAML file, e.g. {path / 'quickstart.yaml'}")
     if not path.is_file():
         from evalq.locations import builtin_recipe_names
 
@@ -85,6 +99,9 @@ def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(message="YAML nested too deeply", file=path,
+                         fix="flatten the document") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(
@@ -112,10 +129,19 @@ def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
                          field="include", fix="write include: base.yaml")
     merged: dict[str, Any] = {}
     merged_lines: dict[KeyPath, tuple[Path, int]] = {}
+    include_line = lines.get(("include",), (path, None))[1]
     for inc in includes:
         from evalq.locations import resolve_include
 
-        sub = load_yaml(resolve_include(path.parent, inc), (*_stack, resolved))
+        try:
+            sub = load_yaml(resolve_include(path.parent, inc), (*_stack, resolved))
+        except InputError as exc:
+            if exc.message in ("file not found", "this is a folder, not a recipe file"):
+                raise InputError(message=f"included file '{inc}' ({path.parent / inc}): "
+                                 f"{exc.message}", file=path, line=include_line,
+                                 field="include", fix="include paths are relative to the "
+                                 "including file; check the name") from None
+            raise
         merged = _merge(merged, sub.data)
         merged_lines.update(sub.lines)
     merged_lines.update({k: v for k, v in lines.items() if k != ("include",)})

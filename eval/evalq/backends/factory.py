@@ -9,21 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from evalq.backends.base import Encoder, EncodingSettings
+from evalq.backends.base import Encoder
+from evalq.backends.context import BuildContext  # re-exported: builders' old import path
 from evalq.config import Variant
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What a builder may need beyond the variant: resolved paths and where logs go."""
-
-    model_path: Path
-    settings: EncodingSettings
-    logs_dir: Path
-    device: str  # "cpu" or "cuda", resolved from the variant's "auto"
-    cache_dir: Path  # where derived artifacts (quantized checkpoints) are kept
 
 
 def resolve_device(requested: str) -> str:
@@ -59,6 +48,7 @@ def _openai(variant: Variant, ctx: BuildContext) -> Encoder:
         api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
         concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
         encoding_format=http.encoding_format, tokenizer_path=ctx.model_path, route=http.route,
+        probe_store=ctx.cache_dir / "servers",
     )
 
 
@@ -70,15 +60,26 @@ def _tei(variant: Variant, ctx: BuildContext) -> Encoder:
     return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
                       timeout_s=http.timeout_s, retries=http.retries,
                       concurrency=http.concurrency, prompt_name=http.prompt_name,
-                      tokenizer_path=ctx.model_path, route=http.route)
+                      tokenizer_path=ctx.model_path, route=http.route,
+                      probe_store=ctx.cache_dir / "servers")
 
 
-BUILDERS: dict[str, Callable[[Variant, BuildContext], Encoder]] = {
-    "inprocess": _inprocess,
-    "vllm": _vllm,
-    "openai": _openai,
-    "tei": _tei,
-}
+Builder = Callable[[Variant, BuildContext], Encoder]
+BUILDERS: dict[str, Builder] = {}
+
+
+def register_backend(name: str, builder: Builder) -> Builder:
+    """Add a backend builder; a second registration of a name is refused. What the
+    backend supports is declared beside it for the plan (``plan.declare_backend``)."""
+    if name in BUILDERS:
+        raise ValueError(f"backend '{name}' is already registered")
+    BUILDERS[name] = builder
+    return builder
+
+
+for _name, _builder in (("inprocess", _inprocess), ("vllm", _vllm), ("openai", _openai),
+                        ("tei", _tei)):
+    register_backend(_name, _builder)
 
 
 # Engines and servers schedule their own batches: evalq hands them whole cache chunks

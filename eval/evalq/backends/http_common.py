@@ -11,6 +11,10 @@ exponential backoff; what is left after the retries is classified once, here, in
   (the server died mid-run): ``encode.py`` keeps the finished cache chunks and a rerun
   resumes.
 
+Retries are declared with tenacity (exponential backoff with jitter, so many clients do
+not retry in lockstep), and a server's ``Retry-After`` (seconds or an HTTP date, capped at
+60 s) is honoured in place of the computed pause.
+
 The API key lives in the ``Authorization`` header of the underlying ``httpx.Client`` and
 nowhere else: not in ``repr``, messages, exceptions or anything this module returns.
 """
@@ -18,6 +22,7 @@ nowhere else: not in ``repr``, messages, exceptions or anything this module retu
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,16 +48,49 @@ class RetryPolicy:
     retries: int = 3  # attempts after the first one
     backoff_s: float = 0.5  # first pause; doubles each retry
 
+    max_pause_s: float = 30.0
+
     def pause_s(self, attempt: int) -> float:
-        return self.backoff_s * (2**attempt)
+        """Pause before retry ``attempt + 1`` without jitter (the jitter's base)."""
+        return min(self.max_pause_s, self.backoff_s * (2**attempt))
 
 
 class _Retryable(Exception):
     """One failed attempt worth repeating; ``cause`` is a short human description."""
 
-    def __init__(self, cause: str) -> None:
+    def __init__(self, cause: str, retry_after: float | None = None) -> None:
         super().__init__(cause)
         self.cause = cause
+        self.retry_after = retry_after
+
+
+MAX_RETRY_AFTER_S = 60.0
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        from datetime import datetime, timezone
+
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, min(MAX_RETRY_AFTER_S, seconds))
 
 
 def read_api_key(env_var: str | None) -> str | None:
@@ -60,6 +98,9 @@ def read_api_key(env_var: str | None) -> str | None:
     if env_var is None:
         return None
     key = os.environ.get(env_var)
+    from evalq.redact import register_secret
+
+    register_secret(key)
     if not key:
         raise InputError(
             message=f"the API key environment variable '{env_var}' is not set or empty",
@@ -147,16 +188,28 @@ class HttpJsonClient:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _wait(self, state: Any) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            return exc.retry_after
+        base = self.policy.pause_s(state.attempt_number - 1)
+        return base + random.uniform(0, base)  # full jitter on top of the exponential base
+
     def _request(self, method: str, path: str, payload: Mapping[str, Any] | None) -> Any:
+        from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
+
         url = f"{self.base_url}{path}"
-        last_cause = "no attempt made"
-        for attempt in range(self.policy.retries + 1):
-            if attempt:
-                time.sleep(self.policy.pause_s(attempt - 1))
-            try:
-                return self._attempt(method, path, payload, url)
-            except _Retryable as exc:
-                last_cause = exc.cause
+        retrying = Retrying(
+            retry=retry_if_exception_type(_Retryable),
+            stop=stop_after_attempt(self.policy.retries + 1),
+            wait=self._wait,
+            sleep=time.sleep,
+        )
+        try:
+            return retrying(self._attempt, method, path, payload, url)
+        except RetryError as err:
+            last = err.last_attempt.exception()
+            last_cause = last.cause if isinstance(last, _Retryable) else str(last)
         tries = self.policy.retries + 1
         if self.answered:
             raise BackendUnavailableError(
@@ -178,7 +231,8 @@ class HttpJsonClient:
         except httpx.TransportError as exc:
             raise _Retryable(_describe_transport_error(exc)) from None
         if response.status_code in RETRY_STATUS:
-            raise _Retryable(f"HTTP {response.status_code}: {_body_excerpt(response)}")
+            raise _Retryable(f"HTTP {response.status_code}: {_body_excerpt(response)}",
+                             parse_retry_after(response.headers.get("retry-after")))
         with self._lock:
             self._answered = True
         if response.status_code in (401, 403):
@@ -210,7 +264,10 @@ class HttpJsonClient:
 
 
 def _body_excerpt(response: httpx.Response, limit: int = 300) -> str:
-    text = response.text.strip().replace("\n", " ")
+    from evalq.redact import redact
+
+    # A server may echo the request headers (the API key) in its error body.
+    text = redact(response.text.strip().replace("\n", " "))
     return text[:limit] + ("..." if len(text) > limit else "")
 
 

@@ -75,6 +75,10 @@ class InProcessEncoder:
             "dtype": self.dtype,
             "quantization": {"method": self.record.method, "params": self.record.params},
             "settings": self.settings.fingerprint(),
+            # Kernels differ by device and library version: vectors from another torch,
+            # transformers or bitsandbytes are not these vectors.
+            "device": self.device,
+            "versions": _library_versions(),
         }, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -144,6 +148,18 @@ class InProcessEncoder:
                 torch.cuda.empty_cache()
         except ImportError:  # pragma: no cover - torch was importable at construction
             pass
+
+
+def _library_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "bitsandbytes"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def _input_device(model: Any, device: str) -> Any:

@@ -14,7 +14,6 @@ client can promise is limited and said plainly in :meth:`OpenAIEncoder.describe`
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -72,15 +71,6 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return (vectors / norms).astype(np.float32, copy=False)
 
 
-def decode_embedding(value: Any, encoding_format: EncodingFormat) -> np.ndarray:
-    """One ``data[i].embedding``: a list of floats, or base64 of little-endian float32."""
-    if encoding_format == "base64":
-        if not isinstance(value, str):
-            raise BackendUnavailableError("asked for base64 embeddings, got a non-string")
-        return np.frombuffer(base64.b64decode(value), dtype="<f4").astype(np.float32)
-    return np.asarray(value, dtype=np.float32)
-
-
 class OpenAIEncoder:
     """Encoder over ``POST {url}/v1/embeddings``; ``url`` is the server root (no ``/v1``)."""
 
@@ -104,11 +94,14 @@ class OpenAIEncoder:
         tokenizer_path: str | Path | None = None,
         identity: str | None = None,
         route: str | None = None,
+        probe_store: str | Path | None = None,
     ) -> None:
         """``identity`` keys the embedding cache (default: url + model); a server started on
         a random port passes the weights' fingerprint instead so reruns hit the cache.
         ``route``: the embeddings path under ``url`` (Infinity without ``--url-prefix /v1``
-        serves ``/embeddings``); unset, ``url`` is the root and the route ``/v1/embeddings``."""
+        serves ``/embeddings``); unset, ``url`` is the root and the route ``/v1/embeddings``.
+        ``probe_store`` (a folder) adds what the server reports on ``/v1/models`` and its
+        embedding of a probe text to the key (``server_identity``)."""
         if route is None:
             if url.rstrip("/").endswith("/v1"):
                 url = url.rstrip("/")[: -len("/v1")]
@@ -132,9 +125,18 @@ class OpenAIEncoder:
         )
         self.served_model: str | None = None
         self.requests = 0
+        self.probe_store = Path(probe_store) if probe_store is not None else None
+        self.server_identity: dict[str, Any] | None = None
 
     def fingerprint(self) -> str:
+        if self.probe_store is not None and self.server_identity is None:
+            from evalq.backends.server_identity import PROBE_TEXT, server_identity
+
+            self.server_identity = server_identity(
+                f"openai|{self.url}|{self.model}", lambda: self._http.get_json("/v1/models"),
+                lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
         key = {
+            "server": self.server_identity,
             "backend": self.backend,
             "identity": self.identity,
             "model": self.model,
@@ -151,6 +153,7 @@ class OpenAIEncoder:
             "route": self.route,
             "model": self.model,
             "served_model": self.served_model,
+            "server_identity": self.server_identity,
             "api_key_env": self.api_key_env,  # the variable's name, never its value
             "dimensions": self.dimensions,
             "encoding_format": self.encoding_format or "float",
@@ -175,7 +178,16 @@ class OpenAIEncoder:
         if not texts:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
         out = self.embed_raw(texts)
-        return l2_normalize(out) if self.settings.normalize else out
+        if self.settings.normalize:
+            from evalq.embcache import vector_problem
+
+            problem = vector_problem(out)
+            if problem is not None:  # before normalizing hides NaN behind a division
+                raise InputError(message=f"{self.url}{self.route} returned a batch {problem}",
+                                 field="url", fix="fix or restart the server, then rerun: "
+                                 "finished chunks are reused")
+            return l2_normalize(out)
+        return out
 
     def embed_raw(self, texts: Sequence[str]) -> np.ndarray:
         """What the server returned, before client-side normalization (the route probe
@@ -198,19 +210,14 @@ class OpenAIEncoder:
         return payload
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        from evalq.backends.replies import parse_openai_reply
+
         body = self._http.post_json(self.route, self._payload(texts))
         self.requests += 1
-        data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list) or len(data) != len(texts):
-            got = len(data) if isinstance(data, list) else type(data).__name__
-            raise BackendUnavailableError(
-                f"{self.url}{self.route} returned {got} embeddings for {len(texts)} inputs"
-            )
-        if self.served_model is None and isinstance(body.get("model"), str):
-            self.served_model = body["model"]
-        ordered = sorted(data, key=lambda item: item.get("index", 0))
-        fmt: EncodingFormat = self.encoding_format or "float"
-        vectors = np.stack([decode_embedding(item["embedding"], fmt) for item in ordered])
+        vectors, served = parse_openai_reply(body, len(texts), f"{self.url}{self.route}",
+                                             self.encoding_format or "float")
+        if self.served_model is None and served is not None:
+            self.served_model = served
         if self.dimensions is not None and vectors.shape[1] != self.dimensions:
             raise InputError(
                 message=f"asked {self.url} for {self.dimensions} dimensions, "

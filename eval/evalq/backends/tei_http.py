@@ -21,7 +21,7 @@ import numpy as np
 from evalq.backends.base import EncodingSettings
 from evalq.backends.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
 from evalq.backends.openai_http import TokenCounter
-from evalq.errors import BackendUnavailableError, InputError
+from evalq.errors import InputError
 
 _TEI_DIRECTION = {"right": "Right", "left": "Left"}
 
@@ -55,6 +55,7 @@ class TeiEncoder:
         prompt_name: str | None = None,
         tokenizer_path: str | Path | None = None,
         route: str | None = None,
+        probe_store: str | Path | None = None,
     ) -> None:
         """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size;
         ``route`` is the native embed path (default ``/embed``)."""
@@ -79,7 +80,11 @@ class TeiEncoder:
             )
         self.info: dict[str, Any] = info
         self._check_info(info)
-        server_batch = int(info.get("max_client_batch_size") or 32)
+        self.probe_store = Path(probe_store) if probe_store is not None else None
+        self.server_identity: dict[str, Any] | None = None
+        batch = info.get("max_client_batch_size")
+        server_batch = batch if isinstance(batch, int) and not isinstance(batch, bool) \
+            and batch >= 1 else 32
         self.max_batch = min(max_batch, server_batch) if max_batch else server_batch
 
     def _check_info(self, info: dict[str, Any]) -> None:
@@ -102,7 +107,14 @@ class TeiEncoder:
             )
 
     def fingerprint(self) -> str:
+        if self.probe_store is not None and self.server_identity is None:
+            from evalq.backends.server_identity import PROBE_TEXT, server_identity
+
+            self.server_identity = server_identity(
+                f"tei|{self.url}", lambda: self.info,
+                lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
         key = {
+            "server": self.server_identity,
             "backend": self.backend,
             "model_id": self.info.get("model_id"),
             "model_sha": self.info.get("model_sha"),
@@ -120,6 +132,7 @@ class TeiEncoder:
             "model": self.info.get("model_id"),
             "api_key_env": self.api_key_env,
             "info": self.info,
+            "server_identity": self.server_identity,
             "request_fields": self._fields(),
             "token_lengths": self._counter.method,
             "max_batch": self.max_batch,
@@ -154,10 +167,7 @@ class TeiEncoder:
         return fields
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        from evalq.backends.replies import parse_tei_reply
+
         body = self._http.post_json(self.route, {"inputs": list(texts), **self._fields()})
-        if not isinstance(body, list) or len(body) != len(texts):
-            got = len(body) if isinstance(body, list) else type(body).__name__
-            raise BackendUnavailableError(
-                f"{self.url}{self.route} returned {got} embeddings for {len(texts)} inputs"
-            )
-        return np.asarray(body, dtype=np.float32)
+        return parse_tei_reply(body, len(texts), f"{self.url}{self.route}")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from evalq.backends.base import Encoder, QuantizationRecord
-from evalq.backends.factory import BuildContext
+from evalq.backends.context import BuildContext
 from evalq.config import Variant, VllmOptions
 
 # On CPU, vLLM's "GPU memory" is host RAM reserved for the KV cache: keep it small by
@@ -56,7 +56,7 @@ def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
         encoder = OpenAIEncoder(
             opts.url, str(model_path), settings=settings, concurrency=opts.concurrency,
             max_batch=opts.max_batch, extra_fields=vllm_request_fields(settings),
-            tokenizer_path=model_path,
+            tokenizer_path=model_path, probe_store=ctx.cache_dir / "servers",
         )
     else:
         extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]

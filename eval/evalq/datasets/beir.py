@@ -26,6 +26,14 @@ QUERIES_FILE = "queries.jsonl"
 def _id_value(value: Any, path: Path, line: int, field: str) -> str:
     # bool is an int subclass; true/false as an id is certainly a mistake.
     if isinstance(value, str) and value.strip():
+        if any(c.isspace() for c in value):  # refused here, not after encoding
+            raise InputError(
+                f"id {value!r} contains whitespace, which TREC run and qrels files cannot "
+                "hold (their columns are whitespace-separated)",
+                file=path, line=line, field=field,
+                fix="replace spaces and tabs in ids, e.g. with '_', in the corpus, queries "
+                "and qrels alike",
+            )
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from evalq.errors import InputError
 
 Against = Literal["qrels", "reference"]
+MAX_CUTOFF = 10_000  # of any measure
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,10 @@ def _build(text: str, canonical: str, params_text: str | None, cutoff: int | Non
         raise _error(text, f"{family.name} needs a cutoff, e.g. {family.name}@10")
     if cutoff is not None and cutoff < 1:
         raise _error(text, "the cutoff must be >= 1")
+    if cutoff is not None and cutoff > MAX_CUTOFF:
+        # A typo (10^9) would become an out-of-memory crash in the search or the scorer.
+        raise _error(text, f"cutoff {cutoff} is larger than evalq allows ({MAX_CUTOFF}); "
+                     "every query would keep that many documents")
     if not family.needs_cutoff and cutoff is not None:
         raise _error(text, f"{family.name} takes no cutoff")
     params = dict(family.defaults)

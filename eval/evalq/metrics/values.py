@@ -1,19 +1,7 @@
-"""Per-query values: what every measure produces, so any two variants can be paired."""
+"""Per-query values: what every measure produces, so any two variants can be paired.
 
-from __future__ import annotations
+The type lives in :mod:`evalq.core`; it is re-exported here for existing imports."""
 
-from dataclasses import dataclass
+from evalq.core import PerQuery
 
-import numpy as np
-
-
-@dataclass(frozen=True)
-class PerQuery:
-    """``values[measure_name][i]`` is the value for ``query_ids[i]`` (float64, no NaN
-    unless the measure is undefined for that query, which the measure documents)."""
-
-    query_ids: tuple[str, ...]
-    values: dict[str, np.ndarray]
-
-    def mean(self, measure: str) -> float:
-        return float(np.mean(self.values[measure])) if len(self.query_ids) else 0.0
+__all__ = ["PerQuery"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import InputError
 from evalq.quantize import bnb, dtype, torch_dynamic, w8a8
 
@@ -37,6 +37,8 @@ class QuantMethod:
     summary: str
     params_model: type[BaseModel]
     load: LoadFn
+    backends: tuple[str, ...] = ("inprocess",)  # backends that apply this method
+    devices: tuple[str, ...] = ("cpu", "cuda")
 
     def allowed_fields(self) -> str:
         fields = self.params_model.model_fields
@@ -59,10 +61,20 @@ def _type_text(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-METHODS: dict[str, QuantMethod] = {
-    module.NAME: QuantMethod(module.NAME, module.SUMMARY, module.Params, module.load)
-    for module in (dtype, bnb, torch_dynamic, w8a8)
-}
+METHODS: dict[str, QuantMethod] = {}
+
+
+def register(method: QuantMethod) -> QuantMethod:
+    """Add a method to the registry; a second registration of a name is refused."""
+    if method.name in METHODS:
+        raise ValueError(f"quantization method '{method.name}' is already registered")
+    METHODS[method.name] = method
+    return method
+
+
+for _module in (dtype, bnb, torch_dynamic, w8a8):
+    register(QuantMethod(_module.NAME, _module.SUMMARY, _module.Params, _module.load,
+                         backends=_module.BACKENDS, devices=_module.DEVICES))
 
 
 def get_method(method: str, *, file: str | Path | None = None,
@@ -126,5 +138,12 @@ def load_model(model_path: Path, *, dtype: str = "float32",
     return METHODS[method].load(model_path, params, device, dtype)
 
 
-__all__ = ["METHODS", "QuantMethod", "get_method", "load_model", "split_spec",
-           "validate_quantization"]
+__all__ = [
+    "METHODS",
+    "QuantMethod",
+    "get_method",
+    "load_model",
+    "register",
+    "split_spec",
+    "validate_quantization",
+]

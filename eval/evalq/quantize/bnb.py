@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import MissingExtraError
 from evalq.quantize.footprint import weight_bytes
 from evalq.quantize.loading import FloatDtype, check_device, load_automodel, torch_dtype
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 NAME = "bitsandbytes"
 SUMMARY = "bitsandbytes LLM.int8 (bits: 8) or 4-bit nf4/fp4 (bits: 4) Linear weights"
+# What this method supports (read by the plan stage): backends and devices.
+BACKENDS = ("inprocess",)
+DEVICES = ("cpu", "cuda")
 
 
 class Params(BaseModel):

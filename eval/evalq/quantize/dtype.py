@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.quantize.footprint import weight_bytes
 from evalq.quantize.loading import FloatDtype, check_device, load_automodel
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 NAME = "dtype"
 SUMMARY = "cast all weights to float32, float16 or bfloat16"
+# What this method supports (read by the plan stage): backends and devices.
+BACKENDS = ("inprocess",)
+DEVICES = ("cpu", "cuda")
 _BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
 
 

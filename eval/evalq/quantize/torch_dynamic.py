@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import InputError
 from evalq.quantize.footprint import weight_bytes
 from evalq.quantize.loading import load_automodel
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 NAME = "torch-dynamic-int8"
 SUMMARY = "torch.ao dynamic int8 quantization of nn.Linear (CPU only)"
+# What this method supports (read by the plan stage): backends and devices.
+BACKENDS = ("inprocess",)
+DEVICES = ("cpu",)
 
 
 class Params(BaseModel):

