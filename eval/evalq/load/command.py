@@ -228,8 +228,24 @@ def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolde
 # -- the command -----------------------------------------------------------------------------
 
 
-def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]:
+def token_counter(model_path: Path, settings: Any) -> Any:
+    """Token counts after truncation, for tokens/s. The fast ``tokenizers`` library when
+    the model ships ``tokenizer.json`` (importing transformers costs tens of seconds on a
+    busy 2-core machine), else the clients' :class:`TokenCounter`."""
     from evalq.backends.openai_http import TokenCounter
+
+    path = Path(model_path) / "tokenizer.json"
+    if not path.is_file():
+        return TokenCounter(settings, model_path)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(settings.max_length, direction=settings.truncation_side)
+    return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
+
+
+def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]:
     from evalq.runner import _load_datasets, _parity_texts, _settings_for, _variant_model_path
 
     datasets = _load_datasets(recipe, recipe_path, recipe.max_queries, recipe.max_docs)
@@ -239,7 +255,7 @@ def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]
     queries = [settings.query_prefix + q for q in ds.queries.texts]
     documents = [settings.document_prefix + d
                  for d in ds.corpus.texts_for_encoding(recipe.title_separator)]
-    counter = TokenCounter(settings, model_path)
+    counter = token_counter(model_path, settings)
     pool = TextPool(queries, counter(queries), documents, counter(documents))
     return pool, _parity_texts(datasets, recipe.parity.texts), settings
 
