@@ -91,6 +91,7 @@ class StepMeasurement:
     tokens: int = 0
     pairs: int = 0
     window_s: float = 0.0  # from the end of warm-up to the last measured answer
+    offered_window_s: float = 0.0  # open loop: the period over which arrivals were offered
     wall_s: float = 0.0
     generator_cpu_s: float = 0.0
     warmup_sent: int = 0
@@ -117,6 +118,9 @@ class StepMeasurement:
             "achieved_rps": self.rate(self.ok),
             "achieved_vs_offered": (self.rate(self.ok) or 0.0) / self.level
             if self.mode == "open" else None,
+            # the Poisson draw's own rate: short steps differ from the nominal one
+            "offered_realized_rps": self.sent / self.offered_window_s
+            if self.mode == "open" and self.offered_window_s > 0 else None,
             "texts_per_s": self.rate(self.texts),
             "tokens_per_s": self.rate(self.tokens),
             "pairs_per_s": self.rate(self.pairs) if self.pairs else None,
@@ -247,7 +251,14 @@ class LoadGenerator:
                         lambda t: ends.append(t.result())
                         if not t.cancelled() and t.exception() is None else None)
             await self._drain(in_flight, result)
-        result.window_s = (max(ends) - (start + self.bounds.warmup_s)) if ends else 0.0
+        # The measured window spans the whole offered period (Poisson gaps may leave its
+        # end empty) or, when the server fell behind, up to the last measured answer.
+        capped = len(arrivals) - warm >= self.bounds.max_requests
+        offered_s = (float(arrivals[-1]) if capped and len(arrivals) else
+                     self.bounds.warmup_s + self.bounds.duration_s) - self.bounds.warmup_s
+        result.offered_window_s = max(offered_s, 0.0)
+        warm_end = start + self.bounds.warmup_s
+        result.window_s = max(offered_s, (max(ends) - warm_end) if ends else 0.0)
         result.wall_s = time.perf_counter() - wall0
         result.generator_cpu_s = time.process_time() - cpu0
         return result

@@ -116,8 +116,9 @@ def read_server_settings(base_url: str, timeout_s: float = 5.0) -> dict[str, Any
         with contextlib.suppress(httpx.HTTPError):
             r = client.get("/metrics")
             if r.status_code == 200:
-                lines = [ln for ln in r.text.splitlines()
-                         if not ln.startswith("#") and _METRIC_LINE.match(ln)]
+                lines = [ln[:300] for ln in r.text.splitlines()
+                         if not ln.startswith("#") and _METRIC_LINE.match(ln)
+                         and "_bucket{" not in ln and "_created" not in ln]
                 out["/metrics"] = lines[:40]
     out["batch"] = _batch_settings(out)
     return out
