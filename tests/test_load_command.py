@@ -100,6 +100,19 @@ def test_full_run_writes_steps_knees_plan_and_decision(tmp_path: Path) -> None:
     assert row["dollars_per_hour"] == 2.0 * plan["replicas"]
     assert "srv" in s["recommendation"]
 
+    # --plan-only: a new target and a new quality verdict, the same knees, no traffic
+    data = yaml.safe_load(recipe.read_text())
+    data["capacity"]["target_qps"] = 300
+    recipe.write_text(yaml.safe_dump(data))
+    (tmp_path / "out" / "summary.json").write_text(json.dumps(
+        {"variants": {"srv": {"passed": False}}}))
+    assert _load(tmp_path, recipe, "--plan-only") == 0
+    again = _summary(tmp_path)
+    assert again["variants"]["srv"]["workloads"] == v["workloads"]
+    assert again["variants"]["srv"]["plan"]["load"] == pytest.approx(
+        expected + 270 / 40 + 270 * 10 / v["workloads"]["rerank"]["knee"]["per_s"])
+    assert again["decision"][0]["quality"] == "fails" and again["recommendation"] is None
+
 
 def test_slo_broken_at_the_first_step_stops_the_sweep_and_exits_1(tmp_path: Path) -> None:
     with LoadTestServer(Behaviour(delay_ms=150)) as server:

@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
     load.add_argument("--only", action="append", metavar="VARIANT",
                       help="drive these variants only; repeatable")
+    load.add_argument("--plan-only", action="store_true",
+                      help="re-plan capacity from the stored load results (no traffic)")
     return p
 
 
@@ -142,7 +144,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "load":
         from evalq.load.command import run_load_cli
 
-        return run_load_cli(args.recipe, output=args.output, only=args.only)
+        return run_load_cli(args.recipe, output=args.output, only=args.only,
+                            plan_only=args.plan_only)
     raise AssertionError(f"unhandled command {args.command}")
 
 

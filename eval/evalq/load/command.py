@@ -151,7 +151,7 @@ def check_plan(recipe: Recipe, located: Located, file: Path,
 @dataclass
 class Served:
     endpoint: Endpoint
-    encoder: Any  # for the parity texts
+    encoder: Any  # for the parity texts (None when parity is off for a plain HTTP server)
     describe: dict[str, Any]
 
 
@@ -164,8 +164,10 @@ def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolde
 
     model_path = _variant_model_path(recipe, variant, recipe_path)
     settings = _settings_for(recipe, variant, model_path, recipe_path)
+    # an HTTP server's device is its own business (and resolving "auto" imports torch)
+    device = resolve_device(variant.device) if variant.backend == "vllm" else "cpu"
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
-                       device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
+                       device=device, cache_dir=Path(recipe.cache_dir))
     launched = None
     if variant.backend == "vllm":
         from evalq.backends.vllm_build import build_vllm_encoder
@@ -185,42 +187,38 @@ def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolde
                             pid=server.pid if server is not None else None,
                             alive=server.alive if server is not None else None)
     else:
-        from evalq.load.launch import LaunchedServer
+        from evalq.load.launch import start_launch
 
+        if variant.name in section.launch:
+            _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
+        launched = start_launch(recipe, variant, model_path, folder.logs)
         http = variant.http
         assert http is not None
-        spec = section.launch.get(variant.name)
-        if spec is not None:
-            parts = urlsplit(http.url)
-            fill = {"model_path": str(model_path), "port": str(parts.port or 80),
-                    "host": parts.hostname or "127.0.0.1"}
-            command = [arg.format(**fill) for arg in spec.command]
-            root = http.url.rstrip("/").removesuffix("/v1")
-            launched = LaunchedServer(command, url=root, health=spec.health,
-                                      log_path=folder.logs / f"{variant.name}.log",
-                                      startup_timeout_s=spec.startup_timeout_s,
-                                      env=spec.env)
-            _log(f"{variant.name}: starting {command[0]} (log {launched.log_path})")
-            launched.start()
+        # The client (and its tokenizer: transformers takes ~1 min to import on a busy
+        # 2-core machine) is only needed for the parity texts.
+        encoder = None
         try:
-            encoder = create_encoder(variant, ctx)
+            if section.parity:
+                encoder = create_encoder(variant, ctx)
         except BaseException:
             if launched is not None:
                 launched.close()
             raise
-        url = encoder.url
-        model = getattr(encoder, "model", None)
+        url = http.url.rstrip("/").removesuffix("/v1")
+        model = http.model or str(model_path)
         endpoint = Endpoint(variant.name, url, "tei" if variant.backend == "tei" else "openai",
                             model, {}, pid=launched.pid if launched else None,
                             alive=launched.alive if launched else None)
     try:
-        describe = encoder.describe()
+        describe = (encoder.describe() if encoder is not None else
+                    {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
         if launched is not None:
             describe["launched"] = {"command": launched.command, "log": str(launched.log_path),
                                     "startup_s": launched.startup_s}
         yield Served(endpoint, encoder, describe)
     finally:
-        encoder.close()
+        if encoder is not None:
+            encoder.close()
         if launched is not None:
             launched.close()
 
@@ -305,6 +303,21 @@ def _format_step(variant: str, workload: str, step: dict[str, Any]) -> str:
             f"-> {step['verdict']}")
 
 
+def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
+    """``--plan-only``: the capacity plan and decision table again from stored knees, with
+    the recipe's current ``capacity:`` and the folder's latest quality verdicts (change
+    the target QPS or the price without measuring again)."""
+    recipe_path = Path(recipe_path)
+    recipe = recipe_from_located(load_yaml(recipe_path), recipe_path)
+    run_root = Path(output or recipe.output or Path("results") / recipe.name)
+    folder = LoadFolder(run_root)
+    summary = folder.read_summary()
+    summary["capacity"] = recipe.capacity.model_dump(mode="json") if recipe.capacity else None
+    summary["replanned"] = now_iso()
+    _finish(recipe, run_root, summary, folder)
+    return 1 if summary.get("broken") else 0
+
+
 def run_load(recipe_path: str | Path, *, output: Path | None = None,
              only: list[str] | None = None) -> int:
     """The whole command; returns the exit code (0 or 1; errors raise)."""
@@ -315,7 +328,8 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     section = plan.section
     from evalq.runner import _check_capabilities
 
-    _check_capabilities(plan.variants, recipe_path)
+    # only vLLM runs here; an HTTP server's device is its own (and detecting ours imports torch)
+    _check_capabilities([v for v in plan.variants if v.backend == "vllm"], recipe_path)
     run_root = Path(output or recipe.output or Path("results") / recipe.name)
     folder = LoadFolder(run_root)
     folder.prepare()
@@ -477,7 +491,10 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
         print(f"  => {summary['recommendation']}")
 
 
-def run_load_cli(recipe_path: Path, *, output: Path | None, only: list[str] | None) -> int:
+def run_load_cli(recipe_path: Path, *, output: Path | None, only: list[str] | None,
+                 plan_only: bool = False) -> int:
+    if plan_only:
+        return replan(recipe_path, output=output)
     try:
         return run_load(recipe_path, output=output, only=only)
     except KeyboardInterrupt:

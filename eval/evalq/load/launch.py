@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -143,3 +144,25 @@ class LaunchedServer:
             os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5.0)
+
+
+def start_launch(recipe: Any, variant: Any, model_path: Path,
+                 logs_dir: Path) -> LaunchedServer | None:
+    """Start the server a recipe's ``load.launch`` names for ``variant``, if any.
+
+    ``evalq run`` and ``evalq parity`` call this too, so a recipe that launches (say)
+    Infinity gets its quality verdict from the same server the load test drives.
+    """
+    section = getattr(recipe, "load", None)
+    spec = section.launch.get(variant.name) if section is not None else None
+    if spec is None or variant.http is None:
+        return None
+    parts = urlsplit(variant.http.url)
+    fill = {"model_path": str(model_path), "port": str(parts.port or 80),
+            "host": parts.hostname or "127.0.0.1"}
+    command = [arg.format(**fill) for arg in spec.command]
+    root = variant.http.url.rstrip("/").removesuffix("/v1")
+    server = LaunchedServer(command, url=root, health=spec.health,
+                            log_path=Path(logs_dir) / f"{variant.name}.log",
+                            startup_timeout_s=spec.startup_timeout_s, env=spec.env)
+    return server.start()
