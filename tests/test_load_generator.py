@@ -98,9 +98,21 @@ def test_closed_loop_holds_its_concurrency_and_the_count_bound() -> None:
         gen = LoadGenerator(server.url, _bounds(duration_s=30.0, max_requests=40))
         m = asyncio.run(gen.closed_loop(_requests(texts=4), concurrency=4))
         assert server.counters.max_in_flight <= 4
-        assert server.counters.requests == m.sent == 40  # stopped by the count bound
+        assert m.sent == 40  # stopped by the count bound
+        assert server.counters.requests == m.sent + m.warmup_sent
+    assert m.warmup_sent >= 4  # every client's first answer is warm-up
     assert m.ok == 40 and m.texts == 160
     assert m.latency.quantile_ms(0.0) >= 20
+
+
+def test_closed_loop_measures_requests_slower_than_the_warmup() -> None:
+    # 400 ms answers, 0.1 s warm-up: measuring starts once every client has one answer
+    with LoadTestServer(Behaviour(delay_ms=400)) as server:
+        gen = LoadGenerator(server.url, _bounds(warmup_s=0.1, duration_s=0.9))
+        m = asyncio.run(gen.closed_loop(_requests(), concurrency=2))
+        assert server.counters.requests == m.sent + m.warmup_sent
+    assert m.warmup_sent >= 2 and m.sent >= 2 and m.ok == m.sent
+    assert m.latency.quantile_ms(0.5) >= 400
 
 
 def test_warmup_is_sent_but_not_measured() -> None:

@@ -297,10 +297,11 @@ def _format_step(variant: str, workload: str, step: dict[str, Any]) -> str:
     cpu = step["server"].get("cpu_cores")
     cpu_text = f" server {cpu:.2f} cores" if cpu is not None else ""
     errors = f" errors {step['errors']}" if step["errors"] else ""
-    p50, p99 = lat["p50"] or 0.0, lat["p99"] or 0.0
-    return (f"{variant} {workload} [{step['series']}] {level}: {achieved:.1f} req/s "
-            f"{texts:.1f} texts/s p50 {p50:.1f} p99 {p99:.1f} ms{cpu_text}{errors} "
-            f"-> {step['verdict']}")
+    p50 = "-" if lat["p50"] is None else f"{lat['p50']:.1f}"
+    p99 = "-" if lat["p99"] is None else f"{lat['p99']:.1f}"
+    return (f"{variant} {workload} [{step['series']}] {level}: {step['ok']} ok, "
+            f"{achieved:.2f} req/s {texts:.1f} texts/s p50 {p50} p99 {p99} ms{cpu_text}"
+            f"{errors} -> {step['verdict']}")
 
 
 def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:

@@ -265,39 +265,54 @@ class LoadGenerator:
 
     async def closed_loop(self, requests: Sequence[RequestSpec],
                           concurrency: int) -> StepMeasurement:
-        """``concurrency`` clients in a loop until the step's time or count runs out."""
+        """``concurrency`` clients in a loop until the step's time or count runs out.
+
+        Warm-up lasts ``warmup_s`` *and* until every client has had one answer (a request
+        slower than the warm-up would otherwise leave nothing to measure); the measured
+        window then runs ``duration_s``. Requests sent before it are not measured. The step
+        is still bounded: warm-up waits at most ``timeout_s`` for the first answers.
+        """
         if not requests:
             raise ValueError("no requests to send")
         result = StepMeasurement(mode="closed", level=float(concurrency))
         loop = asyncio.get_running_loop()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         start = loop.time()
-        warm_end = start + self.bounds.warmup_s
-        stop = warm_end + self.bounds.duration_s
+        warm_until = start + self.bounds.warmup_s
+        give_up_warming = warm_until + self.bounds.timeout_s
+        window: list[float] = []  # [measured window start] once it began
+        warmed = [False] * concurrency
         counter = iter(range(1 << 62))
         ends: list[float] = []
 
-        async def client_loop(client: httpx.AsyncClient) -> None:
+        def measuring(now: float) -> bool:
+            if not window and now >= warm_until and (all(warmed) or now >= give_up_warming):
+                window.append(now)
+            return bool(window)
+
+        async def client_loop(client: httpx.AsyncClient, k: int) -> None:
             while True:
                 now = loop.time()
-                if now >= stop or result.sent >= self.bounds.max_requests:
+                measured = measuring(now)
+                if measured and (now >= window[0] + self.bounds.duration_s
+                                 or result.sent >= self.bounds.max_requests):
                     return
                 i = next(counter)
-                measured = now >= warm_end
                 if measured:
                     result.sent += 1
                 else:
                     result.warmup_sent += 1
                 end = await self._send(client, requests[i % len(requests)], now,
                                        result if measured else None)
+                warmed[k] = True
                 if measured:
                     ends.append(end)
 
         async with self._client(concurrency) as client:
-            tasks = {asyncio.create_task(client_loop(client)) for _ in range(concurrency)}
+            tasks = {asyncio.create_task(client_loop(client, k)) for k in range(concurrency)}
             await self._drain(tasks, result, extra_s=self.bounds.duration_s
-                              + self.bounds.warmup_s)
-        result.window_s = (max(ends) - warm_end) if ends else 0.0
+                              + self.bounds.warmup_s + 2 * self.bounds.timeout_s)
+        result.window_s = (max(ends) - window[0]) if ends and window else 0.0
         result.wall_s = time.perf_counter() - wall0
         result.generator_cpu_s = time.process_time() - cpu0
         return result
