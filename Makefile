@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test demo bench lint clean llmcompressor-venv
+.PHONY: install test demo bench lint clean llmcompressor-venv infinity-venv
 
 install: $(STAMP)
 
@@ -37,6 +37,20 @@ $(LLMC_STAMP):
 	$(LLMC_VENV)/bin/pip install -q "torch==2.13.0+cpu" "llmcompressor>=0.14,<0.15"
 	touch $(LLMC_STAMP)
 
+# Infinity (infinity-emb) is a dedicated embedding server that `evalq load` measures beside
+# vLLM; its pins (numpy<2, sentence-transformers<4, click<8.2) clash with the main venv's, so
+# it gets its own. torch is pinned to the local CPU build for the same reason as above.
+INF_VENV := .venv-infinity
+INF_STAMP := $(INF_VENV)/.evalq-installed
+
+infinity-venv: $(INF_STAMP)
+
+$(INF_STAMP):
+	test -x $(INF_VENV)/bin/python || $(PY) -m venv $(INF_VENV)
+	$(INF_VENV)/bin/pip install -q --upgrade pip
+	$(INF_VENV)/bin/pip install -q "torch==2.13.0+cpu" "infinity-emb[server,torch]==0.0.78"
+	touch $(INF_STAMP)
+
 test: install llmcompressor-venv
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests
@@ -50,9 +64,10 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/encode.py
 	$(BIN)/python bench/vllm.py
 	$(BIN)/python bench/rerun.py
+	$(BIN)/python bench/loadgen.py
 
 lint: install
 	$(BIN)/ruff check eval tests bench
 
 clean:
-	rm -rf $(VENV) $(LLMC_VENV) .evalq-cache results/*
+	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) .evalq-cache results/*

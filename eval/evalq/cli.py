@@ -102,6 +102,14 @@ def _parser() -> argparse.ArgumentParser:
     par = sub.add_parser("parity", help="compare every variant's backend against the reference")
     par.add_argument("recipe", type=Path)
     par.add_argument("--texts", type=_positive_int, default=32)
+
+    load = sub.add_parser("load", help="load-test the served variants and plan capacity")
+    load.add_argument("recipe", type=Path)
+    load.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
+    load.add_argument("--only", action="append", metavar="VARIANT",
+                      help="drive these variants only; repeatable")
+    load.add_argument("--plan-only", action="store_true",
+                      help="re-plan capacity from the stored load results (no traffic)")
     return p
 
 
@@ -231,6 +239,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from evalq.runner import parity_only
 
         return EXIT_OK if parity_only(args.recipe, texts=args.texts) else EXIT_GATE_FAILED
+    if args.command == "load":
+        from evalq.load.command import run_load_cli
+
+        return run_load_cli(args.recipe, output=args.output, only=args.only,
+                            plan_only=args.plan_only)
     raise AssertionError(f"unhandled command {args.command}")
 
 

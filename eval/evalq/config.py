@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalq.errors import InputError
+from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
@@ -187,6 +188,8 @@ class Recipe(_Strict):
     cache_dir: str = ".evalq-cache"
     # Texts per embedding-cache chunk: the unit of resumption after an interruption.
     cache_chunk: int = Field(default=512, ge=1)
+    load: LoadSection | None = None  # `evalq load`: workloads, SLOs, servers to launch
+    capacity: CapacitySection | None = None  # `evalq load`: demand and price per replica
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:

@@ -277,6 +277,9 @@ def _run_variant_measured(
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
+    from evalq.load.launch import start_launch  # a server the recipe's load.launch names
+
+    launched = start_launch(recipe, variant, model_path, folder.logs)
     encoder: Encoder = create_encoder(variant, ctx)
     record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
     parity_vectors = None
@@ -301,6 +304,8 @@ def _run_variant_measured(
                            judged[ds.name], record)
     finally:
         encoder.close()
+        if launched is not None:
+            launched.close()
     record.timings["total_s"] = time.perf_counter() - t0
     return record, parity_vectors
 
@@ -421,11 +426,16 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
         settings = _settings_for(recipe, variant, model_path, path)
         ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
                            resolve_device(variant.device), Path(recipe.cache_dir))
+        from evalq.load.launch import start_launch
+
+        launched = start_launch(recipe, variant, model_path, ctx.logs_dir)
         encoder = create_encoder(variant, ctx)
         try:
             vectors = encoder.embed(sample)
         finally:
             encoder.close()
+            if launched is not None:
+                launched.close()
         if ref is None:
             ref = (vectors, settings)
             print(f"{variant.name:24s} reference   settings {settings.fingerprint()}")

@@ -1,0 +1,147 @@
+"""Capacity arithmetic: from the knees one replica reached to replicas and dollars.
+
+Pure functions over plain values, so the arithmetic is testable without any server.
+
+One replica serves every workload of the deployment, so their demands add up as shares
+of a replica's capacity at the SLO (its knee):
+
+    load = target_qps / query_knee_rps
+         + target_qps · rerank_depth / rerank_knee_pairs_per_s
+         + ingest_docs_per_day / 86400 / ingest_knee_texts_per_s
+
+    replicas = max(min_replicas, ceil(load / headroom))
+
+``headroom`` (default 0.8) keeps each replica below its knee, where p99 is still under
+the SLO. Rerank capacity is counted in pairs per second, so a rerank workload measured at
+one depth plans for another depth linearly (a first-order assumption, stated in the
+plan). Cost per million queries = replicas · $/replica-hour / (target_qps · 3600) · 10⁶.
+
+A workload whose SLO broke at the very first step has no knee: more replicas do not make
+one request faster, so the plan is *infeasible* for that variant, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class Knee:
+    """What one replica sustained with p99 under the SLO.
+
+    ``per_s`` is in the workload's own unit: requests/s for ``query``, texts/s for
+    ``ingest``, pairs/s for ``rerank``. ``lower_bound`` says the sweep never broke the
+    SLO, so the true knee is higher than measured.
+    """
+
+    kind: str
+    per_s: float | None
+    unit: str
+    lower_bound: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Demand:
+    target_qps: float
+    rerank_depth: int | None = None
+    ingest_docs_per_day: float | None = None
+    headroom: float = 0.8
+    min_replicas: int = 1
+
+
+@dataclass
+class VariantPlan:
+    variant: str
+    feasible: bool
+    replicas: int | None
+    load: float | None  # replicas' worth of work at the target (before headroom)
+    shares: dict[str, float] = field(default_factory=dict)
+    dollars_per_hour: float | None = None
+    dollars_per_million_queries: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def needed_kinds(demand: Demand) -> list[str]:
+    kinds = ["query"]
+    if demand.rerank_depth:
+        kinds.append("rerank")
+    if demand.ingest_docs_per_day:
+        kinds.append("ingest")
+    return kinds
+
+
+def plan_variant(variant: str, knees: Mapping[str, Knee], demand: Demand,
+                 price_per_hour: float | None) -> VariantPlan:
+    """Replicas and cost for one variant from its knees (see the module docstring)."""
+    shares: dict[str, float] = {}
+    notes: list[str] = []
+    for kind in needed_kinds(demand):
+        knee = knees.get(kind)
+        if knee is None:
+            notes.append(f"no '{kind}' workload was measured: the plan leaves out its demand")
+            continue
+        if knee.per_s is None or knee.per_s <= 0:
+            return VariantPlan(variant, feasible=False, replicas=None, load=None,
+                               notes=[*notes, f"{kind}: {knee.reason or 'no knee'}; more "
+                                      "replicas do not make one request faster"])
+        if kind == "query":
+            shares[kind] = demand.target_qps / knee.per_s
+        elif kind == "rerank":
+            shares[kind] = demand.target_qps * (demand.rerank_depth or 0) / knee.per_s
+        else:
+            shares[kind] = (demand.ingest_docs_per_day or 0) / SECONDS_PER_DAY / knee.per_s
+        if knee.lower_bound:
+            notes.append(f"{kind}: the sweep never broke the SLO; its knee is at least "
+                         f"{knee.per_s:.4g} {knee.unit}, so this plan may overestimate")
+    if not shares:
+        return VariantPlan(variant, feasible=False, replicas=None, load=None,
+                           notes=[*notes, "nothing measured to plan from"])
+    load = sum(shares.values())
+    replicas = max(demand.min_replicas, math.ceil(load / demand.headroom - 1e-9))
+    plan = VariantPlan(variant, feasible=True, replicas=replicas, load=load, shares=shares,
+                       notes=notes)
+    if price_per_hour is not None:
+        plan.dollars_per_hour = replicas * price_per_hour
+        plan.dollars_per_million_queries = (plan.dollars_per_hour
+                                            / (demand.target_qps * 3600.0) * 1e6)
+    return plan
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    variant: str
+    quality: str  # "passes" | "fails" | "reference" | "unknown"
+    parity: str  # "ok" | "differs" | "not checked"
+    plan: VariantPlan
+
+    def sentence(self) -> str:
+        quality = {"passes": "passes quality", "fails": "FAILS quality",
+                   "reference": "reference", "unknown": "quality not run"}[self.quality]
+        if not self.plan.feasible:
+            return f"{self.variant}: {quality}, infeasible ({'; '.join(self.plan.notes)})"
+        cost = ("" if self.plan.dollars_per_million_queries is None
+                else f", ${self.plan.dollars_per_million_queries:.2f} per 1M queries")
+        return f"{self.variant}: {quality}, {self.plan.replicas} replicas{cost}"
+
+
+def recommend(rows: list[DecisionRow]) -> str | None:
+    """The cheapest feasible variant whose quality passed (or is the reference)."""
+    ok = [r for r in rows if r.plan.feasible and r.quality in ("passes", "reference")]
+    if not ok:
+        return None
+
+    def cost(r: DecisionRow) -> tuple[float, int]:
+        dollars = r.plan.dollars_per_million_queries
+        return (math.inf if dollars is None else dollars, r.plan.replicas or 0)
+
+    best = min(ok, key=cost)
+    return f"cheapest variant that keeps quality: {best.sentence()}"

@@ -1,0 +1,158 @@
+"""What the server did during a step (CPU, memory), and what it says about its batching.
+
+:class:`ProcessSampler` watches the server's process *tree* (vLLM's API server hands
+work to an engine-core child process, so the parent alone shows little): CPU seconds
+from the tree's ``cpu_times`` at the start and end of the step, and peak resident memory
+sampled every 0.2 s by a thread. Only for servers evalq started; for a server at a URL the
+figures are ``None`` with the reason, never made up.
+
+:func:`read_server_settings` reads the batch settings a server reports — TEI's ``/info``
+(``max_batch_tokens``, ``max_client_batch_size``, ``max_concurrent_requests``), the
+OpenAI-style ``/v1/models`` (vLLM's ``max_model_len``, Infinity's ``stats.batch_size``)
+and batch- or queue-related lines of a Prometheus ``/metrics`` page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from typing import Any
+
+import httpx
+
+_METRIC_LINE = re.compile(r"^(vllm:|tei_|infinity)?\S*(batch|num_seqs|max_model_len|"
+                          r"queue|concurren)\S*\s", re.IGNORECASE)
+
+
+class ProcessSampler:
+    """CPU seconds and peak RSS of one process and its descendants over a step."""
+
+    def __init__(self, pid: int | None, interval_s: float = 0.2) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._peak_rss = 0
+        self._cpu0 = 0.0
+        self._t0 = 0.0
+        self._procs: dict[int, Any] = {}
+
+    def _tree(self) -> list[Any]:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+        # keep Process objects stable so cpu_times deltas stay per process
+        for p in procs:
+            self._procs.setdefault(p.pid, p)
+        return [self._procs[p.pid] for p in procs]
+
+    def _cpu_s(self) -> float:
+        import psutil
+
+        total = 0.0
+        for p in self._tree():
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
+    def _rss(self) -> int:
+        import psutil
+
+        total = 0
+        for p in self._tree():
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._peak_rss = max(self._peak_rss, self._rss())
+
+    def __enter__(self) -> ProcessSampler:
+        if self.pid is None:
+            return self
+        self._cpu0 = self._cpu_s()
+        self._t0 = time.perf_counter()
+        self._peak_rss = self._rss()
+        self._thread = threading.Thread(target=self._run, name="evalq-load-sampler",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.result = self._result()
+
+    def _result(self) -> dict[str, Any]:
+        if self.pid is None:
+            return {"cpu_s": None, "cpu_cores": None, "peak_rss_mb": None,
+                    "note": "server not started by evalq: no process to watch"}
+        wall = time.perf_counter() - self._t0
+        cpu = self._cpu_s() - self._cpu0
+        self._peak_rss = max(self._peak_rss, self._rss())
+        return {"cpu_s": round(cpu, 3), "cpu_cores": round(cpu / wall, 3) if wall else None,
+                "peak_rss_mb": round(self._peak_rss / 2**20, 1),
+                "processes": len(self._procs)}
+
+
+def read_server_settings(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Whatever of ``/info``, ``/v1/models`` and ``/metrics`` the server answers."""
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s) as client:
+        for path in ("/info", "/v1/models", "/models"):
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                r = client.get(path)
+                if r.status_code == 200:
+                    out[path] = _trim(r.json())
+        with contextlib.suppress(httpx.HTTPError):
+            r = client.get("/metrics")
+            if r.status_code == 200:
+                lines = [ln[:300] for ln in r.text.splitlines()
+                         if not ln.startswith("#") and _METRIC_LINE.match(ln)
+                         and "_bucket{" not in ln and "_created" not in ln]
+                out["/metrics"] = lines[:40]
+    out["batch"] = _batch_settings(out)
+    return out
+
+
+def _trim(value: Any, depth: int = 0) -> Any:
+    """Keep a server's self-description small (some list every tokenizer option)."""
+    if isinstance(value, dict):
+        return {k: _trim(v, depth + 1) for k, v in list(value.items())[:40]}
+    if isinstance(value, list):
+        return [_trim(v, depth + 1) for v in value[:8]]
+    if isinstance(value, str) and len(value) > 300:
+        return value[:300] + "..."
+    return value
+
+
+def _batch_settings(found: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers that decide how a server batches, under one set of names."""
+    batch: dict[str, Any] = {}
+    info = found.get("/info")
+    if isinstance(info, dict):
+        for key in ("max_batch_tokens", "max_client_batch_size", "max_concurrent_requests",
+                    "max_batch_requests", "max_input_length"):
+            if key in info:
+                batch[key] = info[key]
+    for path in ("/v1/models", "/models"):
+        models = found.get(path)
+        data = models.get("data") if isinstance(models, dict) else None
+        for m in data or []:
+            if not isinstance(m, dict):
+                continue
+            if "max_model_len" in m:
+                batch["max_model_len"] = m["max_model_len"]
+            stats = m.get("stats")
+            if isinstance(stats, dict) and "batch_size" in stats:
+                batch["batch_size"] = stats["batch_size"]
+    return batch
