@@ -51,7 +51,7 @@ $(INF_STAMP):
 	$(INF_VENV)/bin/pip install -q "torch==2.13.0+cpu" "infinity-emb[server,torch]==0.0.78"
 	touch $(INF_STAMP)
 
-test: install llmcompressor-venv
+test: install llmcompressor-venv infinity-venv
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests
 
