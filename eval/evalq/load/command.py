@@ -327,10 +327,11 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     recipe = recipe_from_located(located, recipe_path)
     plan = check_plan(recipe, located, recipe_path, only)
     section = plan.section
-    from evalq.runner import _check_capabilities
+    from evalq.plan import build_plan
 
-    # only vLLM runs here; an HTTP server's device is its own (and detecting ours imports torch)
-    _check_capabilities([v for v in plan.variants if v.backend == "vllm"], recipe_path)
+    # The recipe's plan (capabilities of the vLLM variants on this machine, paths, outputs),
+    # every problem at once, before any server starts.
+    build_plan(recipe, recipe_path, output=output, located=located, use_cache=False)
     run_root = Path(output or recipe.output or Path("results") / recipe.name)
     folder = LoadFolder(run_root)
     folder.prepare()
