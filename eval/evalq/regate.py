@@ -18,7 +18,8 @@ from evalq.results import RunFolder
 from evalq.scoring import build_summary
 
 
-def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
+def regate(results: str | Path, *, junit: str | Path | None = None,
+           markdown: str | Path | None = None) -> bool:
     folder = RunFolder(results)
     manifest = folder.read_manifest()
     stored = folder.read_summary()
@@ -39,5 +40,9 @@ def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
               f"passed={summary['passed']}")
     if junit is not None:
         atomicio.write_text(junit, to_junit(verdicts, suite_name=f"evalq.{recipe.name}"))
+    if markdown is not None:
+        from evalq.report.markdown import job_summary
+
+        atomicio.write_text(markdown, job_summary(folder.root, manifest, summary))
     print("gates " + ("PASSED" if summary["passed"] else "FAILED"))
     return bool(summary["passed"])

@@ -136,12 +136,14 @@ def run_recipe(
     only: list[str] | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    wide: bool = False,
 ) -> RunOutcome:
     from evalq.embcache import EmbeddingCache
     from evalq.metrics.judged import JudgedIndex
     from evalq.modelinfo import model_fingerprint
     from evalq.report.console import print_run_table
     from evalq.scoring import build_summary
+    from evalq.snippets import write_snippets
 
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
@@ -207,11 +209,13 @@ def run_recipe(
         raise
 
     summary, _ = build_summary(recipe, manifest["variants"], folder)
+    write_snippets(folder, datasets, [r.name for r in records],
+                   words=recipe.report.snippet_words, title_separator=recipe.title_separator)
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
     folder.write_manifest(manifest)
     folder.write_summary(summary)
-    print_run_table(recipe, summary, out_dir)
+    print_run_table(recipe, summary, out_dir, wide=wide)
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 
