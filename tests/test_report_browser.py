@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_runs import HOSTILE_VARIANT, PAYLOADS
 
 from evalq.cli import main
 from evalq.report.sections import registered
+from report_runs import HOSTILE_VARIANT, PAYLOADS
 
 CHROMIUM_ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-dev-shm-usage"]

@@ -268,14 +268,18 @@ def _headline(c: Comparison) -> str:
             f"{len(c.verdicts)} verdict(s) changed; {len(c.settings)} setting(s) differ")
 
 
+def _fingerprint(run: RunView, ds: str) -> str:
+    return str(((run.manifest.get("datasets") or {}).get(ds) or {}).get("fingerprint"))[:19]
+
+
 def render_text(c: Comparison) -> str:
     """Plain text for a terminal (fits 100 columns)."""
     conf = f"{c.confidence * 100:g}%"
     lines = [f"evalq compare · {c.a.name}",
              f"  A {c.a.label}  {c.a.root}", f"  B {c.b.label}  {c.b.root}",
              "comparable: same datasets (" + ", ".join(
-                 f"{ds} {str((c.a.manifest.get('datasets') or {}).get(ds, {}).get('fingerprint'))[:19]}"
-                 for ds in c.a.datasets) + ") and query ids", "",
+                 f"{ds} {_fingerprint(c.a, ds)}" for ds in c.a.datasets) + ") and query ids",
+             "",
              _headline(c), ""]
     shown = c.differing
     if shown:

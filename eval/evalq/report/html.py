@@ -67,6 +67,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .banner.ship { border-color: var(--ok); background: #dafbe1; color: #1f2328; }
 .banner.none { border-color: var(--bad); background: #ffebe9; color: #1f2328; }
 .differs { background: #fff8c5; }
+.scroll { overflow-x: auto; max-width: 100%; }
 .plot { width: 100%; min-height: 360px; }
 .side { display: flex; gap: 14px; flex-wrap: wrap; }
 .side > div { flex: 1 1 480px; min-width: 0; }
@@ -162,7 +163,8 @@ def table(headers: Sequence[Any], rows: Iterable[Sequence[Any]],
             cells.append(Markup('<td class="{}">{}</td>').format(css, cell) if css
                          else Markup("<td>{}</td>").format(cell))
         body.append(Markup("<tr>{}</tr>").format(Markup("").join(cells)))
-    return Markup("<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>").format(
+    return Markup('<div class="scroll"><table><thead><tr>{}</tr></thead><tbody>{}</tbody>'
+                  "</table></div>").format(
         head, Markup("").join(body))
 
 

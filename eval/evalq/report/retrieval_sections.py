@@ -129,7 +129,7 @@ def metrics_section(run: RunView, page: Page) -> Markup:
         headers = ["variant", "gates"]
         for m in metrics:
             headers += [m, f"Δ {m}"]
-        headers += ref_metrics + ["weights", "index", "docs/s", "peak RSS"]
+        headers += [*ref_metrics, "weights", "index", "docs/s", "peak RSS"]
         rows = []
         for name in run.variants:
             entry = run.entry(ds, name)
@@ -331,18 +331,22 @@ def per_query_section(run: RunView, page: Page) -> Markup:
                               "needs the reference's stored values"))
             continue
         candidates = [v for v in run.candidates if run.per_query(ds, v) is not None]
+        # Shown first (visible scatter, open list): the first candidate that did not pass.
+        statuses = {v.name: v.status for v in candidate_verdicts(run)}
+        focus = next((v for v in candidates if statuses.get(v) in ("fail", "inconclusive")),
+                     candidates[0] if candidates else None)
         absent = [v for v in run.candidates if v not in candidates]
         if absent:
             parts.append(note(f"no stored per-query values for {', '.join(absent)}"))
         for metric in metrics:
             scatter = go.Figure()
             box = go.Figure()
-            for k, name in enumerate(candidates):
+            for name in candidates:
                 pair = _paired(run, ds, name, metric)
                 if pair is None:
                     continue
                 ids, ref, cand = pair
-                visible = True if k == 0 else "legendonly"
+                visible = True if name == focus else "legendonly"
                 scatter.add_trace(go.Scatter(
                     x=ref, y=cand, mode="markers", name=plot_text(name), visible=visible,
                     text=[plot_text(q) for q in ids], opacity=0.6,
@@ -368,9 +372,10 @@ def per_query_section(run: RunView, page: Page) -> Markup:
         if headline is None:
             continue
         parts.append(Markup("<h3>Most-hurt queries by {}</h3>").format(headline))
-        for k, name in enumerate(candidates):
+        for name in candidates:
             parts.append(Markup("<details{}><summary>{}</summary>{}</details>").format(
-                Markup(" open") if k == 0 else "", name, _most_hurt(run, ds, name, headline)))
+                Markup(" open") if name == focus else "", name,
+                _most_hurt(run, ds, name, headline)))
     return Markup("").join(parts)
 
 
@@ -387,6 +392,7 @@ def cosine_section(run: RunView, page: Page) -> Markup:
         fig = go.Figure()
         missing = []
         rows = []
+        legend_shown: set[str] = set()
         for name in run.candidates:
             per_text = run.per_text(ds, name)
             vectors = (run.entry(ds, name) or {}).get("vectors") or {}
@@ -404,10 +410,12 @@ def cosine_section(run: RunView, page: Page) -> Markup:
                 values = [v for v in (per_text.get(role) or {}).values() if v is not None]
                 if not values:
                     continue
+                label = "queries" if role == "query" else "documents"
                 fig.add_trace(go.Box(
-                    x=[plot_text(name)] * len(values), y=values, name=plot_text(role + "s"),
-                    legendgroup=role, showlegend=name == run.candidates[0] or not fig.data,
+                    x=[plot_text(name)] * len(values), y=values, name=label,
+                    legendgroup=role, showlegend=role not in legend_shown,
                     marker={"color": colour, "size": 3}, boxpoints="outliers"))
+                legend_shown.add(role)
         if fig.data:
             fig.update_layout(boxmode="group", yaxis_title="cosine to the reference")
             parts.append(page.figure(fig, height=420))
