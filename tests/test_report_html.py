@@ -44,7 +44,9 @@ def test_verdicts_and_recommendation_follow_the_stored_results(report_runs) -> N
 def test_page_is_self_contained(report_runs) -> None:
     html = render_run(RunView.load(report_runs.small))
     assert "Plotly" in html and "<script src" not in html and "<link" not in html
-    assert not re.search(r"(src|href)=\"(https?:)?//", html)
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.DOTALL)
+    assert markup.count("<section") == 7
+    assert not re.search(r"(src|href)=\"(https?:)?//", markup)
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html)
     assert csp and "default-src 'none'" in csp.group(1) and "unsafe-inline" not in \
         csp.group(1).split("script-src")[1].split(";")[0]
