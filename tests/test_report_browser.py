@@ -104,7 +104,7 @@ def _not_blank(png: bytes) -> None:
     colours = image.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50
     grey = image.convert("L")
-    dark = sum(1 for v in grey.getdata() if v < 200)
+    dark = sum(grey.histogram()[:200])
     assert dark / (grey.width * grey.height) > 0.01
 
 

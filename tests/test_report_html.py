@@ -5,6 +5,7 @@ test_report_browser.py.)"""
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import re
 import shutil
@@ -48,8 +49,10 @@ def test_page_is_self_contained(report_runs) -> None:
     assert markup.count("<section") == 7
     assert not re.search(r"(src|href)=\"(https?:)?//", markup)
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html)
-    assert csp and "default-src 'none'" in csp.group(1) and "unsafe-inline" not in \
-        csp.group(1).split("script-src")[1].split(";")[0]
+    assert csp
+    policy = html_lib.unescape(csp.group(1))
+    assert "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
 
 
 def test_pareto_front() -> None:
