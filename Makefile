@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test demo bench lint clean llmcompressor-venv infinity-venv
+.PHONY: install test demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
 
 install: $(STAMP)
 
@@ -51,13 +51,26 @@ $(INF_STAMP):
 	$(INF_VENV)/bin/pip install -q "torch==2.13.0+cpu" "infinity-emb[server,torch]==0.0.78"
 	touch $(INF_STAMP)
 
-test: install llmcompressor-venv infinity-venv
+# The report's browser tests drive Debian's chromium (Playwright never downloads its own).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || test -n "$$EVALQ_CHROMIUM" || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "make test: the report's browser tests need chromium. Install it as root with" \
+	         "'apt-get install -y chromium', or set EVALQ_CHROMIUM=/path/to/chromium." >&2; \
+	    exit 1; \
+	  fi; }
+
+test: install llmcompressor-venv infinity-venv chromium
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests
 
 demo: install
 	$(BIN)/evalq run recipes/quickstart.yaml --demo
-	$(BIN)/evalq gate results/quickstart --junit results/quickstart/junit.xml || true
+	$(BIN)/evalq gate results/quickstart --junit results/quickstart/junit.xml \
+	  --markdown results/quickstart/summary.md || true
+	$(BIN)/evalq report results/quickstart -o results/quickstart/report.html
 
 bench: install llmcompressor-venv
 	$(BIN)/python bench/metrics.py
@@ -65,6 +78,10 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/vllm.py
 	$(BIN)/python bench/rerun.py
 	$(BIN)/python bench/loadgen.py
+
+# Re-make the README's screenshot from the quickstart's results (after `make demo`).
+screenshot: install chromium
+	$(BIN)/python scripts/report_screenshot.py results/quickstart docs/report-screenshot.png
 
 lint: install
 	$(BIN)/ruff check eval tests bench

@@ -135,3 +135,17 @@ def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
 # ---------------------------------------------------------------------------------------
 # End of block: vLLM engine and server.
 # ---------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------
+# Block: real results folders for the report tests (owned by the reports work). Built
+# lazily, once per session; see tests/report_runs.py.
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def report_runs(tmp_path_factory):
+    from report_runs import ReportRuns
+
+    return ReportRuns(tmp_path_factory.mktemp("report-runs"), stdlib_docstrings())
+# ---------------------------------------------------------------------------------------
+# End of block: real results folders for the report tests.
+# ---------------------------------------------------------------------------------------

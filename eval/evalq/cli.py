@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-cache", action="store_true", help="recompute every embedding")
     run.add_argument("--demo", action="store_true",
                      help="exit 0 when the run completed even if gates failed (make demo)")
+    run.add_argument("--wide", action="store_true",
+                     help="print the full metric table instead of one compact row per variant")
 
     val = sub.add_parser("validate", help="check a recipe without running it")
     val.add_argument("recipe", type=Path, nargs="+")
@@ -73,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     gate = sub.add_parser("gate", help="re-decide the gates of a stored results folder")
     gate.add_argument("results", type=Path)
     gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
+
+    gate.add_argument("--markdown", type=Path, help="also write a markdown job summary")
+
+    rep = sub.add_parser("report", help="HTML report of a results folder (several: history)")
+    rep.add_argument("results", type=Path, nargs="+")
+    rep.add_argument("-o", "--output", type=Path,
+                     help="HTML file (default RESULTS/report.html, or history.html for several)")
+
+    cmp_ = sub.add_parser("compare", help="paired differences between two runs of a recipe")
+    cmp_.add_argument("run_a", type=Path)
+    cmp_.add_argument("run_b", type=Path)
+    cmp_.add_argument("--markdown", action="store_true", help="print a pull-request comment")
 
     sub.add_parser("datasets", help="list the dataset manifests")
 
@@ -185,6 +199,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         outcome = run(
             args.recipe, output=args.output, max_queries=args.max_queries,
             max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
+            wide=args.wide,
         )
         if outcome.passed:
             return EXIT_OK
@@ -207,8 +222,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "gate":
         from evalq.regate import regate
 
-        passed = regate(args.results, junit=args.junit)
+        passed = regate(args.results, junit=args.junit, markdown=args.markdown)
         return EXIT_OK if passed else EXIT_GATE_FAILED
+    if args.command == "report":
+        from evalq.report.page import write_report
+
+        default = args.results[0] / "report.html" if len(args.results) == 1 else \
+            Path("history.html")
+        print(f"report written to {write_report(args.results, args.output or default)}")
+        return EXIT_OK
+    if args.command == "compare":
+        from evalq.report.compare import compare_command
+
+        return compare_command(args.run_a, args.run_b, markdown=args.markdown)
     if args.command == "datasets":
         from evalq.datasets.manifest import list_datasets
 

@@ -164,6 +164,14 @@ class ParityOptions(_Strict):
     min_cosine: float = 0.9999
 
 
+class ReportOptions(_Strict):
+    """What reports read from the recipe: which cost the recommendation minimizes, and how
+    many words of each shown document the run stores for them (0 = no texts stored)."""
+
+    cost: Literal["weight_bytes", "index_bytes", "throughput"] = "weight_bytes"
+    snippet_words: int = Field(default=30, ge=0)
+
+
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
     description: str = ""
@@ -182,6 +190,7 @@ class Recipe(_Strict):
     gates: list[GateConfig] = Field(default_factory=list)
     stats: StatsOptions = StatsOptions()
     parity: ParityOptions = ParityOptions()
+    report: ReportOptions = ReportOptions()
     max_queries: int | None = Field(default=None, ge=1)
     max_docs: int | None = Field(default=None, ge=1)
     output: str | None = None  # default results/<name>

@@ -18,7 +18,8 @@ from evalq.results import RunFolder
 from evalq.scoring import build_summary
 
 
-def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
+def regate(results: str | Path, *, junit: str | Path | None = None,
+           markdown: str | Path | None = None) -> bool:
     folder = RunFolder(results)
     manifest = folder.read_manifest()
     stored = folder.read_summary()
@@ -50,5 +51,14 @@ def regate(results: str | Path, *, junit: str | Path | None = None) -> bool:
             raise InputError(message=f"cannot write the JUnit report ({exc.strerror})",
                              file=junit, field="--junit",
                              fix="give --junit a path in a writable folder") from None
+    if markdown is not None:
+        from evalq.report.markdown import job_summary
+
+        try:
+            atomicio.write_text(markdown, job_summary(folder.root, manifest, summary))
+        except OSError as exc:
+            raise InputError(message=f"cannot write the markdown summary ({exc.strerror})",
+                             file=markdown, field="--markdown",
+                             fix="give --markdown a path in a writable folder") from None
     print("gates " + ("PASSED" if summary["passed"] else "FAILED"))
     return bool(summary["passed"])

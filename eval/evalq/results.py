@@ -7,6 +7,7 @@ Layout of one run folder (``SCHEMA_VERSION`` 1)::
     per_query/<dataset>/<variant>.jsonl  one line per query: {"query_id", measure: value, ...}
     per_text/<dataset>/<variant>.json    reference cosines per query and per document text
     runs/<dataset>/<variant>.trec        TREC run files
+    texts/<dataset>.json               query texts and first words of top-10 documents (reports)
     logs/                              server logs of backends that start one
 
 Every file is written atomically (temp file + rename), so a killed run never leaves
@@ -148,6 +149,9 @@ class RunFolder:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_trec_run(ranking, path, tag=f"evalq-{variant}")
         return path
+
+    def write_texts(self, dataset: str, texts: Mapping[str, Any]) -> None:
+        atomicio.write_json(self.root / "texts" / f"{dataset}.json", clean_json(texts))
 
     # -- reading -----------------------------------------------------------------------
     def _read_json(self, name: str) -> dict[str, Any]:

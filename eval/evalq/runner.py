@@ -119,6 +119,7 @@ def run_recipe(
     use_cache: bool = True,
     progress: bool | None = None,
     _located: Any = None,
+    wide: bool = False,
 ) -> RunOutcome:
     from evalq import failure, rundir
     from evalq.embcache import EmbeddingCache
@@ -126,6 +127,7 @@ def run_recipe(
     from evalq.modelinfo import model_fingerprint
     from evalq.report.console import print_run_table
     from evalq.scoring import build_summary
+    from evalq.snippets import write_snippets
 
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
@@ -194,6 +196,8 @@ def run_recipe(
             folder.write_manifest(manifest)
         # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
         summary, _ = build_summary(recipe, manifest["variants"], folder)
+        write_snippets(folder, datasets, [r.name for r in records],
+                       words=recipe.report.snippet_words, title_separator=recipe.title_separator)
         manifest["finished"] = now_iso()
         manifest["status"] = "finished"
         folder.write_manifest(manifest)
@@ -205,7 +209,7 @@ def run_recipe(
     finally:
         failure.set_logs_dir(None)
         lock.release()
-    print_run_table(recipe, summary, out_dir)
+    print_run_table(recipe, summary, out_dir, wide=wide)
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 

@@ -1,4 +1,5 @@
-"""What `evalq run` prints: one table per dataset, then the gate verdicts with reasons.
+"""What `evalq run --wide` prints: one table per dataset, then the gate verdicts with
+reasons (the default is the compact view of ``report.compact``).
 
 Reads the summary only (never recomputes), so the console, the JSON and the JUnit report
 cannot disagree.
@@ -35,7 +36,16 @@ def _mib(n: int | None) -> str:
     return f"{n / 2**20:.1f}M" if n else "—"
 
 
-def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> None:
+COMPACT_WIDTH = 100
+
+
+def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
+                    wide: bool = False) -> None:
+    if not wide:
+        from evalq.report.compact import print_compact
+
+        print_compact(recipe, summary, out_dir, width=COMPACT_WIDTH)
+        return
     from rich.console import Console
     from rich.table import Table
 

@@ -1,0 +1,88 @@
+"""The default terminal summary of `evalq run`: fits a 100-column terminal.
+
+One row per variant: the first gated metric's value and Δ with its CI, the verdict, the
+weight and index bytes and the encode speed; then each failed or inconclusive gate with
+its reason, wrapped. The full table is `evalq run --wide` and the HTML report. Verdicts
+come from ``report.verdict``, the same functions the HTML and markdown reports use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalq.config import Recipe
+from evalq.report.runview import RunView, finite
+from evalq.report.verdict import candidate_verdicts, costs, recommend
+
+_STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
+          "inconclusive": ("inconclusive", "yellow"), "no verdict": ("—", "dim")}
+
+
+def _view(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> RunView:
+    manifest = {"recipe": recipe.model_dump(mode="json"),
+                "variants": {name: {} for name in summary.get("variants", {})}}
+    return RunView(root=out_dir, manifest=manifest, summary=summary)
+
+
+def _mib(value: float | None) -> str:
+    return "—" if value is None else f"{value / 2**20:.1f}M"
+
+
+def print_compact(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
+                  width: int = 100) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=width)
+    run = _view(recipe, summary, out_dir)
+    metric = run.headline_metric() or "—"
+    conf = f"{recipe.stats.confidence * 100:g}%"
+    statuses = {v.name: v.status for v in candidate_verdicts(run)}
+    for ds in run.datasets:
+        ds_entry = summary["datasets"][ds]
+        table = Table(title=f"{recipe.name} · {ds} · {ds_entry['queries']} queries, "
+                      f"{ds_entry.get('documents')} docs · Δ vs {run.reference} [{conf} CI]",
+                      title_justify="left", box=None, pad_edge=False, padding=(0, 1))
+        table.add_column("variant", no_wrap=True, max_width=20, overflow="ellipsis")
+        table.add_column(metric, justify="right", no_wrap=True)
+        table.add_column("Δ", justify="right", no_wrap=True)
+        table.add_column(f"{conf} CI", justify="right", no_wrap=True)
+        table.add_column("verdict", no_wrap=True)
+        table.add_column("weights", justify="right", no_wrap=True)
+        table.add_column("index", justify="right", no_wrap=True)
+        table.add_column("docs/s", justify="right", no_wrap=True)
+        for name in run.variants:
+            entry = run.entry(ds, name)
+            if entry is None:
+                continue
+            m = (entry.get("metrics") or {}).get(metric) or {}
+            vs = m.get("vs_reference") or {}
+            value = finite(m.get("value"))
+            delta = finite(vs.get("delta"))
+            low, high = finite(vs.get("ci_low")), finite(vs.get("ci_high"))
+            if name == run.reference:
+                verdict, style = "reference", "dim"
+            else:
+                verdict, style = _STYLE.get(statuses.get(name, "no verdict"), ("—", "dim"))
+            c = costs(run, name)
+            table.add_row(
+                name, "—" if value is None else f"{value:.4f}",
+                "—" if delta is None else f"{delta:+.4f}",
+                "" if low is None or high is None else f"[{low:+.4f},{high:+.4f}]",
+                f"[{style}]{verdict}[/{style}]", _mib(c.weight_bytes), _mib(c.index_bytes),
+                "cached" if c.throughput is None else f"{c.throughput:.1f}")
+        console.print(table)
+    for v in candidate_verdicts(run):
+        for f in v.failures:
+            where = f" ({f.dataset})" if len(run.datasets) > 1 else ""
+            colour = "red" if f.verdict == "fail" else "yellow"
+            console.print(f"[{colour}]{f.verdict}[/{colour}] {v.name}{where}: {f.gate} — "
+                          f"{f.reason}", highlight=False)
+    for w in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    rec = recommend(run)
+    console.print(f"recommendation: {rec.text}", highlight=False)
+    verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
+    console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, or "
+                  f"evalq report {out_dir}", highlight=False)

@@ -1,0 +1,354 @@
+"""`evalq compare RUN_A RUN_B [--markdown]`: what changed between two runs of a recipe
+(two commits, two machines, two library versions).
+
+Per dataset, variant and measure, the stored per-query values of B and A are paired by
+query id and the mean difference B − A gets a paired bootstrap interval and a
+randomization p-value (``evalq.stats``, with A's recipe's confidence, resamples and
+seed). A difference counts as *changed* when its interval excludes 0; values equal on
+every query are *identical*. Verdicts that changed, and settings, versions and
+fingerprints that differ, are listed beside it.
+
+Two runs are comparable only on the same data: the same datasets with the same
+fingerprints and the same query ids. Anything else is refused (exit 2) naming what
+differs, because a paired difference over different queries means nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from evalq import stats
+from evalq.errors import InputError
+from evalq.report.markdown import md
+from evalq.report.runview import RunView
+from evalq.report.verdict import costs
+
+Change = Literal["identical", "within noise", "higher", "lower", "undefined"]
+
+# Recorded per run but expected to differ between any two runs: not "settings".
+_VOLATILE = ("started", "finished", "stopped", "status", "timings", "environment.argv",
+             "recipe_file", "schema_version", "error", "datasets", "variants",
+             "options.use_cache")
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    dataset: str
+    variant: str
+    metric: str
+    n: int
+    a: float
+    b: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    change: Change
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    dataset: str
+    variant: str
+    gate: str
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class SettingDiff:
+    key: str
+    a: Any
+    b: Any
+
+
+@dataclass(frozen=True)
+class CostRow:
+    variant: str
+    key: str
+    a: float | None
+    b: float | None
+
+
+@dataclass
+class Comparison:
+    a: RunView
+    b: RunView
+    confidence: float
+    metrics: list[MetricDiff] = field(default_factory=list)
+    verdicts: list[VerdictChange] = field(default_factory=list)
+    settings: list[SettingDiff] = field(default_factory=list)
+    costs: list[CostRow] = field(default_factory=list)
+    only_in_a: list[str] = field(default_factory=list)
+    only_in_b: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[MetricDiff]:
+        return [m for m in self.metrics if m.change in ("higher", "lower", "undefined")]
+
+    @property
+    def differing(self) -> list[MetricDiff]:
+        return [m for m in self.metrics if m.change != "identical"]
+
+    @property
+    def no_differences(self) -> bool:
+        return not (self.differing or self.verdicts or self.settings or self.only_in_a
+                    or self.only_in_b)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _volatile(key: str) -> bool:
+    return any(key == v or key.startswith(v + ".") for v in _VOLATILE)
+
+
+def check_comparable(a: RunView, b: RunView) -> None:
+    """Refuse two runs whose data differ (exit 2 naming every difference)."""
+    for run in (a, b):
+        if run.summary is None:
+            raise InputError(message="the run did not finish (no summary.json)",
+                             file=run.root, fix="compare finished runs only")
+    problems = []
+    da, db = a.manifest.get("datasets") or {}, b.manifest.get("datasets") or {}
+    if set(da) != set(db):
+        problems.append(f"datasets differ: A has {', '.join(sorted(da)) or 'none'}, "
+                        f"B has {', '.join(sorted(db)) or 'none'}")
+    for ds in sorted(set(da) & set(db)):
+        fa, fb = da[ds].get("fingerprint"), db[ds].get("fingerprint")
+        if fa != fb:
+            problems.append(f"dataset {ds!r} fingerprint differs: A {fa}, B {fb} "
+                            f"(A {da[ds].get('queries')} queries / {da[ds].get('documents')} "
+                            f"documents, B {db[ds].get('queries')} / {db[ds].get('documents')})")
+            continue
+        qa, qb = a.per_query(ds, a.reference), b.per_query(ds, b.reference)
+        if qa is None or qb is None:
+            problems.append(f"dataset {ds!r}: the reference's per-query values are missing "
+                            f"in {'A' if qa is None else 'B'}")
+            continue
+        only_a = sorted(set(qa.query_ids) - set(qb.query_ids))
+        only_b = sorted(set(qb.query_ids) - set(qa.query_ids))
+        if only_a or only_b:
+            problems.append(f"dataset {ds!r}: query sets differ ({len(only_a)} only in A"
+                            + (f", e.g. {only_a[0]!r}" if only_a else "")
+                            + f"; {len(only_b)} only in B"
+                            + (f", e.g. {only_b[0]!r}" if only_b else "") + ")")
+    if a.reference != b.reference:
+        problems.append(f"the reference variant differs: A {a.reference!r}, B {b.reference!r}")
+    if problems:
+        raise InputError(message=f"{a.root} and {b.root} are not comparable: "
+                         + "; ".join(problems), field="RUN_A RUN_B",
+                         fix="compare two runs of the same recipe on the same dataset slice "
+                         "(same --max-queries/--max-docs)")
+
+
+def _metric_diff(ds: str, variant: str, metric: str, a: RunView, b: RunView,
+                 s: dict[str, Any]) -> MetricDiff | None:
+    pa, pb = a.per_query(ds, variant), b.per_query(ds, variant)
+    if pa is None or pb is None or metric not in pa.values or metric not in pb.values:
+        return None
+    row_b = {q: i for i, q in enumerate(pb.query_ids)}
+    ids = [q for q in pa.query_ids if q in row_b]
+    va = np.array([pa.values[metric][i] for i, q in enumerate(pa.query_ids) if q in row_b],
+                  dtype=np.float64)
+    vb = np.array([pb.values[metric][row_b[q]] for q in ids], dtype=np.float64)
+    ok = np.isfinite(va) & np.isfinite(vb)
+    n = int(ok.sum())
+    if n == 0:
+        nan = math.nan
+        return MetricDiff(ds, variant, metric, 0, nan, nan, nan, nan, nan, nan, "undefined")
+    va, vb = va[ok], vb[ok]
+    confidence = float(s.get("confidence", 0.95))
+    resamples, seed = int(s.get("resamples", 10_000)), int(s.get("seed", 0))
+    diff = stats.paired_bootstrap(vb, va, confidence, resamples, seed)
+    p = stats.randomization_test(vb, va, resamples, seed)
+    change: Change
+    if np.array_equal(va, vb):
+        change = "identical"
+    elif diff.ci_low > 0:
+        change = "higher"
+    elif diff.ci_high < 0:
+        change = "lower"
+    else:
+        change = "within noise"
+    undefined = int(len(ok) - n)
+    if undefined and change != "identical":
+        change = "undefined"
+    return MetricDiff(ds, variant, metric, n, diff.reference_mean, diff.candidate_mean,
+                      diff.delta, diff.ci_low, diff.ci_high, p, change)
+
+
+def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
+    a, b = RunView.load(path_a), RunView.load(path_b)
+    check_comparable(a, b)
+    s = a.recipe.get("stats") or {}
+    out = Comparison(a=a, b=b, confidence=float(s.get("confidence", 0.95)))
+    out.only_in_a = [v for v in a.variants if a.ran(v) and not b.ran(v)]
+    out.only_in_b = [v for v in b.variants if b.ran(v) and not a.ran(v)]
+    both = [v for v in a.variants if a.ran(v) and b.ran(v)]
+    measures = list(dict.fromkeys([*a.recipe.get("metrics", []),
+                                   *a.recipe.get("reference_metrics", [])]))
+    for ds in a.datasets:
+        for v in both:
+            for m in measures:
+                d = _metric_diff(ds, v, m, a, b, s)
+                if d is not None:
+                    out.metrics.append(d)
+            checks_a = {c.get("gate"): c.get("verdict")
+                        for c in ((a.entry(ds, v) or {}).get("gate") or {}).get("checks", [])}
+            checks_b = {c.get("gate"): c.get("verdict")
+                        for c in ((b.entry(ds, v) or {}).get("gate") or {}).get("checks", [])}
+            for gate in dict.fromkeys([*checks_a, *checks_b]):
+                va, vb = checks_a.get(gate, "absent"), checks_b.get(gate, "absent")
+                if va != vb:
+                    out.verdicts.append(VerdictChange(ds, v, str(gate), str(va), str(vb)))
+    fa, fb = _flatten(a.manifest), _flatten(b.manifest)
+    for key in sorted(set(fa) | set(fb)):
+        if not _volatile(key) and fa.get(key) != fb.get(key):
+            out.settings.append(SettingDiff(key, fa.get(key), fb.get(key)))
+    for v in both:
+        ma = _flatten({k: a.manifest_variant(v).get(k) for k in ("settings", "backend",
+                                                                 "parity")})
+        mb = _flatten({k: b.manifest_variant(v).get(k) for k in ("settings", "backend",
+                                                                 "parity")})
+        for key in sorted(set(ma) | set(mb)):
+            if ma.get(key) != mb.get(key) and not key.startswith("parity.cosine"):
+                out.settings.append(SettingDiff(f"variant {v}: {key}", ma.get(key), mb.get(key)))
+        ca, cb = costs(a, v), costs(b, v)
+        for key in ("weight_bytes", "index_bytes", "throughput", "peak_rss_mb"):
+            out.costs.append(CostRow(v, key, ca.get(key), cb.get(key)))
+    return out
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+def _num(value: float) -> str:
+    return "nan" if not math.isfinite(value) else f"{value:.4f}"
+
+
+def _signed(value: float) -> str:
+    return "nan" if not math.isfinite(value) else f"{value:+.4f}"
+
+
+def _cost(key: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if key in ("weight_bytes", "index_bytes"):
+        return f"{value / 2**20:.1f} MiB"
+    if key == "peak_rss_mb":
+        return f"{value:.0f} MiB"
+    return f"{value:.1f}/s"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{b / a:.2f}×" if a and b is not None else "—"
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _headline(c: Comparison) -> str:
+    if c.no_differences:
+        return "no differences: every stored per-query value, verdict and setting is identical"
+    return (f"{len(c.changed)} of {len(c.metrics)} figures changed beyond noise, "
+            f"{len(c.differing) - len(c.changed)} moved within noise; "
+            f"{len(c.verdicts)} verdict(s) changed; {len(c.settings)} setting(s) differ")
+
+
+def _fingerprint(run: RunView, ds: str) -> str:
+    return str(((run.manifest.get("datasets") or {}).get(ds) or {}).get("fingerprint"))[:19]
+
+
+def render_text(c: Comparison) -> str:
+    """Plain text for a terminal (fits 100 columns)."""
+    conf = f"{c.confidence * 100:g}%"
+    lines = [f"evalq compare · {c.a.name}",
+             f"  A {c.a.label}  {c.a.root}", f"  B {c.b.label}  {c.b.root}",
+             "comparable: same datasets (" + ", ".join(
+                 f"{ds} {_fingerprint(c.a, ds)}" for ds in c.a.datasets) + ") and query ids",
+             "",
+             _headline(c), ""]
+    shown = c.differing
+    if shown:
+        lines.append(f"{'variant':16} {'measure':12} {'A':>8} {'B':>8} {'B − A':>8} "
+                     f"{conf + ' CI':>19} {'p':>6}  change")
+        for m in shown:
+            name = m.variant if len(c.a.datasets) == 1 else f"{m.dataset}/{m.variant}"
+            lines.append(f"{_short(name, 16):16} {_short(m.metric, 12):12} {_num(m.a):>8} "
+                         f"{_num(m.b):>8} {_signed(m.delta):>8} "
+                         f"[{_signed(m.ci_low)},{_signed(m.ci_high)}] "
+                         f"{m.p_value:6.3f}  {m.change}")
+        lines.append("")
+    for v in c.verdicts:
+        lines.append(f"verdict changed: {v.variant} · {v.gate}: {v.a} → {v.b}")
+    for name in c.only_in_a:
+        lines.append(f"only in A: variant {name}")
+    for name in c.only_in_b:
+        lines.append(f"only in B: variant {name}")
+    if c.settings:
+        lines.append("settings, versions and fingerprints that differ (A → B):")
+        lines += [f"  {s.key}: {_short(s.a)} → {_short(s.b)}" for s in c.settings]
+    lines.append("")
+    lines.append(f"{'costs':16} {'':12} {'A':>10} {'B':>10} {'B/A':>6}")
+    for row in c.costs:
+        lines.append(f"{_short(row.variant, 16):16} {row.key:12} {_cost(row.key, row.a):>10} "
+                     f"{_cost(row.key, row.b):>10} {_ratio(row.a, row.b):>6}")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(c: Comparison) -> str:
+    """A pull-request comment."""
+    conf = f"{c.confidence * 100:g}%"
+    icon = "✅" if c.no_differences else ("⚠️" if c.changed or c.verdicts else "ℹ️")
+    lines = [f"### evalq compare · {md(c.a.name)}", "",
+             f"A `{md(c.a.label)}` → B `{md(c.b.label)}`", "", f"{icon} {md(_headline(c))}", ""]
+    if c.verdicts:
+        lines += ["| variant | gate | A | B |", "|---|---|---|---|"]
+        lines += [f"| {md(v.variant)} | {md(v.gate)} | {md(v.a)} | **{md(v.b)}** |"
+                  for v in c.verdicts]
+        lines.append("")
+    if c.differing:
+        lines += [f"| variant | measure | A | B | B − A [{conf} CI] | p | change |",
+                  "|---|---|---:|---:|---:|---:|---|"]
+        for m in c.differing:
+            change = f"**{m.change}**" if m.change in ("higher", "lower", "undefined") \
+                else m.change
+            name = m.variant if len(c.a.datasets) == 1 else f"{m.dataset}/{m.variant}"
+            lines.append(f"| {md(name)} | {md(m.metric)} | {_num(m.a)} | {_num(m.b)} | "
+                         f"{_signed(m.delta)} [{_signed(m.ci_low)}, {_signed(m.ci_high)}] | "
+                         f"{m.p_value:.3f} | {change} |")
+        lines.append("")
+    if c.only_in_a or c.only_in_b:
+        lines += [f"Only in A: {md(', '.join(c.only_in_a) or '—')}; only in B: "
+                  f"{md(', '.join(c.only_in_b) or '—')}", ""]
+    if c.settings:
+        lines += [f"<details><summary>{len(c.settings)} setting(s), version(s) or "
+                  "fingerprint(s) differ</summary>", "", "| key | A | B |", "|---|---|---|"]
+        lines += [f"| {md(s.key)} | {md(_short(s.a, 60))} | {md(_short(s.b, 60))} |"
+                  for s in c.settings]
+        lines += ["", "</details>", ""]
+    lines += ["<details><summary>costs</summary>", "", "| variant | cost | A | B | B/A |",
+              "|---|---|---:|---:|---:|"]
+    lines += [f"| {md(r.variant)} | {r.key} | {_cost(r.key, r.a)} | {_cost(r.key, r.b)} | "
+              f"{_ratio(r.a, r.b)} |" for r in c.costs]
+    lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def compare_command(path_a: Path, path_b: Path, *, markdown: bool = False) -> int:
+    comparison = compare_runs(path_a, path_b)
+    print(render_markdown(comparison) if markdown else render_text(comparison), end="")
+    return 0

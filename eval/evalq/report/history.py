@@ -1,0 +1,182 @@
+"""The history page: several runs of one recipe (one per commit, machine or library
+version), ordered by the manifest's start time and git revision.
+
+Every gated figure is drawn over the runs as stored in each run's gate check (Δ with its
+CI for an allowed-drop gate, the mean with its CI or the percentile for a floor) with the
+gate's threshold beside it, then the cost figures and the verdicts. Nothing is
+recomputed: a run's point is what that run decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from markupsafe import Markup
+
+from evalq.errors import InputError
+from evalq.report.html import Page, note, plot_text, table
+from evalq.report.runview import RunView, finite
+from evalq.report.verdict import candidate_verdicts, costs
+
+_STATUS_CSS = {"ship": "pass", "fail": "fail", "inconclusive": "inconclusive"}
+
+
+def order_runs(runs: Sequence[RunView]) -> list[RunView]:
+    names = sorted({r.name for r in runs})
+    if len(names) > 1:
+        listing = "; ".join(f"{r.root} is {r.name!r}" for r in runs)
+        raise InputError(message="a history needs runs of one recipe, these are of "
+                         f"{len(names)} ({listing})", field="RESULTS",
+                         fix="pass folders of the same recipe, or one folder for its report")
+    return sorted(runs, key=lambda r: (r.started, r.git_revision, str(r.root)))
+
+
+def _gate_point(figures: dict[str, Any]) -> tuple[float | None, float | None, float | None,
+                                                   float | None, str] | None:
+    """(value, ci_low, ci_high, threshold, what) of one stored gate check."""
+    if "delta" in figures:
+        margin = finite(figures.get("margin"))
+        return (finite(figures.get("delta")), finite(figures.get("ci_low")),
+                finite(figures.get("ci_high")), None if margin is None else -margin, "Δ")
+    if "mean" in figures:
+        return (finite(figures.get("mean")), finite(figures.get("ci_low")),
+                finite(figures.get("ci_high")), finite(figures.get("min")), "mean")
+    if "value" in figures and "stat" in figures:
+        return (finite(figures.get("value")), None, None, finite(figures.get("min")),
+                str(figures.get("stat")))
+    return None
+
+
+def _gate_series(runs: list[RunView]) -> dict[tuple[str, str], dict[str, list[Any]]]:
+    """{(dataset, gate label): {variant: [(run index, point), ...]}}."""
+    series: dict[tuple[str, str], dict[str, list[Any]]] = {}
+    for i, run in enumerate(runs):
+        for ds in run.datasets:
+            for name in run.candidates:
+                gate = (run.entry(ds, name) or {}).get("gate") or {}
+                for check in gate.get("checks", []):
+                    point = _gate_point(check.get("figures") or {})
+                    if point is None:
+                        continue
+                    key = (ds, str(check.get("gate")))
+                    series.setdefault(key, {}).setdefault(name, []).append(
+                        (i, point, check.get("verdict")))
+    return series
+
+
+def render_history(runs_in: Sequence[RunView]) -> str:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    runs = order_runs(runs_in)
+    labels = [plot_text(f"{i}. {r.label}") for i, r in enumerate(runs, start=1)]
+    page = Page(f"evalq history · {runs[0].name}")
+    variants: list[str] = []
+    for r in runs:
+        variants += [v for v in r.candidates if v not in variants]
+    palette = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+               "#8c8c8c", "#ccb974", "#64b5cd")
+
+    def colour(name: str) -> str:
+        return palette[variants.index(name) % len(palette)] if name in variants else "#333"
+
+    # runs table
+    rows = []
+    for r in runs:
+        s = r.summary
+        passed = ("no summary", "muted") if s is None else (
+            ("passed", "pass") if s.get("passed") else ("failed", "fail"))
+        rows.append([r.label, r.git_revision, str(r.manifest.get("evalq_version", "?")),
+                     passed, str(len((s or {}).get("failed_gates", []))), str(r.root)])
+    runs_html = table(["run", "git revision", "evalq", "gates", "failed gates", "folder"], rows)
+    notes = [note(f"{r.root}: {n}") for r in runs for n in r.notes]
+
+    # gated figures over runs
+    gate_parts: list[Markup] = []
+    for (ds, label), by_variant in _gate_series(runs).items():
+        fig = go.Figure()
+        what = "value"
+        thresholds: dict[int, float] = {}
+        for name, points in by_variant.items():
+            xs, ys, up, down, text = [], [], [], [], []
+            for i, (value, low, high, threshold, kind), verdict in points:
+                what = kind
+                if threshold is not None:
+                    thresholds.setdefault(i, threshold)
+                if value is None:
+                    continue
+                xs.append(labels[i])
+                ys.append(value)
+                up.append(0.0 if high is None else high - value)
+                down.append(0.0 if low is None else value - low)
+                text.append(plot_text(verdict))
+            fig.add_trace(go.Scatter(
+                x=xs, y=ys, mode="lines+markers", name=plot_text(name), text=text,
+                marker={"color": colour(name), "size": 8},
+                error_y={"type": "data", "symmetric": False, "array": up, "arrayminus": down},
+                hovertemplate="%{x}<br>%{y:.4f} (%{text})<extra>" + plot_text(name)
+                + "</extra>"))
+        if thresholds:
+            ordered = sorted(thresholds)
+            fig.add_trace(go.Scatter(
+                x=[labels[i] for i in ordered], y=[thresholds[i] for i in ordered],
+                mode="lines+markers", name="gate threshold",
+                line={"dash": "dash", "color": "#cf222e", "width": 2},
+                marker={"symbol": "line-ew-open", "size": 14, "color": "#cf222e"}))
+        fig.update_layout(title=plot_text(f"{label} · {ds}"), yaxis_title=plot_text(what),
+                          xaxis={"type": "category"})
+        gate_parts.append(page.figure(fig))
+    if not gate_parts:
+        gate_parts.append(note("no stored gate figures in these runs"))
+
+    # costs over runs
+    cost_axes = [("weight_bytes", "weights (MiB)", 1 / 2**20),
+                 ("index_bytes", "index (MiB)", 1 / 2**20),
+                 ("throughput", "documents/s", 1.0), ("peak_rss_mb", "peak RSS (MiB)", 1.0)]
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[a[1] for a in cost_axes],
+                        vertical_spacing=0.18)
+    everyone = [runs[-1].reference, *variants] if runs[-1].reference else variants
+    for k, (key, _title, scale) in enumerate(cost_axes):
+        for name in everyone:
+            xs, ys = [], []
+            for i, r in enumerate(runs):
+                if not r.ran(name):
+                    continue
+                value = costs(r, name).get(key)
+                if value is not None:
+                    xs.append(labels[i])
+                    ys.append(value * scale)
+            if xs:
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers",
+                                         name=plot_text(name), legendgroup=plot_text(name),
+                                         showlegend=k == 0,
+                                         marker={"color": colour(name)}),
+                              row=k // 2 + 1, col=k % 2 + 1)
+    fig.update_xaxes(type="category")
+    cost_html = page.figure(fig, height=620)
+
+    # verdict grid
+    grid_rows = []
+    for r in runs:
+        statuses = {v.name: v.status for v in candidate_verdicts(r)}
+        row: list[Any] = [r.label]
+        for name in variants:
+            status = statuses.get(name, "absent")
+            row.append((status, _STATUS_CSS.get(status, "muted")))
+        grid_rows.append(row)
+    grid_html = table(["run", *variants], grid_rows)
+
+    sections = [("runs", "Runs", Markup("").join([*notes, runs_html])),
+                ("gates-history", "Gated figures over runs", Markup(
+                    "<p class=\"muted\">Each point is what that run stored for the gate "
+                    "(bars: its CI); the dashed red line is the gate's threshold "
+                    "(−margin for an allowed drop, the floor for a minimum).</p>{}").format(
+                    Markup("").join(gate_parts))),
+                ("cost-history", "Cost over runs", cost_html),
+                ("verdict-history", "Verdicts over runs", grid_html)]
+    body = Markup("").join(Markup('<section id="{}"><h2>{}</h2>{}</section>').format(*s)
+                           for s in sections)
+    header = Markup("<header><h1>evalq history · {}</h1><p>{} runs, {} to {}</p></header>"
+                    ).format(runs[0].name, len(runs), runs[0].label, runs[-1].label)
+    return page.render(header, [(s[0], s[1]) for s in sections], body)

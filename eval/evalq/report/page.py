@@ -1,0 +1,73 @@
+"""`evalq report RESULTS... -o report.html`: one results folder gives the run's report,
+several of the same recipe give its history page.
+
+The page is assembled from the registered sections (``report.sections``) of the kinds
+the folder holds; each section renders from the stored results only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from markupsafe import Markup
+
+from evalq import atomicio
+from evalq.errors import InputError
+from evalq.report.html import Page
+from evalq.report.runview import RunView
+from evalq.report.sections import sections_for
+
+
+def _header(run: RunView) -> Markup:
+    summary = run.summary
+    if summary is None:
+        verdict, css = f"run {run.manifest.get('status', 'unfinished')}", "warn"
+    elif summary.get("passed"):
+        verdict, css = "every gate PASSED", "pass"
+    else:
+        verdict, css = "gates FAILED", "fail"
+    datasets = ", ".join(
+        f"{ds} ({d.get('queries', '?')} queries, {d.get('documents', '?')} documents)"
+        for ds, d in (run.manifest.get("datasets") or {}).items())
+    return Markup(
+        "<header><h1>evalq · {name}</h1><p>{desc}</p><p><span class=\"{css}\">{verdict}"
+        "</span> · reference {ref} · {datasets}</p><p>started {started} · git {rev} · "
+        "evalq {version}</p></header>"
+    ).format(name=run.name, desc=run.recipe.get("description", ""), css=css,
+             verdict=verdict, ref=run.reference, datasets=datasets, started=run.started,
+             rev=run.git_revision, version=run.manifest.get("evalq_version", "?"))
+
+
+def render_run(run: RunView) -> str:
+    page = Page(f"evalq · {run.name}")
+    sections = sections_for(run)
+    body = Markup("").join(
+        Markup('<section id="{}"><h2>{}</h2>{}</section>').format(
+            s.id, s.title, s.render(run, page))
+        for s in sections)
+    return page.render(_header(run), [(s.id, s.title) for s in sections], body)
+
+
+def write_report(results: Sequence[str | Path], output: str | Path) -> Path:
+    """Write the report of one folder, or the history of several; returns the path."""
+    if not results:
+        raise InputError(message="no results folder given", field="RESULTS",
+                         fix="evalq report results/quickstart -o report.html")
+    runs = [RunView.load(r) for r in results]
+    if len(runs) == 1:
+        text = render_run(runs[0])
+    else:
+        from evalq.report.history import render_history
+
+        text = render_history(runs)
+    out = Path(output)
+    if out.is_dir():
+        raise InputError(message="the output is a folder", file=out, field="-o",
+                         fix="name a file, e.g. -o report.html")
+    try:
+        atomicio.write_text(out, text)
+    except OSError as exc:
+        raise InputError(message=f"cannot write the report ({exc.strerror})", file=out,
+                         field="-o", fix="choose a writable path") from None
+    return out

@@ -1,0 +1,219 @@
+"""A results folder, read-only, as every report sees it.
+
+Reports (HTML, history, compare, markdown) take their figures from here and from nowhere
+else: the results contract (``manifest.json``, ``summary.json``, ``per_query/``,
+``per_text/``, ``runs/``, ``texts/``) is their only input, so the report of an old run
+keeps working after the code, the dataset or the model moved on. Nothing here computes a
+statistic; a part that is missing reads as ``None`` and leaves a note saying what is
+missing and what that costs the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.errors import InputError
+from evalq.metrics.values import PerQuery
+from evalq.results import RunFolder
+
+
+@dataclass
+class RunView:
+    """One results folder. ``summary`` is ``None`` for a run that never finished."""
+
+    root: Path
+    manifest: dict[str, Any]
+    summary: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+    _cache: dict[tuple[str, str, str], Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, root: str | Path) -> RunView:
+        root = Path(root)
+        if not root.is_dir():
+            raise InputError(message="no such results folder", file=root,
+                             fix="pass a folder written by 'evalq run' (e.g. results/quickstart)")
+        folder = RunFolder(root)
+        try:
+            manifest = folder.read_manifest()
+        except json.JSONDecodeError as exc:
+            raise InputError(message=f"manifest.json is not valid JSON ({exc})",
+                             file=root / "manifest.json",
+                             fix="rerun 'evalq run'; the file was damaged") from None
+        view = cls(root=root, manifest=manifest, summary=None)
+        if (root / "summary.json").is_file():
+            try:
+                view.summary = folder.read_summary()
+            except json.JSONDecodeError as exc:
+                raise InputError(message=f"summary.json is not valid JSON ({exc})",
+                                 file=root / "summary.json",
+                                 fix="rerun 'evalq gate' or 'evalq run'") from None
+        else:
+            status = manifest.get("status", "unknown")
+            error = manifest.get("error")
+            view.notes.append(
+                f"no summary.json: the run did not finish (status {status}"
+                + (f": {error}" if error else "")
+                + "); aggregates, confidence intervals and verdicts are missing, stored "
+                "per-query values are shown where they exist")
+        return view
+
+    # -- identity ------------------------------------------------------------------------
+    @property
+    def recipe(self) -> dict[str, Any]:
+        return self.manifest.get("recipe") or {}
+
+    @property
+    def name(self) -> str:
+        return str((self.summary or {}).get("recipe") or self.recipe.get("name") or self.root.name)
+
+    @property
+    def reference(self) -> str:
+        ref = (self.summary or {}).get("reference") or (self.recipe.get("reference") or {}).get(
+            "name")
+        return str(ref or "")
+
+    @property
+    def started(self) -> str:
+        return str(self.manifest.get("started") or "")
+
+    @property
+    def git_revision(self) -> str:
+        return str(self.manifest.get("git_revision") or "unknown")
+
+    @property
+    def label(self) -> str:
+        """Short label for a run in history plots: time and abbreviated revision."""
+        rev = self.git_revision
+        short = rev[:8] + ("-dirty" if rev.endswith("-dirty") else "") if rev != "unknown" \
+            else "no-git"
+        return f"{self.started[:16].replace('T', ' ')} {short}"
+
+    @property
+    def cost_key(self) -> str:
+        return str((self.recipe.get("report") or {}).get("cost") or "weight_bytes")
+
+    # -- structure -----------------------------------------------------------------------
+    @cached_property
+    def datasets(self) -> list[str]:
+        if self.summary is not None:
+            return list(self.summary.get("datasets", {}))
+        return list(self.manifest.get("datasets", {}))
+
+    @cached_property
+    def variants(self) -> list[str]:
+        """Reference first, then candidates in recipe order; a candidate the recipe names
+        but the folder lacks is listed too (see :meth:`ran`)."""
+        names: list[str] = []
+        recipe_names = [(self.recipe.get("reference") or {}).get("name")] + [
+            c.get("name") for c in self.recipe.get("candidates", [])]
+        for source in (recipe_names, list(self.manifest.get("variants", {})),
+                       list((self.summary or {}).get("variants", {}))):
+            names += [n for n in source if n and n not in names]
+        return names
+
+    @property
+    def candidates(self) -> list[str]:
+        return [v for v in self.variants if v != self.reference]
+
+    def ran(self, variant: str) -> bool:
+        return variant in self.manifest.get("variants", {})
+
+    def manifest_variant(self, variant: str) -> dict[str, Any]:
+        return self.manifest.get("variants", {}).get(variant) or {}
+
+    def summary_variant(self, variant: str) -> dict[str, Any]:
+        return (self.summary or {}).get("variants", {}).get(variant) or {}
+
+    def entry(self, dataset: str, variant: str) -> dict[str, Any] | None:
+        """The summary's per-dataset entry of a variant (metrics, gate, encode, index)."""
+        if self.summary is None:
+            return None
+        return self.summary.get("datasets", {}).get(dataset, {}).get("variants", {}).get(variant)
+
+    def gated_metrics(self) -> list[str]:
+        """Metrics named by gates, qrels ones first, in recipe order."""
+        gates = self.recipe.get("gates", [])
+        ordered = [g["metric"] for g in gates if g.get("against", "qrels") == "qrels"]
+        ordered += [g["metric"] for g in gates if g.get("against") == "reference"]
+        return list(dict.fromkeys(ordered))
+
+    def headline_metric(self) -> str | None:
+        """The first gated qrels metric, else the first metric: what compact views show."""
+        qrels_gated = [g["metric"] for g in self.recipe.get("gates", [])
+                       if g.get("against", "qrels") == "qrels"]
+        metrics = list(self.recipe.get("metrics", []))
+        for m in qrels_gated:
+            if m in metrics:
+                return m
+        return metrics[0] if metrics else None
+
+    # -- stored per-query and per-text values -------------------------------------------
+    def _file(self, kind: str, dataset: str, variant: str, suffix: str) -> Path:
+        return self.root / kind / dataset / f"{variant}{suffix}"
+
+    def per_query(self, dataset: str, variant: str) -> PerQuery | None:
+        key = ("per_query", dataset, variant)
+        if key not in self._cache:
+            path = self._file("per_query", dataset, variant, ".jsonl")
+            self._cache[key] = RunFolder(self.root).read_per_query(dataset, variant) \
+                if path.is_file() else None
+        return self._cache[key]
+
+    def per_query_column(self, dataset: str, variant: str, metric: str) -> np.ndarray | None:
+        values = self.per_query(dataset, variant)
+        if values is None or metric not in values.values:
+            return None
+        return np.asarray(values.values[metric], dtype=np.float64)
+
+    def per_text(self, dataset: str, variant: str) -> dict[str, dict[str, float | None]] | None:
+        key = ("per_text", dataset, variant)
+        if key not in self._cache:
+            path = self._file("per_text", dataset, variant, ".json")
+            self._cache[key] = json.loads(path.read_text(encoding="utf-8")) \
+                if path.is_file() else None
+        return self._cache[key]
+
+    def top(self, dataset: str, variant: str, k: int = 10) -> dict[str, list[tuple[str, float]]] \
+            | None:
+        """``{query_id: [(doc_id, score), ...]}``: the first ``k`` ranks of the stored
+        TREC run (evalq writes its runs in rank order)."""
+        key = ("runs", dataset, f"{variant}@{k}")
+        if key not in self._cache:
+            path = self._file("runs", dataset, variant, ".trec")
+            out: dict[str, list[tuple[str, float]]] | None = None
+            if path.is_file():
+                out = {}
+                with path.open(encoding="utf-8") as handle:
+                    for line in handle:
+                        parts = line.split()
+                        if len(parts) >= 6 and int(parts[3]) <= k:
+                            out.setdefault(parts[0], []).append((parts[2], float(parts[4])))
+            self._cache[key] = out
+        return self._cache[key]
+
+    def texts(self, dataset: str) -> dict[str, Any] | None:
+        key = ("texts", dataset, "")
+        if key not in self._cache:
+            path = self.root / "texts" / f"{dataset}.json"
+            self._cache[key] = json.loads(path.read_text(encoding="utf-8")) \
+                if path.is_file() else None
+        return self._cache[key]
+
+
+def finite(value: Any) -> float | None:
+    """A stored number as a float, or None for null / NaN / missing."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

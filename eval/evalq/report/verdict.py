@@ -1,0 +1,164 @@
+"""Which candidates may ship, which failed and why, which are undecided, and the
+recommendation: the cheapest candidate that passes every gate.
+
+Read from the stored gate verdicts and cost figures (weight bytes, index bytes, encode
+throughput); nothing is re-decided here. Every report (HTML, markdown, console) takes its
+verdict from these functions, so they never disagree about what may ship.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from evalq.report.runview import RunView, finite
+
+Status = Literal["ship", "fail", "inconclusive", "not run", "no verdict"]
+
+COST_LABELS = {"weight_bytes": "weight bytes", "index_bytes": "index bytes",
+               "throughput": "encode throughput"}
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What a variant costs to serve. ``throughput`` (document texts per second while
+    encoding) is ``None`` when every chunk came from the cache (nothing was timed)."""
+
+    weight_bytes: float | None
+    index_bytes: float | None
+    throughput: float | None
+    peak_rss_mb: float | None
+
+    def get(self, key: str) -> float | None:
+        return getattr(self, key)
+
+
+@dataclass(frozen=True)
+class Failure:
+    dataset: str
+    gate: str
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CandidateVerdict:
+    name: str
+    status: Status
+    failures: tuple[Failure, ...]
+    queries_needed: int | None  # the most any inconclusive gate asks for
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    variant: str | None
+    cost_key: str
+    text: str
+
+
+def costs(run: RunView, variant: str) -> Costs:
+    """Cost figures as stored: weights from the manifest's quantization record, index
+    bytes summed over datasets, throughput from the stored encode counters."""
+    info = run.summary_variant(variant)
+    backend = run.manifest_variant(variant).get("backend") or {}
+    quant = backend.get("quantization") if isinstance(backend.get("quantization"), dict) else {}
+    weight = finite(info.get("weight_bytes")) or finite((quant or {}).get("weight_bytes"))
+    index_total = 0.0
+    texts = seconds = 0.0
+    any_index = False
+    for ds in run.datasets:
+        ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
+        entry = run.entry(ds, variant) or {}
+        index = entry.get("index") or ds_info.get("index") or {}
+        if finite(index.get("bytes")) is not None:
+            index_total += float(index["bytes"])
+            any_index = True
+        docs = ((entry.get("encode") or ds_info.get("encode") or {}).get("documents") or {})
+        if finite(docs.get("texts_per_s")) and finite(docs.get("seconds_computing")):
+            texts += float(docs.get("n_computed") or docs.get("texts") or 0)
+            seconds += float(docs["seconds_computing"])
+    rss = finite(info.get("peak_rss_mb")) or finite(
+        (run.manifest_variant(variant).get("timings") or {}).get("peak_rss_mb"))
+    return Costs(weight, index_total if any_index else None,
+                 texts / seconds if seconds > 0 else None, rss)
+
+
+def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:
+    out = []
+    for name in run.candidates:
+        if not run.ran(name):
+            out.append(CandidateVerdict(name, "not run", (), None))
+            continue
+        failures: list[Failure] = []
+        needed: list[int] = []
+        seen_gate = False
+        for ds in run.datasets:
+            gate = (run.entry(ds, name) or {}).get("gate")
+            if not gate:
+                continue
+            seen_gate = True
+            for check in gate.get("checks", []):
+                if check.get("passed"):
+                    continue
+                failures.append(Failure(ds, str(check.get("gate")), str(check.get("verdict")),
+                                        str(check.get("reason"))))
+                q = (check.get("figures") or {}).get("queries_needed")
+                if check.get("verdict") == "inconclusive" and isinstance(q, int | float):
+                    needed.append(int(q))
+        if not seen_gate:
+            out.append(CandidateVerdict(name, "no verdict", (), None))
+        elif not failures:
+            out.append(CandidateVerdict(name, "ship", (), None))
+        elif any(f.verdict != "inconclusive" for f in failures):
+            out.append(CandidateVerdict(name, "fail", tuple(failures), None))
+        else:
+            out.append(CandidateVerdict(name, "inconclusive", tuple(failures),
+                                        max(needed) if needed else None))
+    return out
+
+
+def _fmt_cost(key: str, value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    if key == "throughput":
+        return f"{value:.1f} documents/s"
+    return f"{value / 2**20:.1f} MiB"
+
+
+def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> Recommendation:
+    """The cheapest passing candidate by the recipe's ``report.cost`` (lower bytes, or
+    higher throughput), ties broken by the other two costs. A candidate whose deciding
+    cost is unknown ranks after those whose cost is known."""
+    key = run.cost_key
+    verdicts = candidate_verdicts(run) if verdicts is None else verdicts
+    passing = [v.name for v in verdicts if v.status == "ship"]
+    label = COST_LABELS.get(key, key)
+    if run.summary is None:
+        return Recommendation(None, key, "no recommendation: the run did not finish")
+    if not passing:
+        return Recommendation(None, key, f"no candidate passes every gate: keep serving "
+                              f"{run.reference}")
+    order = [key] + [k for k in ("weight_bytes", "index_bytes", "throughput") if k != key]
+
+    def rank(name: str) -> tuple[tuple[int, float], ...]:
+        c = costs(run, name)
+        parts = []
+        for k in order:
+            value = c.get(k)
+            if value is None:
+                parts.append((1, 0.0))
+            else:
+                parts.append((0, -value if k == "throughput" else value))
+        return tuple(parts)
+
+    best = min(passing, key=rank)
+    value = costs(run, best).get(key)
+    ref_value = costs(run, run.reference).get(key)
+    versus = ""
+    if value is not None and ref_value:
+        ratio = value / ref_value
+        versus = f" ({ratio:.2f}× the reference's {_fmt_cost(key, ref_value)})"
+    return Recommendation(
+        best, key,
+        f"{best}: the cheapest of {len(passing)} passing candidate"
+        f"{'s' if len(passing) != 1 else ''} by {label}, {_fmt_cost(key, value)}{versus}")
