@@ -199,6 +199,8 @@ def run_recipe(
                                     for r in records}
             folder.write_manifest(manifest)
     except (KeyboardInterrupt, BackendUnavailableError, InputError) as exc:
+        if isinstance(exc, InputError) and exc.file is None:
+            exc.file = recipe_path
         # Say in the folder why it never finished; finished cache chunks stay for a rerun.
         manifest["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         manifest["error"] = str(exc) or type(exc).__name__
@@ -344,6 +346,15 @@ def _score_dataset(
                      query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
                      quantized=stored)
     search_s = time.perf_counter() - t0
+    exact_ranking = None
+    if variant.index is not None:  # judged on its ANN run; the exact one splits the loss
+        from evalq.annsearch import ann_search
+
+        exact_ranking = ranking
+        ann = ann_search(queries.vectors, docs.vectors, ds.corpus.ids, ds.queries.ids, depth,
+                         variant.index, where=f"candidates.{variant.name}.index")
+        ranking = ann.ranking
+        folder.write_run(ds.name, f"{variant.name}.exact", exact_ranking)
     folder.write_run(ds.name, variant.name, ranking)
     qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
     entry: dict[str, Any] = {
@@ -358,6 +369,16 @@ def _score_dataset(
     else:
         entry["index"] = {"quantize": "none", "bytes": int(docs.vectors.nbytes)}
         doc_vectors = docs.vectors
+    if exact_ranking is not None:
+        from evalq.annsearch import judge_index
+
+        ref_state = reference.get(ds.name)
+        entry["index"] = judge_index(
+            ann, variant.index, exact_ranking, judged=judged, metrics=recipe.metrics,
+            reference_metrics=recipe.reference_metrics,
+            reference_run=ref_state.ranking if ref_state else None,
+            reference_values=folder.read_per_query(ds.name, recipe.reference.name)
+            if ref_state else None)
     values = dict(qrels_values.values)
     if role == "reference":
         reference[ds.name] = ReferenceState(ranking, queries.vectors, docs.vectors)
