@@ -136,6 +136,8 @@ def run_recipe(
     only: list[str] | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    executor: str | None = None,
+    address: str | None = None,
 ) -> RunOutcome:
     from evalq.embcache import EmbeddingCache
     from evalq.metrics.judged import JudgedIndex
@@ -147,6 +149,9 @@ def run_recipe(
     show_progress = sys.stderr.isatty() if progress is None else progress
     variants = _select_variants(recipe, only, recipe_path)
     _check_capabilities(variants, recipe_path)
+    from evalq.scaleout import open_executor
+
+    ray_exec = open_executor(recipe, recipe_path, executor, address)
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
@@ -155,6 +160,8 @@ def run_recipe(
     folder = RunFolder(out_dir)
     folder.prepare()
     cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
+    if ray_exec is not None and cache is None:  # Ray hands vectors over through a cache
+        cache = ray_exec.private_cache(folder.root)
     model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
     manifest: dict[str, Any] = {
         "evalq_version": package_versions()["evalq"],
@@ -181,12 +188,18 @@ def run_recipe(
     parity_texts = _parity_texts(datasets, recipe.parity.texts)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
     try:
+        if ray_exec is not None:
+            ray_exec.__enter__()
+            manifest["executor"] = ray_exec.describe()
+        else:
+            manifest["executor"] = {"type": "local"}
         for variant in variants:
             role = "reference" if variant is recipe.reference else "candidate"
             settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
             record, parity_vectors = _run_variant(
                 recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
                 folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
+                ray_exec,
             )
             if role == "reference" and parity_vectors is not None:
                 parity_ref = (parity_vectors, record.settings)
@@ -207,6 +220,9 @@ def run_recipe(
         manifest["stopped"] = now_iso()
         folder.write_manifest(manifest)
         raise
+    finally:
+        if ray_exec is not None:
+            ray_exec.__exit__(None, None, None)
 
     summary, _ = build_summary(recipe, manifest["variants"], folder)
     manifest["finished"] = now_iso()
@@ -254,6 +270,7 @@ def _run_variant(
     datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
+    ray_exec: Any = None,
 ) -> tuple[VariantRecord, np.ndarray | None]:
     from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
     from evalq.encode import encode_texts
@@ -275,6 +292,13 @@ def _run_variant(
         options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
                    "length_sorted": plan.length_sorted, "cache": cache,
                    "chunk_size": recipe.cache_chunk}
+        if ray_exec is not None:  # fills the cache; the encode_texts calls below then hit it
+            work = [(parity_texts, "document")] if recipe.parity.enabled else []
+            for ds in datasets:
+                work += [(ds.corpus.texts_for_encoding(recipe.title_separator), "document"),
+                         (list(ds.queries.texts), "query")]
+            record.timings["ray"] = ray_exec.encode_variant(variant, ctx, encoder, work,
+                                                            options)
         if recipe.parity.enabled:
             # Through the cache like everything else: a rerun recomputes nothing.
             parity_vectors = encode_texts(encoder, parity_texts, role="document",
