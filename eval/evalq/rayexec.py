@@ -44,7 +44,7 @@ _SUPPORTED_BACKENDS = ("inprocess", "openai", "tei")
 def require_ray() -> None:
     """Exit 2 with the install line when Ray (with Ray Data) is not importable."""
     try:
-        import ray  # noqa: F401
+        import ray
         import ray.data  # noqa: F401
     except ImportError:
         raise InputError(
