@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from evalq.config import Recipe
 
 # Keyword arguments of :func:`run` that steer the run rather than change the recipe.
-RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress")
+RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress", "wide",
+               "executor", "address")
 _INLINE = Path("<python recipe>")  # a recipe given as a dict: paths resolve from the cwd
 
 
@@ -199,8 +200,9 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     ``recipe_or_path``: a recipe file, a built-in recipe name (``"quickstart"``), a dict
     with a recipe's keys, or a loaded ``Recipe``. Keyword arguments named in
     ``RUN_OPTIONS`` steer the run (``output``, ``max_queries``, ``max_docs``, ``only``,
-    ``use_cache``, ``progress``); any other keyword replaces that top-level recipe key
-    (``datasets=[...]``, ``candidates=[...]``) and is validated like the file. A failed
+    ``use_cache``, ``progress``, ``wide``, ``executor``, ``address``); any other keyword
+    replaces that top-level recipe key (``datasets=[...]``, ``candidates=[...]``) and is
+    validated like the file. A failed
     gate is a finding, not an exception: check ``results.passed``. Bad input raises
     ``evalq.errors.InputError`` naming the file, the field and the fix.
     """

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--only", action="append", metavar="VARIANT",
                      help="run these variants only (the reference always runs); repeatable")
     run.add_argument("--no-cache", action="store_true", help="recompute every embedding")
+    run.add_argument("--executor", choices=["local", "ray"],
+                     help="where encoding runs (overrides the recipe's executor)")
+    run.add_argument("--address", help="Ray cluster address for --executor ray (e.g. auto)")
     run.add_argument("--demo", action="store_true",
                      help="exit 0 when the run completed even if gates failed (make demo)")
     run.add_argument("--wide", action="store_true",
@@ -199,7 +202,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         outcome = run(
             args.recipe, output=args.output, max_queries=args.max_queries,
             max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
-            wide=args.wide,
+            wide=args.wide, executor=args.executor, address=args.address,
         )
         if outcome.passed:
             return EXIT_OK

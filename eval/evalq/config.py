@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evalq.errors import InputError
 from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
+from evalq.scaleconfig import ExecutorSpec, IndexSpec
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 # Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
@@ -113,6 +114,7 @@ class Variant(_Strict):
     batch_tokens: int | None = Field(default=None, ge=16)
     vllm: VllmOptions | None = None
     http: HttpOptions | None = None
+    index: IndexSpec | None = None  # an ANN index (FAISS index_factory); unset = exact
 
     @field_validator("quantization")
     @classmethod
@@ -133,6 +135,9 @@ class Variant(_Strict):
             raise ValueError("'vllm' options apply to backend vllm only")
         if self.vectors.rescore is not None and self.vectors.quantize == "none":
             raise ValueError("vectors.rescore needs vectors.quantize int8 or binary")
+        if self.index is not None and self.vectors.quantize != "none":
+            raise ValueError("'index' and 'vectors.quantize' both compress the stored vectors; "
+                             "use one (a FAISS factory such as 'Flat' + SQ8 / PQ covers both)")
         return self
 
 
@@ -199,6 +204,7 @@ class Recipe(_Strict):
     cache_chunk: int = Field(default=512, ge=1)
     load: LoadSection | None = None  # `evalq load`: workloads, SLOs, servers to launch
     capacity: CapacitySection | None = None  # `evalq load`: demand and price per replica
+    executor: ExecutorSpec = ExecutorSpec()  # where encoding runs: local or ray
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:
@@ -211,6 +217,10 @@ class Recipe(_Strict):
                 if v not in names[1:]:
                     raise ValueError(f"gate names unknown candidate '{v}'; candidates: "
                                      f"{', '.join(names[1:]) or '(none)'}")
+        if self.reference.index is not None:
+            raise ValueError("the reference searches exactly (it is what candidates are "
+                             "judged against); put 'index' on a candidate, e.g. one with the "
+                             "reference's settings to measure the index loss alone")
         return self
 
     @property

@@ -120,6 +120,8 @@ def run_recipe(
     progress: bool | None = None,
     _located: Any = None,
     wide: bool = False,
+    executor: str | None = None,
+    address: str | None = None,
 ) -> RunOutcome:
     from evalq import failure, rundir
     from evalq.embcache import EmbeddingCache
@@ -136,8 +138,10 @@ def run_recipe(
                       max_docs=max_docs, use_cache=use_cache, located=_located)
     variants = _select_variants(recipe, only, recipe_path)
     from evalq.backends.http_probe import probe_http_variants
+    from evalq.scaleout import open_executor
 
     http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
+    ray_exec = open_executor(recipe, recipe_path, executor, address)
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
@@ -150,6 +154,8 @@ def run_recipe(
     failure.set_logs_dir(folder.logs)
     rundir.remove_stale_variants(out_dir, [v.name for v in recipe.variants])
     cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
+    if ray_exec is not None and cache is None:  # Ray hands vectors over through a cache
+        cache = ray_exec.private_cache(folder.root)
     model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
     manifest: dict[str, Any] = {
         "evalq_version": package_versions()["evalq"],
@@ -177,12 +183,18 @@ def run_recipe(
     parity_texts = _parity_texts(datasets, recipe.parity.texts)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
     try:
+        if ray_exec is not None:
+            ray_exec.__enter__()
+            manifest["executor"] = ray_exec.describe()
+        else:
+            manifest["executor"] = {"type": "local"}
         for variant in variants:
             role = "reference" if variant is recipe.reference else "candidate"
             settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
             record, parity_vectors = _run_variant(
                 recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
                 folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
+                ray_exec,
             )
             if role == "reference" and parity_vectors is not None:
                 parity_ref = (parity_vectors, record.settings)
@@ -203,12 +215,16 @@ def run_recipe(
         folder.write_manifest(manifest)
         folder.write_summary(summary)
     except BaseException as exc:
+        if isinstance(exc, InputError) and exc.file is None:
+            exc.file = recipe_path
         # Say in the folder why it never finished; finished cache chunks stay for a rerun.
         rundir.record_stop(folder, manifest, exc)
         raise
     finally:
         failure.set_logs_dir(None)
         lock.release()
+        if ray_exec is not None:
+            ray_exec.__exit__(None, None, None)
     print_run_table(recipe, summary, out_dir, wide=wide)
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
@@ -250,6 +266,7 @@ def _run_variant(
     datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
+    ray_exec: Any = None,
 ) -> tuple[VariantRecord, np.ndarray | None]:
     from evalq.memsample import PeakRss
 
@@ -260,7 +277,7 @@ def _run_variant(
     with PeakRss() as memory:  # this variant's own peak, not the process lifetime's
         record, parity_vectors = _run_variant_measured(
             recipe, variant, role, settings, model_path, datasets, depth, folder, cache,
-            reference, judged, parity_texts, parity_ref, show_progress)
+            reference, judged, parity_texts, parity_ref, show_progress, ray_exec)
     figures = memory.figures()
     record.timings["peak_rss_mb"] = figures["peak_rss_mb"]
     record.timings["peak_rss_method"] = figures["peak_rss_method"]
@@ -274,6 +291,7 @@ def _run_variant_measured(
     datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
+    ray_exec: Any = None,
 ) -> tuple[VariantRecord, np.ndarray | None]:
     from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
     from evalq.encode import encode_texts
@@ -294,6 +312,13 @@ def _run_variant_measured(
         options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
                    "length_sorted": plan.length_sorted, "cache": cache,
                    "chunk_size": recipe.cache_chunk}
+        if ray_exec is not None:  # fills the cache; the encode_texts calls below then hit it
+            work = [(parity_texts, "document")] if recipe.parity.enabled else []
+            for ds in datasets:
+                work += [(ds.corpus.texts_for_encoding(recipe.title_separator), "document"),
+                         (list(ds.queries.texts), "query")]
+            record.timings["ray"] = ray_exec.encode_variant(variant, ctx, encoder, work,
+                                                            options)
         if recipe.parity.enabled:
             # Through the cache like everything else: a rerun recomputes nothing.
             parity_vectors = encode_texts(encoder, parity_texts, role="document",
@@ -364,6 +389,15 @@ def _score_dataset(
                      query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
                      quantized=stored)
     search_s = time.perf_counter() - t0
+    exact_ranking = None
+    if variant.index is not None:  # judged on its ANN run; the exact one splits the loss
+        from evalq.annsearch import ann_search
+
+        exact_ranking = ranking
+        ann = ann_search(queries.vectors, docs.vectors, ds.corpus.ids, ds.queries.ids, depth,
+                         variant.index, where=f"candidates.{variant.name}.index")
+        ranking = ann.ranking
+        folder.write_run(ds.name, f"{variant.name}.exact", exact_ranking)
     folder.write_run(ds.name, variant.name, ranking)
     qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
     entry: dict[str, Any] = {
@@ -378,6 +412,16 @@ def _score_dataset(
     else:
         entry["index"] = {"quantize": "none", "bytes": int(docs.vectors.nbytes)}
         doc_vectors = docs.vectors
+    if exact_ranking is not None:
+        from evalq.annsearch import judge_index
+
+        ref_state = reference.get(ds.name)
+        entry["index"] = judge_index(
+            ann, variant.index, exact_ranking, judged=judged, metrics=recipe.metrics,
+            reference_metrics=recipe.reference_metrics,
+            reference_run=ref_state.ranking if ref_state else None,
+            reference_values=folder.read_per_query(ds.name, recipe.reference.name)
+            if ref_state else None)
     values = dict(qrels_values.values)
     if role == "reference":
         reference[ds.name] = ReferenceState(ranking, queries.vectors, docs.vectors)

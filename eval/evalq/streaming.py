@@ -1,0 +1,136 @@
+"""Streaming corpora: read, encode and store a corpus block by block, never all at once.
+
+The dataset loaders build a :class:`~evalq.datasets.types.Corpus` (every text in a
+tuple), which is right for evaluation sets and wrong for an 8.8M-passage corpus. Here a
+corpus file is read in blocks of ``block_rows`` rows — jsonl line by line, parquet by
+row groups (``pyarrow.parquet.ParquetFile.iter_batches``), a Hugging Face ``datasets``
+Arrow file or ``save_to_disk`` folder memory-mapped by Arrow — each block is encoded
+(through the embedding cache, so a rerun or a crash resumes per block) and appended to
+sharded ``.npy`` files (:mod:`evalq.vectorstore`). What stays in memory is the ids (the
+run file needs them), one block of texts and one shard of vectors.
+
+Field names follow BEIR (``_id``, ``title``, ``text``) unless told otherwise; texts are
+encoded as ``title + separator + text`` like :meth:`Corpus.texts_for_encoding`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalq.errors import InputError
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    ids: list[str]
+    texts: list[str]
+
+
+@dataclass(frozen=True)
+class StreamedCorpus:
+    ids: list[str]
+    shards_dir: Path
+    encode_seconds: float
+    texts: int
+
+
+def iter_blocks(
+    path: str | Path, *, block_rows: int = 10_000, id_field: str = "_id",
+    text_field: str = "text", title_field: str | None = "title",
+    title_separator: str | None = " ",
+) -> Iterator[TextBlock]:
+    """Blocks of (ids, texts to encode) from a jsonl, parquet or Arrow corpus."""
+    path = Path(path)
+    if block_rows < 1:
+        raise ValueError("block_rows must be at least 1")
+    if path.is_dir() or path.suffix == ".arrow":
+        rows = _arrow_rows(path, block_rows)
+    elif path.suffix == ".parquet":
+        rows = _parquet_rows(path, block_rows, [id_field, text_field, title_field])
+    elif path.suffix in (".jsonl", ".json"):
+        rows = _jsonl_rows(path)
+    else:
+        raise InputError(message=f"cannot stream a corpus from '{path.suffix}' files",
+                         file=path, fix="use .jsonl, .parquet, an .arrow file or a "
+                                        "datasets save_to_disk folder")
+    ids: list[str] = []
+    texts: list[str] = []
+    for where, row in rows:
+        if id_field not in row or text_field not in row:
+            missing = id_field if id_field not in row else text_field
+            raise InputError(message=f"row {where} has no '{missing}'", file=path,
+                             field=missing, fix="name the id and text fields of this file")
+        text = str(row[text_field] or "")
+        title = str(row.get(title_field) or "") if title_field else ""
+        ids.append(str(row[id_field]))
+        texts.append(f"{title}{title_separator}{text}" if title and title_separator is not None
+                     else text)
+        if len(ids) == block_rows:
+            yield TextBlock(ids, texts)
+            ids, texts = [], []
+    if ids:
+        yield TextBlock(ids, texts)
+
+
+def encode_to_shards(
+    encoder: Any, blocks: Iterator[TextBlock], out_dir: str | Path, *, role: str = "document",
+    shard_rows: int = 100_000, cache: Any = None, **encode_options: Any,
+) -> StreamedCorpus:
+    """Encode every block (cached per chunk) and append its vectors to sharded files."""
+    from evalq.encode import encode_texts
+    from evalq.vectorstore import ShardWriter
+
+    writer = ShardWriter(out_dir, shard_rows=shard_rows)
+    ids: list[str] = []
+    seconds = 0.0
+    for block in blocks:
+        encoded = encode_texts(encoder, block.texts, role=role, cache=cache,  # type: ignore[arg-type]
+                               progress=False, **encode_options)
+        writer.append(encoded.vectors)
+        seconds += encoded.stats.seconds_computing
+        ids.extend(block.ids)
+    writer.close()
+    return StreamedCorpus(ids=ids, shards_dir=Path(out_dir), encode_seconds=seconds,
+                          texts=len(ids))
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{n}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(message=f"line {n} is not JSON ({exc.msg})", file=path,
+                                 line=n, fix="one JSON object per line") from None
+
+
+def _parquet_rows(path: Path, block_rows: int,
+                  fields: list[str | None]) -> Iterator[tuple[str, dict[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    handle = pq.ParquetFile(path)
+    columns = [f for f in fields if f and f in handle.schema_arrow.names]
+    n = 0
+    for batch in handle.iter_batches(batch_size=block_rows, columns=columns):
+        for row in batch.to_pylist():
+            n += 1
+            yield f"row {n}", row
+
+
+def _arrow_rows(path: Path, block_rows: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    import datasets
+
+    data = (datasets.load_from_disk(str(path)) if path.is_dir()
+            else datasets.Dataset.from_file(str(path)))  # memory-mapped, not loaded
+    n = 0
+    for batch in data.iter(batch_size=block_rows):
+        keys = list(batch)
+        for values in zip(*(batch[k] for k in keys)):
+            n += 1
+            yield f"row {n}", dict(zip(keys, values))

@@ -1,0 +1,91 @@
+"""Streaming corpus readers and the sharded on-disk vector store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalq.errors import InputError
+from evalq.search import search
+from evalq.shardsearch import search_shards
+from evalq.streaming import encode_to_shards, iter_blocks
+from evalq.vectorstore import ShardWriter, open_shards
+
+ROWS = [{"_id": f"d{i}", "title": "T" if i % 3 == 0 else "", "text": f"text number {i}"}
+        for i in range(23)]
+
+
+def _expected() -> list[str]:
+    return [f"{r['title']} {r['text']}" if r["title"] else r["text"] for r in ROWS]
+
+
+def _check(blocks) -> None:
+    blocks = list(blocks)
+    assert [len(b.ids) for b in blocks] == [10, 10, 3]
+    assert [i for b in blocks for i in b.ids] == [r["_id"] for r in ROWS]
+    assert [t for b in blocks for t in b.texts] == _expected()
+
+
+def test_jsonl_parquet_and_arrow_stream_the_same_blocks(tmp_path: Path) -> None:
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
+    _check(iter_blocks(jsonl, block_rows=10))
+    table = pa.Table.from_pylist(ROWS)
+    pq.write_table(table, tmp_path / "c.parquet", row_group_size=7)
+    _check(iter_blocks(tmp_path / "c.parquet", block_rows=10))
+    datasets.Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "hf"))
+    _check(iter_blocks(tmp_path / "hf", block_rows=10))
+
+
+def test_bad_rows_and_formats_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "c.jsonl"
+    bad.write_text('{"_id": "a", "text": "x"}\n{"_id": "b"}\n', encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        list(iter_blocks(bad))
+    assert err.value.field == "text" and err.value.file == bad
+    with pytest.raises(InputError):
+        list(iter_blocks(tmp_path / "c.csv"))
+
+
+def test_shard_writer_round_trip_and_search(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    docs = rng.standard_normal((1000, 24)).astype(np.float32)
+    writer = ShardWriter(tmp_path / "v", shard_rows=300)
+    for start in range(0, 1000, 137):  # blocks that straddle shard boundaries
+        writer.append(docs[start : start + 137])
+    layout = writer.close()
+    assert layout.rows == (300, 300, 300, 100)
+    layout, shards = open_shards(tmp_path / "v")
+    assert all(isinstance(s, np.memmap) for s in shards)
+    np.testing.assert_array_equal(np.concatenate(shards), docs)
+    ids = [f"d{i}" for i in range(1000)]
+    q = rng.standard_normal((7, 24)).astype(np.float32)
+    a = search_shards(q, shards, ids, [str(i) for i in range(7)], depth=50)
+    b = search(q, docs, ids, [str(i) for i in range(7)], depth=50)
+    np.testing.assert_array_equal(a.indices, b.indices)
+
+
+def test_encode_to_shards_matches_encoding_in_one_go(tmp_path: Path, minilm_path) -> None:
+    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.encode import encode_texts
+    from evalq.modelinfo import default_settings
+
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
+    encoder = InProcessEncoder(minilm_path, settings=default_settings(minilm_path))
+    try:
+        streamed = encode_to_shards(encoder, iter_blocks(jsonl, block_rows=10),
+                                    tmp_path / "v", shard_rows=8)
+        whole = encode_texts(encoder, _expected(), role="document", progress=False).vectors
+    finally:
+        encoder.close()
+    assert streamed.ids == [r["_id"] for r in ROWS]
+    _, shards = open_shards(tmp_path / "v")
+    np.testing.assert_allclose(np.concatenate(shards), whole, atol=1e-5)
