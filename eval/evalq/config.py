@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalq.errors import InputError
 from evalq.modelinfo import SettingsOverrides
+from evalq.pipeline_config import PipelineSpec
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 
@@ -164,6 +165,8 @@ class Recipe(_Strict):
     cache_dir: str = ".evalq-cache"
     # Texts per embedding-cache chunk: the unit of resumption after an interruption.
     cache_chunk: int = Field(default=512, ge=1)
+    # Two-stage pipelines (first stage -> reranker), see pipeline_config.py.
+    pipelines: list[PipelineSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:
@@ -250,6 +253,10 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         ) from None
     _check_quantization_methods(recipe, located, file)
     _check_measures(recipe, located, file)
+    if recipe.pipelines:
+        from evalq.pipeline_config import check_pipelines
+
+        check_pipelines(recipe, located, file)
     return recipe
 
 

@@ -71,7 +71,7 @@ def _required_depth(recipe: Recipe) -> int:
 
     texts = [*recipe.metrics, *recipe.reference_metrics, *(g.metric for g in recipe.gates)]
     cutoffs = [parse_measure(t).cutoff or 0 for t in texts]
-    return max([10, *cutoffs])
+    return max([10, *cutoffs, *(p.max_depth for p in recipe.pipelines)])
 
 
 def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list[Variant]:
@@ -198,6 +198,13 @@ def run_recipe(
                                              "datasets": r.datasets}
                                     for r in records}
             folder.write_manifest(manifest)
+        pipelines = None
+        if recipe.pipelines:  # first stage -> reranker pipelines (evalq.pipeline)
+            from evalq.pipeline import run_pipelines
+
+            pipelines = run_pipelines(recipe, recipe_path, datasets, out_dir, judged,
+                                      manifest["variants"])
+            manifest["pipelines"] = pipelines.manifest
     except (KeyboardInterrupt, BackendUnavailableError, InputError) as exc:
         # Say in the folder why it never finished; finished cache chunks stay for a rerun.
         manifest["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -207,6 +214,9 @@ def run_recipe(
         raise
 
     summary, _ = build_summary(recipe, manifest["variants"], folder)
+    if pipelines is not None:
+        summary.update(pipelines=pipelines.summary, passed=summary["passed"] and pipelines.passed,
+                       failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
     folder.write_manifest(manifest)
