@@ -92,21 +92,36 @@ class RerankHttpOptions(_Strict):
     max_batch: int = Field(default=64, ge=1)
 
 
+class RerankVllmOptions(_Strict):
+    """``LLM.score()`` engine options (see backends/vllm_rerank.py)."""
+
+    quantization: str | None = None
+    gpu_memory_utilization: float = Field(default=0.1, gt=0, le=1)
+    enforce_eager: bool | None = None
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+
 class RerankerVariant(_Strict):
     name: str = Field(pattern=_NAME)
-    backend: Literal["inprocess", "tei", "rerank-api"] = "inprocess"
+    backend: Literal["inprocess", "vllm", "tei", "rerank-api"] = "inprocess"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     model: str | None = None  # another checkpoint of the same reranker
     quantization: dict[str, Any] | None = None
     batch_tokens: int | None = Field(default=None, ge=16)
     http: RerankHttpOptions | None = None
+    vllm: RerankVllmOptions | None = None
 
     @model_validator(mode="after")
     def _backend_options(self) -> RerankerVariant:
-        if self.backend != "inprocess" and self.http is None:
+        if self.backend != "vllm" and self.vllm is not None:
+            raise ValueError("'vllm' options apply to backend vllm only")
+        if self.backend == "vllm" and self.quantization is not None:
+            raise ValueError("backend vllm quantizes through vllm: {quantization: ...}; "
+                             "'quantization' methods are in-process")
+        if self.backend in ("tei", "rerank-api") and self.http is None:
             raise ValueError(f"backend '{self.backend}' needs 'http: {{url: ...}}'")
-        if self.backend == "inprocess" and self.http is not None:
+        if self.backend in ("inprocess", "vllm") and self.http is not None:
             raise ValueError("'http' options apply to backends tei and rerank-api only")
         if self.quantization is not None and not isinstance(self.quantization.get("method"),
                                                             str):

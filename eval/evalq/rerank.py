@@ -129,6 +129,16 @@ def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Pat
                    device: str) -> tuple[Reranker, int, bool]:
     """The reranker a variant names, its batch token budget, and whether it batches itself."""
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
+    if variant.backend == "vllm":
+        from evalq.backends.vllm_rerank import VllmEngineReranker
+
+        opts = variant.vllm
+        return (VllmEngineReranker(
+            model_path, settings=rerank_settings(spec, model_path), kind=spec.kind,
+            dtype=variant.dtype, quantization=opts.quantization if opts else None,
+            gpu_memory_utilization=opts.gpu_memory_utilization if opts else 0.1,
+            enforce_eager=opts.enforce_eager if opts else None,
+            extra_engine_args=opts.engine_args if opts else None), tokens, True)
     if variant.backend != "inprocess":
         from evalq.backends.rerank_http import build_http_reranker
 
