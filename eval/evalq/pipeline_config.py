@@ -193,7 +193,7 @@ class PipelineSpec(_Strict):
         "score_tau", "score_spearman", "rerank_overlap@10", "abs_delta", "abs_delta_p99",
         "score_shift", "tie_rate"])
     gates: list[PipelineGate] = Field(default_factory=list)
-    cache_chunk: int = Field(default=2048, ge=1)  # pairs per score-cache commit
+    cache_chunk: int = Field(default=512, ge=1)  # pairs per score-cache commit
 
     @model_validator(mode="after")
     def _depths(self) -> PipelineSpec:
