@@ -165,9 +165,9 @@ def test_bad_pipeline_recipes_name_the_field(tmp_path, pipeline, field, needle):
 
 
 def test_depth_beyond_the_corpus_is_exit_2(tmp_path):
-    path = _recipe(tmp_path, [{"name": "p", "first_stage": {"kind": "bm25"}, "depths": [500],
+    path = _recipe(tmp_path, [{"name": "p", "first_stage": {"kind": "bm25"}, "depths": [50],
                                "reranker": {"model": "fixture:minilm-cross-encoder"}}],
-                   candidates=[])
+                   candidates=[], max_queries=4, max_docs=20)
     done = _cli("run", str(path))
     assert done.returncode == 2, done.stderr
     assert "pipelines.0.depths" in done.stderr and "exceeds" in done.stderr
