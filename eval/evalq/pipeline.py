@@ -267,7 +267,7 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
     summary["failed_gates"] = failed
     if spec.reranker.model.startswith("fixture:") and spec.reranker.kind == "cross-encoder":
         summary["note"] = ("the fixture cross-encoder has an untrained, seeded head: its "
-                           "scores measure fidelity (quantized vs float32), not relevance")
+                           "scores measure fidelity, not relevance (quantized vs float32)")
     return {"manifest": manifest, "summary": summary}
 
 
