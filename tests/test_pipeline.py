@@ -96,7 +96,7 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     assert "gate" in combos["fp32+dyn-int8@5"] and summary["passed"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN (issue 9): the fp32/fp32 pipeline's stored "
+@pytest.mark.xfail(strict=False, reason="OPEN (issue 9): the fp32/fp32 pipeline's stored "
                    "cross-encoder scores disagree with scoring the same pairs directly on the "
                    "dense first stage; the ordering by stored score is right, so the pair->score "
                    "mapping or the texts differ. Found at the deadline; not yet diagnosed.")
