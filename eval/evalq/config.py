@@ -19,6 +19,7 @@ from evalq.errors import InputError
 from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
 from evalq.scaleconfig import ExecutorSpec, IndexSpec
+from evalq.pipeline_config import PipelineSpec
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 # Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
@@ -205,6 +206,8 @@ class Recipe(_Strict):
     load: LoadSection | None = None  # `evalq load`: workloads, SLOs, servers to launch
     capacity: CapacitySection | None = None  # `evalq load`: demand and price per replica
     executor: ExecutorSpec = ExecutorSpec()  # where encoding runs: local or ray
+    # Two-stage pipelines (first stage -> reranker), see pipeline_config.py.
+    pipelines: list[PipelineSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:
@@ -298,6 +301,10 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         ) from None
     _check_quantization_methods(recipe, located, file)
     _check_measures(recipe, located, file)
+    if recipe.pipelines:
+        from evalq.pipeline_config import check_pipelines
+
+        check_pipelines(recipe, located, file)
     return recipe
 
 

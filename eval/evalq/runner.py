@@ -62,7 +62,7 @@ def _required_depth(recipe: Recipe) -> int:
 
     texts = [*recipe.metrics, *recipe.reference_metrics, *(g.metric for g in recipe.gates)]
     cutoffs = [parse_measure(t).cutoff or 0 for t in texts]
-    return max([10, *cutoffs])
+    return max([10, *cutoffs, *(p.max_depth for p in recipe.pipelines)])
 
 
 def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list[Variant]:
@@ -206,8 +206,19 @@ def run_recipe(
                                              "datasets": r.datasets}
                                     for r in records}
             folder.write_manifest(manifest)
+        pipelines = None
+        if recipe.pipelines:  # first stage -> reranker pipelines (evalq.pipeline)
+            from evalq.pipeline import run_pipelines
+
+            pipelines = run_pipelines(recipe, recipe_path, datasets, out_dir, judged,
+                                      manifest["variants"])
+            manifest["pipelines"] = pipelines.manifest
         # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
         summary, _ = build_summary(recipe, manifest["variants"], folder)
+        if pipelines is not None:
+            summary.update(pipelines=pipelines.summary,
+                           passed=summary["passed"] and pipelines.passed,
+                           failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
         write_snippets(folder, datasets, [r.name for r in records],
                        words=recipe.report.snippet_words, title_separator=recipe.title_separator)
         manifest["finished"] = now_iso()

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from evalq.errors import InputError
 
-Against = Literal["qrels", "reference"]
+Against = Literal["qrels", "reference", "reranker"]
 MAX_CUTOFF = 10_000  # of any measure
 
 

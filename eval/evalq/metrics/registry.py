@@ -4,7 +4,7 @@ Importing the owning modules registers their families (``judged`` for qrels meas
 ``reference`` for measures against the reference run) and their compute functions.
 """
 
-from evalq.metrics import judged, reference  # noqa: F401  (import registers the families)
+from evalq.metrics import fidelity, judged, reference  # noqa: F401  (import registers the families)
 from evalq.metrics.measures import FAMILIES, Measure, parse_measure, parse_measures
 
 __all__ = ["FAMILIES", "Measure", "parse_measure", "parse_measures"]

@@ -7,6 +7,9 @@ reference and its candidates never differ by an accident of loading.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +27,23 @@ FLOAT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 #: texts, batches of 32, best of 4): sdpa 7.9 s, eager 14.4 s. ``torch.compile(dynamic=True)``
 #: gave 7.3 s after a 75 s warm-up, within noise of sdpa, so it is not used.
 ATTN_IMPLEMENTATION = "sdpa"
+
+
+# Which transformers auto class ``load_automodel`` builds: ``AutoModel`` (an encoder's
+# hidden states) unless a caller asks for another head, e.g. a reranker's
+# ``AutoModelForSequenceClassification``. A context variable, so every quantization method
+# loads rerankers through the same code path as embedding models without a new parameter.
+_AUTO_CLASS: ContextVar[str] = ContextVar("evalq_auto_class", default="AutoModel")
+
+
+@contextmanager
+def auto_class(name: str) -> Iterator[None]:
+    """Within the block, ``load_automodel`` builds ``transformers.<name>``."""
+    token = _AUTO_CLASS.set(name)
+    try:
+        yield
+    finally:
+        _AUTO_CLASS.reset(token)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -62,7 +82,7 @@ def load_automodel(model_path: Path, *, dtype: str, device: str, **kwargs: Any) 
     ``kwargs`` go to ``from_pretrained`` (a ``quantization_config``, ``device_map``). When
     no ``device_map`` is given the model is moved to ``device`` after loading.
     """
-    from transformers import AutoModel
+    import transformers
     from transformers.utils import logging as hf_logging
 
     # The per-tensor "Loading weights" bar is noise beside evalq's own progress display.
@@ -73,7 +93,8 @@ def load_automodel(model_path: Path, *, dtype: str, device: str, **kwargs: Any) 
         "local_files_only": True,
     }
     options.update(kwargs)
-    model = AutoModel.from_pretrained(str(model_path), **options)
+    model_class = getattr(transformers, _AUTO_CLASS.get())
+    model = model_class.from_pretrained(str(model_path), **options)
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()

@@ -1,0 +1,130 @@
+"""Reranker throughput, each against a peer measured in the same run.
+
+1. In-process: evalq's ``score_pairs`` (pairs sorted by length and packed to a token
+   budget) vs sentence-transformers' ``CrossEncoder.predict`` (batch 32, input order) on
+   the same (query, document) pairs of pydocs — a BM25 top-N, the shape a pipeline
+   scores — with the fixture cross-encoder (MiniLM encoder + seeded head), fp32, CPU.
+   Target: >= 1.2x. The scores must agree (max |Δ| printed), or the speed means nothing.
+2. vLLM engine (``--vllm``): evalq's ``VllmEngineReranker`` through ``score_pairs`` vs a
+   raw ``LLM.score`` call on the same pairs with the same engine. Target overhead <= 5%.
+
+Timings are best-of-``repeats`` with the contenders interleaved, because a shared CI
+machine's load changes within a minute; CPU seconds (``time.process_time``) are printed
+beside wall time.
+
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python bench/rerank.py [--queries 40] [--depth 20]
+[--repeats 3] [--vllm]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def bm25_pairs(queries: int, depth: int) -> tuple[list[str], list[str]]:
+    from evalq.datasets.pydocs import load_pydocs
+    from evalq.firststage import bm25
+    from evalq.pipeline_config import Bm25Options
+
+    ds = load_pydocs()
+    texts = ds.corpus.texts_for_encoding()
+    qtexts = list(ds.queries.texts[:queries])
+    run = bm25(texts, ds.corpus.ids, qtexts, ds.queries.ids[:queries], Bm25Options(), depth)
+    qs, docs = [], []
+    for row in range(len(qtexts)):
+        for i in run.ranking.indices[row]:
+            if i >= 0:
+                qs.append(qtexts[row])
+                docs.append(texts[i])
+    return qs, docs
+
+
+def timed(fn):
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def bench_inprocess(model: Path, qs: list[str], docs: list[str], repeats: int) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
+    from evalq.rerank import score_pairs
+
+    ours = CrossEncoderReranker(model, settings=RerankSettings())
+    peer = CrossEncoder(str(model), max_length=256, device="cpu")
+    pairs = list(zip(qs, docs))
+    best = {"evalq": (np.inf, 0.0), "st": (np.inf, 0.0)}
+    for _ in range(repeats):
+        (a, _), wall, cpu = timed(lambda: score_pairs(ours, qs, docs, batch_tokens=2048))
+        best["evalq"] = min(best["evalq"], (wall, cpu))
+        b, wall, cpu = timed(lambda: peer.predict(pairs, batch_size=32))
+        best["st"] = min(best["st"], (wall, cpu))
+    n = len(pairs)
+    print(f"in-process fp32 cross-encoder, {n} pairs (BM25 top-N of pydocs)")
+    for name, (wall, cpu) in best.items():
+        print(f"  {name:6s} {n / wall:8.1f} pairs/s  wall {wall:6.2f}s  cpu {cpu:6.2f}s")
+    print(f"  ratio evalq / sentence-transformers: {best['st'][0] / best['evalq'][0]:.2f}x "
+          f"(target >= 1.2)   max |Δscore| {np.abs(a - b).max():.2e}")
+    ours.close()
+
+
+def bench_vllm(model: Path, qs: list[str], docs: list[str], repeats: int) -> None:
+    from vllm.pooling_params import PoolingParams
+
+    from evalq.backends.reranker import RerankSettings
+    from evalq.backends.vllm_rerank import VllmEngineReranker
+    from evalq.rerank import score_pairs
+
+    engine = VllmEngineReranker(model, settings=RerankSettings(), kind="cross-encoder")
+    try:
+        llm = engine._llm
+        params = PoolingParams(use_activation=True)
+        kwargs = {"truncation": "longest_first", "max_length": 256}
+        best = {"evalq": np.inf, "raw": np.inf}
+        for _ in range(repeats):
+            (a, _), wall, _ = timed(lambda: score_pairs(engine, qs, docs, self_batching=True,
+                                                        chunk_size=len(qs)))
+            best["evalq"] = min(best["evalq"], wall)
+            raw, wall, _ = timed(lambda: llm.score(qs, docs, pooling_params=params,
+                                                   tokenization_kwargs=kwargs, use_tqdm=False))
+            best["raw"] = min(best["raw"], wall)
+        b = np.array([o.outputs.score for o in raw])
+        n = len(qs)
+        print(f"vLLM engine fp32 cross-encoder, {n} pairs")
+        for name, wall in best.items():
+            print(f"  {name:6s} {n / wall:8.1f} pairs/s  wall {wall:6.2f}s")
+        print(f"  evalq overhead vs raw LLM.score: {best['evalq'] / best['raw'] - 1:+.1%} "
+              f"(target <= 5%)   max |Δscore| {np.abs(a - b).max():.2e}")
+    finally:
+        engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument("--depth", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vllm", action="store_true")
+    args = parser.parse_args()
+    from evalq.rerank_fixture import build_minilm_cross_encoder
+
+    model = build_minilm_cross_encoder(Path(tempfile.gettempdir()) / "evalq-bench-models")
+    qs, docs = bm25_pairs(args.queries, args.depth)
+    bench_inprocess(model, qs, docs, args.repeats)
+    if args.vllm:
+        bench_vllm(model, qs, docs, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Rerankers: score (query, document) pairs. The protocol and the in-process scorers.
+
+A cross-encoder reads query and document together, so nothing can be precomputed:
+reranking the top N costs N forward passes per query. That is why rerankers get
+quantized first, and why their scores must be compared to the full-precision reranker on
+*identical* candidate lists (``evalq.metrics.fidelity``).
+
+Two in-process scorers:
+
+* :class:`CrossEncoderReranker`: ``AutoModelForSequenceClassification`` loaded through
+  the same quantization registry as embedding models (dtype, bitsandbytes, torch dynamic
+  int8), pairs packed by the same token-budget packing as texts. The activation is
+  explicit (``sigmoid`` | ``none`` | ``softmax`` with a label index) and recorded, because
+  engines disagree on it: sentence-transformers applies a sigmoid to one-label heads,
+  vLLM's ``use_activation`` too, TEI's ``raw_scores`` turns it off.
+* :class:`BiEncoderScorer`: an embedding model scoring a pair by the cosine of its two
+  embeddings (what vLLM's ``/score`` does with an embedding model).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from evalq.backends.base import EncodingSettings, QuantizationRecord
+from evalq.errors import InputError
+from evalq.modelinfo import model_fingerprint
+
+Activation = Literal["sigmoid", "none", "softmax"]
+PairTruncation = Literal["longest_first", "only_second"]
+
+
+@dataclass(frozen=True)
+class RerankSettings:
+    """Everything besides the weights that changes a reranker's score."""
+
+    activation: Activation = "sigmoid"
+    label: int = 0  # which logit is "relevant" (softmax heads, multi-label heads)
+    max_length: int = 256
+    truncation: PairTruncation = "longest_first"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.as_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores already-paired texts; batching and caching live in ``evalq.rerank``."""
+
+    kind: str  # "cross-encoder" | "bi-encoder"
+
+    def fingerprint(self) -> str:
+        """Stable key of weights + quantization + settings (the score cache key)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        ...
+
+    def pair_lengths(self, queries: Sequence[str], documents: Sequence[str]) -> list[int]:
+        """Tokens of each pair after truncation (for packing batches by token budget)."""
+        ...
+
+    def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+        """float64 ``(n,)``: the score of ``(queries[i], documents[i])``."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def apply_activation(logits: Any, settings: RerankSettings) -> Any:
+    """``(B, labels)`` logits -> ``(B,)`` scores, as the recipe says (torch tensors)."""
+    import torch
+
+    if settings.activation == "softmax":
+        return torch.softmax(logits.float(), dim=-1)[:, settings.label]
+    picked = logits.float()[:, settings.label]
+    return torch.sigmoid(picked) if settings.activation == "sigmoid" else picked
+
+
+def check_head(num_labels: int, settings: RerankSettings, model_path: Path) -> None:
+    """Refuse a head the activation cannot read (before any pair is scored)."""
+    if settings.label >= num_labels or settings.label < 0:
+        raise InputError(
+            message=f"the classification head of {model_path} has {num_labels} label(s); "
+            f"label {settings.label} does not exist",
+            field="reranker.label", fix=f"use a label index in 0..{num_labels - 1}")
+    if settings.activation == "softmax" and num_labels < 2:
+        raise InputError(
+            message=f"softmax over a one-label head ({model_path}) is always 1.0",
+            field="reranker.activation", fix="use activation: sigmoid or none")
+    if settings.activation != "softmax" and num_labels > 1 and settings.label == 0:
+        raise InputError(
+            message=f"the classification head of {model_path} has {num_labels} labels; "
+            f"activation '{settings.activation}' needs a one-label head or an explicit label",
+            field="reranker.label",
+            fix="set activation: softmax with label: <index of 'relevant'>, or label: N")
+
+
+class CrossEncoderReranker:
+    """``AutoModelForSequenceClassification`` in-process, any registered quantization."""
+
+    kind = "cross-encoder"
+    backend = "inprocess"
+
+    def __init__(self, model_path: str | Path, *, settings: RerankSettings,
+                 dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
+                 device: str = "cpu") -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        from evalq.quantize import load_model
+        from evalq.quantize.loading import auto_class
+
+        self.model_path = Path(model_path)
+        self.settings = settings
+        self.dtype = dtype
+        self.device = device
+        self.forward_calls = 0
+        config = AutoConfig.from_pretrained(str(self.model_path), local_files_only=True)
+        check_head(int(config.num_labels), settings, self.model_path)
+        self._model_fingerprint = model_fingerprint(self.model_path)
+        with auto_class("AutoModelForSequenceClassification"):
+            model, record = load_model(self.model_path, dtype=dtype, quantization=quantization,
+                                       device=device)
+        self._model: Any = model
+        self.record: QuantizationRecord = record
+        self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path),
+                                                        local_files_only=True)
+        embeddings = model.get_input_embeddings()
+        self._input_device = embeddings.weight.device if embeddings is not None else device
+
+    def fingerprint(self) -> str:
+        blob = json.dumps({"backend": self.backend, "kind": self.kind,
+                           "model": self._model_fingerprint, "dtype": self.dtype,
+                           "quantization": {"method": self.record.method,
+                                            "params": self.record.params},
+                           "settings": self.settings.fingerprint()}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        import torch
+        import transformers
+
+        return {"backend": self.backend, "kind": self.kind, "model_path": str(self.model_path),
+                "model_fingerprint": self._model_fingerprint, "dtype": self.dtype,
+                "device": self.device, "threads": torch.get_num_threads(),
+                "num_labels": int(self._model.config.num_labels),
+                "versions": {"torch": torch.__version__,
+                             "transformers": transformers.__version__},
+                "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
+                "fingerprint": self.fingerprint()}
+
+    def _tokenize(self, queries: Sequence[str], documents: Sequence[str], **kwargs: Any) -> Any:
+        return self._tokenizer(list(queries), list(documents), truncation=self.settings.truncation,
+                               max_length=self.settings.max_length, **kwargs)
+
+    def pair_lengths(self, queries: Sequence[str], documents: Sequence[str]) -> list[int]:
+        if not queries:
+            return []
+        encoded = self._tokenize(queries, documents, padding=False,
+                                 return_attention_mask=False, return_token_type_ids=False)
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+        import torch
+
+        if len(queries) != len(documents):
+            raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
+        if not queries:
+            return np.zeros(0, dtype=np.float64)
+        if self._model is None:
+            raise RuntimeError("CrossEncoderReranker.score called after close()")
+        batch = self._tokenize(queries, documents, padding=True, return_tensors="pt")
+        inputs = {k: v.to(self._input_device) for k, v in batch.items()}
+        with torch.inference_mode():
+            logits = self._model(**inputs).logits
+            self.forward_calls += 1
+            scores = apply_activation(logits, self.settings)
+        return scores.to(device="cpu", dtype=torch.float64).numpy()
+
+    def close(self) -> None:
+        if self._model is not None:
+            self._model = None
+            gc.collect()
+
+
+class BiEncoderScorer:
+    """An embedding model as a pair scorer: cosine of the query's and document's vectors.
+
+    Texts are embedded once each (token-budget batches through ``encode_texts``) and the
+    pairs are scored from the vectors, so a pair list with N documents per query costs
+    the unique texts, not 2N passes.
+    """
+
+    kind = "bi-encoder"
+    backend = "inprocess"
+
+    def __init__(self, model_path: str | Path, *, settings: EncodingSettings,
+                 dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
+                 device: str = "cpu", batch_tokens: int = 2048) -> None:
+        from evalq.backends.inprocess import InProcessEncoder
+
+        if not settings.normalize:
+            settings = EncodingSettings(**{**settings.as_dict(), "normalize": True})
+        self.settings = settings
+        self.batch_tokens = batch_tokens
+        self._encoder = InProcessEncoder(model_path, settings=settings, dtype=dtype,
+                                         quantization=quantization, device=device)
+        self.record = self._encoder.record
+
+    @property
+    def forward_calls(self) -> int:
+        return self._encoder.forward_calls
+
+    def fingerprint(self) -> str:
+        blob = json.dumps({"kind": self.kind, "encoder": self._encoder.fingerprint()},
+                          sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._encoder.describe(), "kind": self.kind, "score": "cosine",
+                "fingerprint": self.fingerprint()}
+
+    def pair_lengths(self, queries: Sequence[str], documents: Sequence[str]) -> list[int]:
+        q = self._encoder.token_lengths(list(queries))
+        d = self._encoder.token_lengths(list(documents))
+        return [a + b for a, b in zip(q, d)]
+
+    def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+        from evalq.encode import encode_texts
+
+        if len(queries) != len(documents):
+            raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
+        if not queries:
+            return np.zeros(0, dtype=np.float64)
+        options = {"batch_tokens": self.batch_tokens, "progress": False, "cache": None}
+        q = encode_texts(self._encoder, list(queries), role="query", **options).vectors
+        d = encode_texts(self._encoder, list(documents), role="document", **options).vectors
+        return np.einsum("ij,ij->i", q.astype(np.float64), d.astype(np.float64))
+
+    def close(self) -> None:
+        self._encoder.close()

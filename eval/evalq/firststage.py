@@ -1,0 +1,130 @@
+"""First stages of a pipeline: BM25 (bm25s), a dense variant's search, or a TREC run file.
+
+Each returns a :class:`~evalq.ranking.Ranking` over the dataset's corpus order plus a
+record of how it was made (parameters, versions, seconds per query), which goes into the
+manifest. BM25 through ``bm25s`` (pure numpy/scipy; pyserini needs a JVM): the classic
+first stage of a cross-encoder pipeline, and the quickest way to show a reranker doing
+real work offline. Documents that share no term with a query score 0 and are not
+returned, as a lexical index would not return them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.errors import InputError, MissingExtraError
+from evalq.pipeline_config import Bm25Options
+from evalq.ranking import Ranking
+
+
+@dataclass(frozen=True)
+class FirstStageRun:
+    name: str  # the first-stage variant (bm25, a dense variant's name, run)
+    ranking: Ranking
+    record: dict[str, Any] = field(default_factory=dict)
+    seconds_per_query: float | None = None  # query-time cost, when measured
+    forward_passes_per_query: int = 0  # model passes a query costs (dense: 1)
+
+
+def bm25(corpus_texts: list[str], doc_ids: tuple[str, ...], queries: list[str],
+         query_ids: tuple[str, ...], options: Bm25Options, depth: int) -> FirstStageRun:
+    try:
+        import bm25s
+    except ImportError as exc:
+        raise MissingExtraError("bm25s", "cpu", "the bm25 first stage") from exc
+    stemmer = None
+    if options.stemmer:
+        try:
+            import Stemmer
+        except ImportError as exc:
+            raise MissingExtraError("PyStemmer", "cpu", "BM25 stemming") from exc
+        try:
+            stemmer = Stemmer.Stemmer(options.stemmer)
+        except KeyError:
+            raise InputError(message=f"PyStemmer has no stemmer '{options.stemmer}'",
+                             field="first_stage.bm25.stemmer",
+                             fix=f"use one of: {', '.join(Stemmer.algorithms())}, or null"
+                             ) from None
+    tokenizer = bm25s.tokenization.Tokenizer(lower=options.lower, stopwords=options.stopwords,
+                                             stemmer=stemmer)
+    began = time.perf_counter()
+    corpus_tokens = tokenizer.tokenize(corpus_texts, return_as="tuple", show_progress=False)
+    retriever = bm25s.BM25(k1=options.k1, b=options.b, method=options.method)
+    retriever.index(corpus_tokens, show_progress=False)
+    index_s = time.perf_counter() - began
+    began = time.perf_counter()
+    q_ids = tokenizer.tokenize(queries, update_vocab=False, return_as="ids",
+                               show_progress=False)
+    k = min(depth, len(doc_ids))
+    vocab = tokenizer.get_vocab_dict()
+    unknown = vocab.get("", None)
+    q_lists = [[t for t in ids if t != unknown] for ids in q_ids]
+    indices = np.full((len(queries), k), -1, dtype=np.int64)
+    scores = np.full((len(queries), k), np.nan)
+    for row, ids in enumerate(q_lists):
+        if not ids:
+            continue
+        doc_scores = retriever.get_scores(ids)
+        top = np.argsort(-doc_scores, kind="stable")[:k]
+        top = top[doc_scores[top] > 0]
+        indices[row, :len(top)] = top
+        scores[row, :len(top)] = doc_scores[top]
+    search_s = time.perf_counter() - began
+    ranking = Ranking.from_search(query_ids, doc_ids, indices, scores)
+    return FirstStageRun(
+        name="bm25", ranking=ranking,
+        record={"kind": "bm25", "library": "bm25s", "version": bm25s.__version__,
+                **options.model_dump(), "vocabulary": len(vocab), "index_s": index_s,
+                "search_s": search_s},
+        seconds_per_query=search_s / max(1, len(queries)), forward_passes_per_query=0)
+
+
+def dense(folder_runs: Path, name: str, doc_ids: tuple[str, ...],
+          encode_seconds_per_query: float | None) -> FirstStageRun:
+    """A recipe variant's ranking, as ``evalq run`` searched and wrote it."""
+    from evalq.ranking import read_trec_run
+
+    path = folder_runs / f"{name}.trec"
+    if not path.is_file():
+        raise InputError(message=f"dense first stage '{name}' has no ranking in this run "
+                         f"({path} is missing)", field="first_stage",
+                         fix="run the variant too (check --only)")
+    return FirstStageRun(name=name, ranking=read_trec_run(path, doc_ids=doc_ids),
+                         record={"kind": "dense", "variant": name, "run_file": str(path)},
+                         seconds_per_query=encode_seconds_per_query,
+                         forward_passes_per_query=1)
+
+
+def run_file(path: Path, doc_ids: tuple[str, ...], query_ids: tuple[str, ...],
+             field_name: str) -> FirstStageRun:
+    """A user's production first stage: its documents outside the (sliced) corpus and
+    queries outside the dataset are dropped and counted."""
+    from evalq.datasets.trec import read_run
+
+    if not path.is_file():
+        raise InputError(message=f"run file {path} does not exist", field=field_name,
+                         fix="give the path of a TREC run file (qid Q0 docid rank score tag), "
+                         "relative to the recipe")
+    raw = read_run(path)
+    known_docs, known_queries = set(doc_ids), set(query_ids)
+    dropped_docs = 0
+    run: dict[str, dict[str, float]] = {}
+    for qid in query_ids:
+        row = raw.get(qid, {})
+        kept = {d: s for d, s in row.items() if d in known_docs}
+        dropped_docs += len(row) - len(kept)
+        run[qid] = kept
+    ranking = Ranking.from_dict(run, doc_ids=doc_ids) if any(run.values()) else None
+    if ranking is None:
+        raise InputError(message=f"run file {path} ranks none of the dataset's documents for "
+                         "its queries", field=field_name,
+                         fix="check that query and document ids match the dataset's")
+    return FirstStageRun(name="run", ranking=ranking,
+                         record={"kind": "run", "path": str(path),
+                                 "dropped_documents": dropped_docs,
+                                 "dropped_queries": len(set(raw) - known_queries)})

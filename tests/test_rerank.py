@@ -1,0 +1,314 @@
+"""Rerankers: in-process cross-encoder and bi-encoder scorer against sentence-transformers,
+quantized rerankers, the score cache, fidelity measures, attribution, HTTP rerank clients.
+
+The cross-encoder here is the fixture built from MiniLM's encoder plus a seeded, untrained
+head (``evalq.rerank_fixture``): its scores measure fidelity (quantized vs float32, one
+backend vs another), not relevance.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalq.backends.reranker import (
+    BiEncoderScorer,
+    CrossEncoderReranker,
+    RerankSettings,
+    check_head,
+)
+from evalq.errors import InputError
+from evalq.metrics.fidelity import ScorePair, evaluate_fidelity, pooled_drift, tie_rate
+from evalq.metrics.registry import parse_measures
+from evalq.pipeline import attribution, rerank
+from evalq.rerank import score_pairs
+from evalq.scorecache import ScoreCache
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_path(tmp_path_factory) -> Path:
+    from evalq.rerank_fixture import build_minilm_cross_encoder
+
+    return build_minilm_cross_encoder(tmp_path_factory.mktemp("fixture-models"))
+
+
+@pytest.fixture(scope="session")
+def pairs(mixed_texts) -> tuple[list[str], list[str]]:
+    """24 pairs: short queries against real documents, some over the 256-token limit."""
+    queries = [t[:60] for t in mixed_texts[:6]]
+    docs = mixed_texts[6:]
+    qs = [queries[i % len(queries)] for i in range(24)]
+    ds = [docs[(i * 7) % len(docs)] for i in range(24)]
+    return qs, ds
+
+
+@pytest.fixture(scope="session")
+def fp32_reranker(cross_encoder_path):
+    reranker = CrossEncoderReranker(cross_encoder_path, settings=RerankSettings())
+    yield reranker
+    reranker.close()
+
+
+def test_fixture_is_built_once_and_is_a_sequence_classifier(cross_encoder_path, tmp_path):
+    from evalq.rerank_fixture import build_minilm_cross_encoder
+
+    config = json.loads((cross_encoder_path / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["num_labels"] == 1 if "num_labels" in config else len(config["id2label"]) == 1
+    again = build_minilm_cross_encoder(cross_encoder_path.parent)
+    assert again == cross_encoder_path
+    other = build_minilm_cross_encoder(tmp_path)  # built elsewhere: identical bytes
+    assert (other / "model.safetensors").read_bytes() == \
+        (cross_encoder_path / "model.safetensors").read_bytes()
+
+
+def test_inprocess_equals_sentence_transformers_cross_encoder(cross_encoder_path, pairs,
+                                                              fp32_reranker):
+    from sentence_transformers import CrossEncoder
+
+    qs, ds = pairs
+    ours, stats = score_pairs(fp32_reranker, qs, ds, batch_tokens=1024)
+    peer = CrossEncoder(str(cross_encoder_path), max_length=256, device="cpu")
+    theirs = peer.predict(list(zip(qs, ds)), batch_size=8)
+    assert np.abs(ours - theirs).max() <= 1e-4
+    assert stats.computed == len(set(zip(qs, ds))) and stats.batches >= 2
+    assert np.ptp(ours) > 0.01  # the seeded head spreads scores, so orders are meaningful
+
+
+def test_activation_none_and_softmax_head_checks(cross_encoder_path, pairs, fp32_reranker):
+    qs, ds = pairs
+    raw = CrossEncoderReranker(cross_encoder_path, settings=RerankSettings(activation="none"))
+    try:
+        logits = raw.score(qs[:4], ds[:4])
+    finally:
+        raw.close()
+    assert np.allclose(1 / (1 + np.exp(-logits)), fp32_reranker.score(qs[:4], ds[:4]),
+                       atol=1e-6)
+    with pytest.raises(InputError, match="softmax"):
+        check_head(1, RerankSettings(activation="softmax"), cross_encoder_path)
+    with pytest.raises(InputError) as info:
+        check_head(3, RerankSettings(activation="sigmoid"), cross_encoder_path)
+    assert info.value.field == "reranker.label"
+    check_head(3, RerankSettings(activation="softmax", label=2), cross_encoder_path)
+
+
+def test_unexpected_label_count_is_refused_before_loading(cross_encoder_path, tmp_path):
+    bad = tmp_path / "three-labels"
+    shutil.copytree(cross_encoder_path, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["id2label"] = {str(i): f"LABEL_{i}" for i in range(3)}
+    config["label2id"] = {f"LABEL_{i}": i for i in range(3)}
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError) as info:
+        CrossEncoderReranker(bad, settings=RerankSettings())
+    assert "3 labels" in info.value.message and info.value.field == "reranker.label"
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"dtype": "bfloat16"},
+    {"quantization": {"method": "torch-dynamic-int8"}},
+    {"quantization": {"method": "bitsandbytes", "bits": 8}},
+])
+def test_quantized_rerankers_differ_measurably(cross_encoder_path, pairs, fp32_reranker,
+                                               kwargs):
+    qs, ds = pairs
+    reference = fp32_reranker.score(qs, ds)
+    quantized = CrossEncoderReranker(cross_encoder_path, settings=RerankSettings(), **kwargs)
+    try:
+        scores = quantized.score(qs, ds)
+        assert quantized.record.method != "dtype" or quantized.record.bits == 16
+    finally:
+        quantized.close()
+    delta = np.abs(scores - reference)
+    assert delta.max() > 1e-4  # quantization moved the scores...
+    assert delta.max() < 0.3  # ...without breaking the model
+    assert np.corrcoef(scores, reference)[0, 1] > 0.8
+
+
+def test_bi_encoder_scorer_is_cosine_of_sentence_transformers(minilm_path, minilm_settings,
+                                                              pairs):
+    from sentence_transformers import SentenceTransformer
+
+    qs, ds = pairs
+    scorer = BiEncoderScorer(minilm_path, settings=minilm_settings)
+    try:
+        ours = scorer.score(qs, ds)
+    finally:
+        scorer.close()
+    model = SentenceTransformer(str(minilm_path), device="cpu")
+    q = model.encode(qs, normalize_embeddings=True)
+    d = model.encode(ds, normalize_embeddings=True)
+    assert np.abs(ours - (q * d).sum(axis=1)).max() <= 1e-4
+
+
+class _Flaky:
+    """Wraps a reranker; raises after ``fail_after`` score calls (a dying backend)."""
+
+    def __init__(self, inner, fail_after: int) -> None:
+        self.inner, self.fail_after, self.calls = inner, fail_after, 0
+        self.kind = inner.kind
+
+    def fingerprint(self):
+        return self.inner.fingerprint()
+
+    def pair_lengths(self, q, d):
+        return self.inner.pair_lengths(q, d)
+
+    def score(self, q, d):
+        self.calls += 1
+        if self.calls > self.fail_after:
+            raise RuntimeError("backend died")
+        return self.inner.score(q, d)
+
+
+def test_score_cache_resumes_an_interrupted_scoring(fp32_reranker, pairs, tmp_path):
+    qs, ds = pairs
+    cache = ScoreCache(tmp_path)
+    flaky = _Flaky(fp32_reranker, fail_after=1)
+    with pytest.raises(RuntimeError, match="died"):
+        score_pairs(flaky, qs, ds, cache=cache, batch_tokens=100_000, max_batch=8,
+                    chunk_size=8)
+    done, first = score_pairs(fp32_reranker, qs, ds, cache=cache, chunk_size=8)
+    assert first.cached == 8 and first.computed == len(set(zip(qs, ds))) - 8
+    again, second = score_pairs(fp32_reranker, qs, ds, cache=cache)
+    assert second.computed == 0 and second.pairs_per_s is None
+    np.testing.assert_array_equal(done, again)
+    np.testing.assert_allclose(done, fp32_reranker.score(qs, ds), atol=1e-6)
+    cache.close()
+
+
+def test_short_answer_from_a_reranker_is_an_input_error(fp32_reranker, pairs):
+    class Short(_Flaky):
+        def score(self, q, d):
+            return self.inner.score(q, d)[:-1]
+
+    qs, ds = pairs
+    with pytest.raises(InputError, match="scores for"):
+        score_pairs(Short(fp32_reranker, 99), qs, ds)
+
+
+def test_pipeline_order_equals_sorting_the_scores_directly(fp32_reranker, pairs):
+    qs, ds = pairs
+    docs = np.array([[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, -1, -1]])
+    texts = list(ds[:10])
+    scores = np.full(docs.shape, np.nan)
+    for row, query in enumerate(qs[:2]):
+        keep = docs[row] >= 0
+        scores[row, keep] = fp32_reranker.score([query] * keep.sum(),
+                                                [texts[i] for i in docs[row, keep]])
+    doc_ids = tuple(f"d{i}" for i in range(10))
+    ranking = rerank(("q0", "q1"), doc_ids, docs, scores, cutoff=4)
+    for row in range(2):
+        keep = docs[row] >= 0
+        direct = docs[row, keep][np.argsort(-scores[row, keep], kind="stable")][:4]
+        assert ranking.indices[row].tolist() == direct.tolist()
+
+
+def test_fidelity_measures_against_scipy():
+    from scipy.stats import kendalltau, spearmanr, wasserstein_distance
+
+    rng = np.random.default_rng(0)
+    ref = rng.random((5, 20))
+    cand = ref + rng.normal(0, 0.05, ref.shape)
+    cand[0] = np.round(cand[0], 1)  # a coarse reranker: ties
+    docs = np.tile(np.arange(20), (5, 1))
+    docs[4, 15:] = -1
+    ref[4, 15:] = cand[4, 15:] = np.nan
+    pair = ScorePair(tuple(f"q{i}" for i in range(5)), docs, ref, cand,
+                     tuple(f"d{i:02d}" for i in range(20)))
+    measures = parse_measures(["score_tau", "score_spearman", "rerank_overlap@5", "abs_delta",
+                               "abs_delta_p99", "score_shift", "tie_rate"])
+    values = evaluate_fidelity(pair, measures).values
+    for i in range(5):
+        r, c = ref[i][docs[i] >= 0], cand[i][docs[i] >= 0]
+        assert values["score_tau"][i] == pytest.approx(kendalltau(r, c)[0])
+        assert values["score_spearman"][i] == pytest.approx(spearmanr(r, c)[0])
+        assert values["abs_delta"][i] == pytest.approx(np.abs(c - r).mean())
+        assert values["score_shift"][i] == pytest.approx(wasserstein_distance(r, c))
+        top_r = set(np.argsort(-r)[:5]) if i else None
+        if top_r is not None:
+            assert values["rerank_overlap@5"][i] == pytest.approx(
+                len(top_r & set(np.argsort(-c)[:5])) / 5)
+    assert values["tie_rate"][0] > 0 and values["tie_rate"][1] == 0
+    assert tie_rate(np.array([0.5, 0.5, 0.5, 0.1])) == pytest.approx(0.5)
+    same = evaluate_fidelity(ScorePair(pair.query_ids, docs, ref, ref, pair.doc_ids),
+                             measures).values
+    assert np.allclose(same["score_tau"], 1) and np.allclose(same["rerank_overlap@5"], 1)
+    assert np.allclose(same["abs_delta"], 0)
+    drift = pooled_drift(pair)
+    assert drift["pairs"] == 95 and drift["p99_abs_delta"] >= drift["mean_abs_delta"]
+
+
+def test_attribution_parts_add_up():
+    from evalq.config import StatsOptions
+
+    rng = np.random.default_rng(1)
+    ref, retr, rer, both = (rng.random(60) for _ in range(4))
+    parts = attribution(ref, retr, rer, both, StatsOptions(resamples=500))
+    total = parts["total"]["delta"]
+    summed = (parts["retriever_only"]["delta"] + parts["reranker_only"]["delta"]
+              + parts["interaction"]["delta"])
+    assert total == pytest.approx(summed, abs=1e-12)
+    assert total == pytest.approx(float(np.mean(both - ref)))
+    assert parts["total"]["ci_low"] <= total <= parts["total"]["ci_high"]
+
+
+@pytest.fixture(scope="module")
+def rerank_server(cross_encoder_path):
+    from sentence_transformers import CrossEncoder
+
+    from fake_rerank_server import FakeRerankServer, RerankState
+
+    state = RerankState(model=CrossEncoder(str(cross_encoder_path), max_length=256,
+                                           device="cpu"))
+    with FakeRerankServer(state) as server:
+        yield server
+
+
+@pytest.mark.parametrize("style", ["tei", "rerank-api"])
+def test_http_rerank_clients_match_inprocess(rerank_server, cross_encoder_path, pairs,
+                                             fp32_reranker, style):
+    """TEI itself cannot run here: the server is a stand-in following TEI's and the
+    Cohere/Jina /v1/rerank documented schemas, scoring with sentence-transformers."""
+    from evalq.backends.rerank_http import HttpReranker
+
+    qs, ds = pairs
+    rerank_server.state.requests.clear()
+    client = HttpReranker(rerank_server.url, style=style, model="fixture", activation="sigmoid",
+                          max_length=256, tokenizer_path=cross_encoder_path)
+    try:
+        scores, _ = score_pairs(client, qs, ds, self_batching=True)
+        described = client.describe()
+    finally:
+        client.close()
+    assert np.abs(scores - fp32_reranker.score(qs, ds)).max() <= 1e-4
+    path, payload = rerank_server.state.requests[0]
+    if style == "tei":
+        assert path == "/rerank" and payload["raw_scores"] is False
+        assert payload["truncate"] is True and payload["truncation_direction"] == "Right"
+        assert all(len(p["texts"]) <= 8 for _, p in rerank_server.state.requests)
+        assert described["info"]["model_id"] == "evalq/minilm-cross-encoder-fixture"
+    else:
+        assert path == "/v1/rerank" and payload["top_n"] == len(payload["documents"])
+        assert payload["return_documents"] is False
+
+
+@pytest.mark.parametrize("style", ["tei", "rerank-api"])
+def test_server_returning_fewer_scores_is_exit_2(rerank_server, pairs, style):
+    from evalq.backends.rerank_http import HttpReranker
+
+    qs, ds = pairs
+    rerank_server.state.drop_one = True
+    try:
+        client = HttpReranker(rerank_server.url, style=style, model=None, activation="sigmoid",
+                              max_length=256)
+        with pytest.raises(InputError) as info:
+            client.score(qs[:3], ds[:3])
+        client.close()
+    finally:
+        rerank_server.state.drop_one = False
+    assert "returned scores for" in info.value.message and info.value.field == "http.url"
