@@ -19,6 +19,7 @@ import yaml
 
 from evalq.config import load_recipe
 from evalq.errors import InputError
+from evalq.locations import BUILTIN_RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -191,5 +192,5 @@ def test_cli_exit_2_for_a_pipeline_without_first_stage(tmp_path):
 
 def test_shipped_pipeline_recipes_validate():
     for name in ("rerank-pipeline.yaml", "rerank-gpu.yaml"):
-        recipe = load_recipe(ROOT / "recipes" / name)
+        recipe = load_recipe(BUILTIN_RECIPES / name)
         assert recipe.pipelines and all(p.reranker.candidates for p in recipe.pipelines)

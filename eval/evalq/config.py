@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evalq.errors import InputError
 from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
-from evalq.scaleconfig import ExecutorSpec, IndexSpec
 from evalq.pipeline_config import PipelineSpec
+from evalq.scaleconfig import ExecutorSpec, IndexSpec
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 # Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
