@@ -51,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
     gate = sub.add_parser("gate", help="re-decide the gates of a stored results folder")
     gate.add_argument("results", type=Path)
     gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
+    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t"),
+                      help="re-decide with this interval method instead of the stored one")
+
+    cal = sub.add_parser("calibrate", help="simulate the gates' error rates on a results "
+                         "folder's per-query differences and a synthetic panel")
+    cal.add_argument("results", type=Path, nargs="?", help="results folder (optional)")
+    cal.add_argument("--trials", type=int, default=2000)
+    cal.add_argument("--json", type=Path, help="also write the table as JSON")
 
     sub.add_parser("datasets", help="list the dataset manifests")
 
@@ -117,8 +125,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "gate":
         from evalq.regate import regate
 
-        passed = regate(args.results, junit=args.junit)
+        passed = regate(args.results, junit=args.junit, method=args.method)
         return EXIT_OK if passed else EXIT_GATE_FAILED
+    if args.command == "calibrate":
+        from evalq.calibration import calibrate_command
+
+        return calibrate_command(args.results, trials=args.trials, json_path=args.json)
     if args.command == "datasets":
         from evalq.datasets.manifest import list_datasets
 
