@@ -21,7 +21,6 @@ thousands of simulated gates are one matrix product (and the resampled spreads a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -112,7 +111,7 @@ def synthetic_panel(seed: int = 20261130, size: int = 5000) -> list[Population]:
     panel = []
     for share in (0.02, 0.05, 0.10, 0.20):
         values = np.zeros(size)
-        k = int(round(share * size))
+        k = round(share * size)
         values[:k] = np.clip(rng.normal(0.0, 0.25, k), -1.0, 1.0)
         panel.append(Population(f"sparse-{share:.0%}", "panel", values, PANEL_MARGIN))
     panel.append(Population("heavy-tailed", "panel",
@@ -123,7 +122,7 @@ def synthetic_panel(seed: int = 20261130, size: int = 5000) -> list[Population]:
     panel.append(Population("dense-normal", "panel", rng.normal(0.0, 0.05, size),
                             PANEL_MARGIN))
     # One query in 1/margin differs, by the most a measure in [0, 1] can drop.
-    ties = np.zeros(int(round(1.0 / PANEL_MARGIN)))
+    ties = np.zeros(round(1.0 / PANEL_MARGIN))
     ties[0] = -1.0
     panel.append(Population("all-ties-but-one", "panel", ties, PANEL_MARGIN))
     return panel

@@ -322,6 +322,8 @@ def interval(
         return Interval(math.nan, math.nan, math.nan, math.nan, n, method, confidence)
     estimate, se, df = _stratum_moments(groups)
     if all(s.size == 1 or np.all(s == s[0]) for s in groups):
+        # Every resample is the same value: the interval is that value, exactly.
+        estimate = sum(float(s[0]) for s in groups) / len(groups)
         return Interval(estimate, estimate, estimate, 0.0, n, method, confidence)
     est = np.array([estimate])
     if method == "t":
