@@ -71,6 +71,12 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> N
                 if not check["passed"]:
                     console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
                                   f"{check['reason']}", soft_wrap=True)
+    for name, info in variants_info.items():
+        # parity and pooled (suite) gates belong to the variant, not to one dataset
+        for check in info.get("suite_checks", []):
+            if not check["passed"]:
+                console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
+                              f"{check['reason']}", soft_wrap=True)
     for w in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     for name, info in variants_info.items():
