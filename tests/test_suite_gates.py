@@ -40,7 +40,7 @@ metrics: [nDCG@10, RR@10]
 reference_metrics: [overlap@10]
 gates:
   - {{metric: nDCG@10, against: qrels, max_drop: 2%, over: pooled}}
-  - {{metric: RR@10, against: qrels, max_drop: 2%}}
+  - {{metric: RR@10, against: qrels, max_drop: 2%, confidence: 0.9}}
   - {{metric: overlap@10, against: reference, min: 0.8}}
 stats: {{resamples: 1000}}
 """
@@ -157,3 +157,12 @@ def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
     ref = RunFolder(suite["out"]).read_per_query("pydocs", "fp32").values["nDCG@10"]
     pop = next(p for p in populations if p.name == "dyn-int8/pydocs/nDCG@10")
     assert pop.margin == pytest.approx(0.02 * ref.mean())
+
+
+def test_vs_reference_shows_the_interval_the_gate_used(suite: dict[str, Any]) -> None:
+    metrics = suite["outcome"].summary["datasets"]["pydocs"]["variants"]["dyn-int8"]["metrics"]
+    assert metrics["RR@10"]["vs_reference"]["confidence"] == 0.9  # the gate's own
+    assert metrics["nDCG@10"]["vs_reference"]["confidence"] == 0.95  # the recipe's
+    check = next(c for c in suite["outcome"].summary["datasets"]["pydocs"]["variants"]
+                 ["dyn-int8"]["gate"]["checks"] if c["gate"].startswith("RR@10"))
+    assert check["figures"]["ci_low"] == pytest.approx(metrics["RR@10"]["vs_reference"]["ci_low"])

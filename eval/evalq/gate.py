@@ -8,22 +8,34 @@ Two kinds of gate:
 
 **Allowed drop** (``against: qrels``, ``max_drop``): a non-inferiority test on the paired
 per-query differences d = candidate − reference. The margin is ``max_drop`` (absolute)
-or ``max_drop × mean(reference)`` (relative, ``"1%"``). With the paired percentile
-bootstrap interval [ci_low, ci_high] of mean(d) at ``confidence``:
+or ``max_drop × mean(reference)`` (relative, ``"1%"``). With the interval [ci_low,
+ci_high] of mean(d) at ``confidence`` by the recipe's ``stats.method`` (default
+studentized bootstrap, chosen by ``bench/calibration.py``; see ``evalq.intervals``):
 
 * ``pass``          ci_low >= −margin (the drop is shown to be within the margin);
 * ``fail``          mean(d) < −margin (the observed drop already exceeds the margin);
 * ``inconclusive``  otherwise: the point estimate is within the margin but the interval
   reaches past it. More queries would decide; the reason gives the minimum detectable
-  effect for this query count and the queries needed if the observed difference held.
-  Inconclusive fails the gate: an unproven candidate does not ship.
+  effect for this query count, the queries needed if the observed difference held, and
+  the queries that would certify the margin at the observed spread if the true
+  difference were 0. Inconclusive fails the gate: an unproven candidate does not ship.
+
+Sparse data: with fewer than ``min_nonzero`` non-zero differences no interval decides.
+The exact bound takes over (differences of measures in [0, 1] are >= −1, so the mean
+drop is at most the Clopper–Pearson upper bound of the share of queries that differ):
+identical runs pass once there are enough queries, everything else is inconclusive.
+Percentile with ``min_nonzero: 0`` is the historical rule (results written before
+methods existed are re-decided with it).
+
+Over a suite (``over: pooled``) the same rule runs on the macro-average of per-dataset
+mean differences with a bootstrap stratified by dataset (:func:`decide_pooled`).
 
 This is not "no significant difference": a noisy candidate cannot pass by being
 indistinguishable from the reference, it must be shown to be close.
 
 **Floor** (``min``): the candidate's value must be at least ``min``. With ``stat: mean``
-the test is on the lower bound of the bootstrap interval of the mean of per-query values
-(pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With ``stat: p1`` or
+the test is on the lower bound of the percentile-bootstrap interval of the mean of
+per-query values (pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With ``stat: p1`` or
 ``stat: min`` the plain statistic over the values is compared (1st percentile by numpy's
 linear interpolation, or the minimum): these describe the worst texts, not an average,
 so they need no interval. Floors suit reference measures (``overlap@10 >= 0.9``,
@@ -33,8 +45,9 @@ Common rules: a NaN among the values fails the gate (a broken query is reported,
 averaged away); no values is inconclusive; with varying values and fewer than
 :data:`MIN_QUERIES` queries the interval is not trusted and a pass becomes inconclusive
 (a percentile bootstrap underestimates the spread of tiny samples by (n−1)/n and takes
-few distinct values). Constant values (all differences equal, e.g. identical runs) are
-decided by that constant for any n >= 1.
+few distinct values). Floors, and drops under the historical rule, decide constant values
+(e.g. identical runs) by that constant for any n >= 1; the sparse-data rule decides them
+otherwise.
 """
 
 from __future__ import annotations
@@ -393,8 +406,9 @@ def _decide_drop_strata(
     sparse_low = -float(np.mean(per))
     needed = _queries_needed(spec, sd, delta + margin, alpha, nonzero, n)
     certify = _queries_needed(spec, sd, margin, alpha, nonzero, n)
-    if nonzero == 0:
-        certify = intervals.queries_to_certify_identical(margin, alpha)
+    if nonzero == 0 and spec.min_nonzero > 0:
+        # identical on every query: only the exact sparse-data bound can certify
+        certify = needed = intervals.queries_to_certify_identical(margin, alpha)
     p_value = stats.randomization_test(cand_all, ref_all, resamples, seed) \
         if len(cands) == 1 else None
     figures: dict[str, Figure] = {
@@ -535,10 +549,10 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
             f"{spec.stat}={_fmt(value)} < {_fmt(floor)} over {n} values ({below} below the floor)",
             figures,
         )
+    # Floors keep the percentile bootstrap: the calibration covers allowed-drop gates, and
+    # a studentized interval opens to -inf on values that are almost all 1.0 (overlap@10
+    # of a near-lossless candidate), where resamples have no spread.
     ci = stats.bootstrap_mean_ci(cand, spec.confidence, resamples, seed)
-    if spec.method != intervals.HISTORICAL_METHOD:
-        iv = intervals.interval(cand, spec.method, spec.confidence, resamples, seed)
-        ci = stats.MeanCI(ci.n, ci.mean, iv.low, iv.high, ci.confidence, resamples, seed, ci.sd)
     alpha = (1.0 - spec.confidence) / 2.0
     mde = stats.minimum_detectable_effect(cand, alpha, POWER)
     needed = stats.queries_needed(ci.sd, ci.mean - floor, alpha, POWER)
@@ -551,7 +565,7 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
         "ci_low": ci.ci_low,
         "ci_high": ci.ci_high,
         "confidence": spec.confidence,
-        "method": spec.method,
+        "method": intervals.HISTORICAL_METHOD,
         "min": floor,
         "sd": ci.sd,
         "mde": mde,
@@ -561,7 +575,7 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
         "seed": seed,
     }
     pct = f"{spec.confidence * 100:g}%"
-    where = (f"mean={_fmt(ci.mean)} ({pct} {spec.method} CI [{_fmt(ci.ci_low)}, "
+    where = (f"mean={_fmt(ci.mean)} ({pct} percentile CI [{_fmt(ci.ci_low)}, "
              f"{_fmt(ci.ci_high)}], n={n})")
     if ci.ci_low >= floor and (constant or n >= MIN_QUERIES):
         return GateCheck(

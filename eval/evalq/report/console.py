@@ -16,12 +16,15 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _metric_cell(entry: dict[str, Any]) -> str:
+def _metric_cell(entry: dict[str, Any], confidence: float | None = None) -> str:
     vs = entry.get("vs_reference")
     value = _fmt(entry.get("value"))
     if not vs:
         return value
-    return f"{value} {vs['delta']:+.4f} [{vs['ci_low']:+.3f},{vs['ci_high']:+.3f}]"
+    # a gate's own confidence, when it differs from the table's
+    own = vs.get("confidence")
+    at = f"@{own * 100:g}%" if own is not None and own != confidence else ""
+    return f"{value} {vs['delta']:+.4f} [{vs['ci_low']:+.3f},{vs['ci_high']:+.3f}]{at}"
 
 
 def _rate(encode: dict[str, Any]) -> str:
@@ -56,7 +59,8 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> N
         for name, v in ds["variants"].items():
             info = variants_info.get(name, {})
             row = [name + (" (ref)" if v["role"] == "reference" else "")]
-            row += [_metric_cell(v["metrics"].get(m, {})) for m in recipe.metrics]
+            row += [_metric_cell(v["metrics"].get(m, {}), recipe.stats.confidence)
+                    for m in recipe.metrics]
             row += [_fmt(v.get("reference_metrics", {}).get(m, {}).get("value"))
                     for m in recipe.reference_metrics]
             row += [_rate(v.get("encode", {})), _mib(info.get("weight_bytes")),
