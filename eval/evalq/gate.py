@@ -35,11 +35,11 @@ indistinguishable from the reference, it must be shown to be close.
 
 **Floor** (``min``): the candidate's value must be at least ``min``. With ``stat: mean``
 the test is on the lower bound of the percentile-bootstrap interval of the mean of
-per-query values (pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With ``stat: p1`` or
-``stat: min`` the plain statistic over the values is compared (1st percentile by numpy's
-linear interpolation, or the minimum): these describe the worst texts, not an average,
-so they need no interval. Floors suit reference measures (``overlap@10 >= 0.9``,
-``cosine p1 >= 0.99``); they are also accepted on qrels measures.
+per-query values (pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With
+``stat: p1`` or ``stat: min`` the plain statistic over the values is compared (1st
+percentile by numpy's linear interpolation, or the minimum): these describe the worst
+texts, not an average, so they need no interval. Floors suit reference measures
+(``overlap@10 >= 0.9``, ``cosine p1 >= 0.99``); they are also accepted on qrels measures.
 
 Common rules: a NaN among the values fails the gate (a broken query is reported, never
 averaged away); no values is inconclusive; with varying values and fewer than
