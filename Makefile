@@ -50,6 +50,7 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/encode.py
 	$(BIN)/python bench/vllm.py
 	$(BIN)/python bench/rerun.py
+	$(BIN)/python bench/calibration.py
 
 lint: install
 	$(BIN)/ruff check eval tests bench

@@ -308,6 +308,11 @@ def report(cells: Sequence[Cell]) -> dict[str, Any]:
 def calibrate_command(results: Path | None, *, trials: int = 2000,
                       json_path: Path | None = None) -> int:
     """`evalq calibrate [RESULTS_DIR]`: print the table (and write JSON)."""
+    if trials < 50:
+        from evalq.errors import InputError
+
+        raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
+                         field="--trials", fix="use --trials 2000 (the default) or at least 50")
     populations = synthetic_panel()
     if results is not None:
         populations = results_populations(results) + populations
