@@ -65,6 +65,7 @@ RULES = (
     Rule("bootstrap-t", 0),
     Rule("t", intervals.DEFAULT_MIN_NONZERO),
     Rule("bca", intervals.DEFAULT_MIN_NONZERO),
+    Rule("bootstrap-t", intervals.DEFAULT_MIN_NONZERO),
     Rule(intervals.DEFAULT_METHOD, intervals.DEFAULT_MIN_NONZERO),
 )
 DEFAULT_RULE = Rule(intervals.DEFAULT_METHOD, intervals.DEFAULT_MIN_NONZERO)
@@ -267,7 +268,7 @@ def calibrate(
 def table(cells: Sequence[Cell]) -> str:
     """One row per rule and n: the worst false-pass rate over the populations (and where),
     the worst false-fail rate, and the median power at half the margin."""
-    lines = [f"{'rule':24s} {'n':>5s} {'false-pass max':>15s} {'at':28s} "
+    lines = [f"{'rule':28s} {'n':>5s} {'false-pass max':>15s} {'at':28s} "
              f"{'false-fail max':>14s} {'power@m/2 med':>13s} {'within bound':>12s}"]
     keys = sorted({(c.rule, c.n) for c in cells},
                   key=lambda k: ([r.name for r in RULES].index(k[0])
@@ -277,7 +278,7 @@ def table(cells: Sequence[Cell]) -> str:
         worst = max(group, key=lambda c: c.false_pass)
         ok = sum(c.within_bound for c in group)
         lines.append(
-            f"{rule:24s} {n:5d} {worst.false_pass:15.3f} {worst.population[:28]:28s} "
+            f"{rule:28s} {n:5d} {worst.false_pass:15.3f} {worst.population[:28]:28s} "
             f"{max(c.false_fail for c in group):14.3f} "
             f"{float(np.median([c.power_half for c in group])):13.3f} "
             f"{ok:>5d}/{len(group):<6d}")

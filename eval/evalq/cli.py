@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     gate = sub.add_parser("gate", help="re-decide the gates of a stored results folder")
     gate.add_argument("results", type=Path)
     gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
-    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t"),
+    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t",
+                                                   "t-and-bootstrap-t"),
                       help="re-decide with this interval method instead of the stored one")
 
     cal = sub.add_parser("calibrate", help="simulate the gates' error rates on a results "

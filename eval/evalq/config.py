@@ -119,7 +119,8 @@ class StatsOptions(_Strict):
     # Interval method and sparse-data rule of the gates (evalq.intervals; README "Gate
     # calibration"). Results written before these keys existed are re-decided with
     # method percentile, min_nonzero 0: what decided them then.
-    method: Literal["percentile", "bootstrap-t", "bca", "t"] = "bootstrap-t"
+    method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
+        "t-and-bootstrap-t"
     min_nonzero: int = Field(default=10, ge=0)
 
 
