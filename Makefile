@@ -79,6 +79,7 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/rerun.py
 	$(BIN)/python bench/loadgen.py
 	$(BIN)/python bench/rerank.py --vllm
+	$(BIN)/python bench/calibration.py
 
 # Re-make the README's screenshot from the quickstart's results (after `make demo`).
 screenshot: install chromium

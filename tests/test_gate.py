@@ -97,14 +97,50 @@ def test_labels() -> None:
 # ----------------------------------------------------------------- allowed drop
 
 
-def test_identical_runs_pass() -> None:
+def test_identical_runs_pass_under_the_historical_rule() -> None:
     ref = reference_values(200)
-    check = decide(drop_gate("1%"), ref.copy(), ref)
+    spec = GateSpec(metric="nDCG@10", against="qrels", max_drop=0.01, relative=True,
+                    method="percentile", min_nonzero=0)
+    check = decide(spec, ref.copy(), ref)
     assert (check.passed, check.verdict) == (True, "pass")
     assert check.figures["delta"] == 0.0
     assert check.figures["p_value"] == 1.0
-    # identical also passes on tiny samples: the differences are exactly known
-    assert decide(drop_gate("1%"), ref[:3].copy(), ref[:3]).verdict == "pass"
+    # the percentile rule passes identical runs even on tiny samples
+    assert decide(spec, ref[:3].copy(), ref[:3]).verdict == "pass"
+
+
+def test_identical_runs_need_enough_queries_to_certify_the_margin() -> None:
+    """200 identical queries do not show that at most 0.5% of all queries differ (exact
+    binomial bound at 97.5%: 1.8%); 1,000 do, so the drop is certified within 0.005."""
+    ref = reference_values(1000)
+    margin = 0.01 * ref[:200].mean()
+    few = decide(drop_gate("1%"), ref[:200].copy(), ref[:200])
+    assert few.verdict == "inconclusive"
+    assert few.figures["nonzero"] == 0
+    assert few.figures["sparse_low"] == pytest.approx(-(1 - 0.025 ** (1 / 200)))
+    needed = math.ceil(math.log(0.025) / math.log1p(-margin))
+    assert few.figures["queries_to_certify"] == needed
+    assert f"about {needed} would certify the margin" in few.reason
+    many = decide(drop_gate("1%"), ref.copy(), ref)
+    assert (many.passed, many.verdict) == (True, "pass")
+    assert "exact bound" in many.reason
+
+
+def test_sparse_differences_are_not_trusted_to_an_interval() -> None:
+    """Eight non-zero differences of 300: every interval method would pass this (tiny
+    spread), the sparse-data rule does not."""
+    ref = reference_values(300)
+    cand = ref.copy()
+    cand[:8] += 0.001
+    for method in ("percentile", "t", "bca", "bootstrap-t"):
+        raw = GateSpec(metric="nDCG@10", against="qrels", max_drop=0.01, relative=True,
+                       method=method, min_nonzero=0)
+        assert decide(raw, cand, ref).verdict == "pass"
+    check = decide(drop_gate("1%"), cand, ref)
+    assert check.verdict == "inconclusive"
+    assert "only 8 of 300" in check.reason
+    # queries_needed respects what a pass needs: 10 non-zero at the observed rate 8/300
+    assert check.figures["queries_needed"] >= math.ceil(10 * 300 / 8)
 
 
 def test_clear_drop_fails() -> None:

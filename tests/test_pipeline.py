@@ -19,7 +19,7 @@ import yaml
 
 from evalq.config import load_recipe
 from evalq.errors import InputError
-from evalq.locations import BUILTIN_RECIPES
+from evalq.locations import BUILTIN_DATASETS, BUILTIN_RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +112,7 @@ def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run
                           / "fp32+fp32@5.trec")
     from evalq.datasets.manifest import load_dataset
 
-    ds = load_dataset("pydocs", search_dirs=[ROOT / "datasets"], base_dir=ROOT,
+    ds = load_dataset("pydocs", search_dirs=[BUILTIN_DATASETS], base_dir=ROOT,
                       max_queries=12, max_docs=40)
     text = dict(zip(ds.corpus.ids, ds.corpus.texts_for_encoding()))
     query = dict(zip(ds.queries.ids, ds.queries.texts))

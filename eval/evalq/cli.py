@@ -78,8 +78,16 @@ def _parser() -> argparse.ArgumentParser:
     gate = sub.add_parser("gate", help="re-decide the gates of a stored results folder")
     gate.add_argument("results", type=Path)
     gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
-
+    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t",
+                                           "t-and-bootstrap-t"),
+                      help="re-decide with this interval method instead of the stored one")
     gate.add_argument("--markdown", type=Path, help="also write a markdown job summary")
+
+    cal = sub.add_parser("calibrate", help="simulate the gates' error rates on a results "
+                         "folder's per-query differences and a synthetic panel")
+    cal.add_argument("results", type=Path, nargs="?", help="results folder (optional)")
+    cal.add_argument("--trials", type=int, default=2000)
+    cal.add_argument("--json", type=Path, help="also write the table as JSON")
 
     rep = sub.add_parser("report", help="HTML report of a results folder (several: history)")
     rep.add_argument("results", type=Path, nargs="+")
@@ -225,8 +233,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "gate":
         from evalq.regate import regate
 
-        passed = regate(args.results, junit=args.junit, markdown=args.markdown)
+        passed = regate(args.results, junit=args.junit, markdown=args.markdown,
+                        method=args.method)
         return EXIT_OK if passed else EXIT_GATE_FAILED
+    if args.command == "calibrate":
+        from evalq.calibration import calibrate_command
+
+        return calibrate_command(args.results, trials=args.trials, json_path=args.json)
     if args.command == "report":
         from evalq.report.page import write_report
 

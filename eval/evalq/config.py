@@ -146,6 +146,12 @@ class StatsOptions(_Strict):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
     seed: int = 0
+    # Interval method and sparse-data rule of the gates (evalq.intervals; README "Gate
+    # calibration"). Results written before these keys existed are re-decided with
+    # method percentile, min_nonzero 0: what decided them then.
+    method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
+        "t-and-bootstrap-t"
+    min_nonzero: int = Field(default=10, ge=0)
 
 
 class GateConfig(_Strict):
@@ -156,6 +162,8 @@ class GateConfig(_Strict):
     stat: Literal["mean", "p1", "min"] = "mean"
     confidence: float | None = Field(default=None, gt=0.5, lt=1)
     variants: list[str] | None = None  # default: every candidate
+    # Several datasets: each must pass (per_dataset) or one macro-averaged verdict (pooled).
+    over: Literal["per_dataset", "pooled"] = "per_dataset"
 
     @model_validator(mode="after")
     def _one_rule(self) -> GateConfig:
@@ -351,10 +359,9 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
     for i, g in enumerate(recipe.gates):
         check(g.metric, ("gates", i, "metric"), g.against)
         try:
-            from evalq.gate import parse_max_drop  # not scoring: scoring imports config
+            from evalq.gate import gate_spec  # not scoring: scoring imports config
 
-            if g.max_drop is not None:
-                parse_max_drop(g.max_drop)
+            gate_spec(g, recipe.stats.confidence, recipe.stats)
         except InputError as exc:
             where_file, line = located.where(("gates", i))
             raise InputError(message=exc.message, file=where_file or file, line=line,

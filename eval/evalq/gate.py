@@ -8,33 +8,46 @@ Two kinds of gate:
 
 **Allowed drop** (``against: qrels``, ``max_drop``): a non-inferiority test on the paired
 per-query differences d = candidate − reference. The margin is ``max_drop`` (absolute)
-or ``max_drop × mean(reference)`` (relative, ``"1%"``). With the paired percentile
-bootstrap interval [ci_low, ci_high] of mean(d) at ``confidence``:
+or ``max_drop × mean(reference)`` (relative, ``"1%"``). With the interval [ci_low,
+ci_high] of mean(d) at ``confidence`` by the recipe's ``stats.method`` (default
+studentized bootstrap, chosen by ``bench/calibration.py``; see ``evalq.intervals``):
 
 * ``pass``          ci_low >= −margin (the drop is shown to be within the margin);
 * ``fail``          mean(d) < −margin (the observed drop already exceeds the margin);
 * ``inconclusive``  otherwise: the point estimate is within the margin but the interval
   reaches past it. More queries would decide; the reason gives the minimum detectable
-  effect for this query count and the queries needed if the observed difference held.
-  Inconclusive fails the gate: an unproven candidate does not ship.
+  effect for this query count, the queries needed if the observed difference held, and
+  the queries that would certify the margin at the observed spread if the true
+  difference were 0. Inconclusive fails the gate: an unproven candidate does not ship.
+
+Sparse data: with fewer than ``min_nonzero`` non-zero differences no interval decides.
+The exact bound takes over (differences of measures in [0, 1] are >= −1, so the mean
+drop is at most the Clopper–Pearson upper bound of the share of queries that differ):
+identical runs pass once there are enough queries, everything else is inconclusive.
+Percentile with ``min_nonzero: 0`` is the historical rule (results written before
+methods existed are re-decided with it).
+
+Over a suite (``over: pooled``) the same rule runs on the macro-average of per-dataset
+mean differences with a bootstrap stratified by dataset (:func:`decide_pooled`).
 
 This is not "no significant difference": a noisy candidate cannot pass by being
 indistinguishable from the reference, it must be shown to be close.
 
 **Floor** (``min``): the candidate's value must be at least ``min``. With ``stat: mean``
-the test is on the lower bound of the bootstrap interval of the mean of per-query values
-(pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With ``stat: p1`` or
-``stat: min`` the plain statistic over the values is compared (1st percentile by numpy's
-linear interpolation, or the minimum): these describe the worst texts, not an average,
-so they need no interval. Floors suit reference measures (``overlap@10 >= 0.9``,
-``cosine p1 >= 0.99``); they are also accepted on qrels measures.
+the test is on the lower bound of the percentile-bootstrap interval of the mean of
+per-query values (pass: ci_low >= min; fail: mean < min; inconclusive otherwise). With
+``stat: p1`` or ``stat: min`` the plain statistic over the values is compared (1st
+percentile by numpy's linear interpolation, or the minimum): these describe the worst
+texts, not an average, so they need no interval. Floors suit reference measures
+(``overlap@10 >= 0.9``, ``cosine p1 >= 0.99``); they are also accepted on qrels measures.
 
 Common rules: a NaN among the values fails the gate (a broken query is reported, never
 averaged away); no values is inconclusive; with varying values and fewer than
 :data:`MIN_QUERIES` queries the interval is not trusted and a pass becomes inconclusive
 (a percentile bootstrap underestimates the spread of tiny samples by (n−1)/n and takes
-few distinct values). Constant values (all differences equal, e.g. identical runs) are
-decided by that constant for any n >= 1.
+few distinct values). Floors, and drops under the historical rule, decide constant values
+(e.g. identical runs) by that constant for any n >= 1; the sparse-data rule decides them
+otherwise.
 """
 
 from __future__ import annotations
@@ -44,17 +57,21 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from evalq import stats
+from evalq import intervals, stats
 from evalq.errors import InputError
 from evalq.metrics.measures import FAMILIES, Measure
 from evalq.metrics.values import PerQuery
 
+if TYPE_CHECKING:  # the recipe schema is read, never imported: config imports this module
+    from evalq.config import GateConfig, StatsOptions
+
 Against = Literal["qrels", "reference"]
 Stat = Literal["mean", "p1", "min"]
+Over = Literal["per_dataset", "pooled"]
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 MIN_QUERIES = 10
@@ -77,6 +94,11 @@ class GateSpec:
     min: float | None = None
     stat: Stat = "mean"
     confidence: float = 0.95
+    # How the interval is computed and when sparse data decide instead (intervals.py).
+    method: str = intervals.DEFAULT_METHOD
+    min_nonzero: int = intervals.DEFAULT_MIN_NONZERO
+    # Over a suite of datasets: every dataset on its own, or one macro-averaged verdict.
+    over: Over = "per_dataset"
 
     def __post_init__(self) -> None:
         def bad(message: str, fix: str, where: str = "gates") -> InputError:
@@ -127,6 +149,26 @@ class GateSpec:
                 f"stat must be mean, p1 or min, got {self.stat!r}",
                 "write stat: mean (default), p1 or min",
                 "gates.stat",
+            )
+        if self.method not in intervals.METHODS:
+            raise bad(
+                f"unknown interval method {self.method!r}",
+                f"write stats: {{method: {intervals.DEFAULT_METHOD}}} (one of "
+                f"{', '.join(intervals.METHODS)})",
+                "stats.method",
+            )
+        if self.over not in ("per_dataset", "pooled"):
+            raise bad(
+                f"over must be per_dataset or pooled, got {self.over!r}",
+                "write over: per_dataset (every dataset must pass) or over: pooled",
+                "gates.over",
+            )
+        if self.over == "pooled" and self.max_drop is None:
+            raise bad(
+                "over: pooled applies to allowed-drop gates (a macro-average of paired "
+                "differences); a floor is checked per dataset",
+                "remove over, or use max_drop",
+                "gates.over",
             )
         if not 0.5 <= self.confidence < 1.0:
             raise bad(
@@ -293,83 +335,192 @@ def decide(
     return _decide_floor(spec, cand, resamples, seed)
 
 
+def drop_outcome(
+    delta: np.ndarray,
+    low: np.ndarray,
+    n: np.ndarray,
+    nonzero: np.ndarray,
+    constant: np.ndarray,
+    margin: np.ndarray | float,
+    min_nonzero: int,
+    sparse_low: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The allowed-drop rule, vectorized (the calibration harness runs this same code on
+    thousands of simulated gates). Returns (passed, failed); neither is inconclusive.
+
+    With ``min_nonzero`` > 0, fewer non-zero differences than that are decided by the
+    sparse-data bound ``sparse_low`` (exact, see ``intervals``) instead of the interval.
+    With ``min_nonzero`` == 0 (the historical rule) constant differences are decided by
+    their constant at any n, and other samples need ``MIN_QUERIES`` queries.
+    """
+    sparse = nonzero < min_nonzero
+    trusted = (n >= MIN_QUERIES) | (constant & (min_nonzero == 0))
+    bound = np.where(sparse, sparse_low, low)
+    passed = (bound >= -margin) & (trusted | sparse)
+    failed = ~passed & (delta < -margin)
+    return passed, failed
+
+
+def _drop_interval(
+    spec: GateSpec, diffs: Sequence[np.ndarray], cand: Sequence[np.ndarray],
+    ref: Sequence[np.ndarray], resamples: int, seed: int,
+) -> tuple[float, float, float, float]:
+    """(delta, ci_low, ci_high, sd); one array keeps the historical percentile numbers."""
+    if spec.method == intervals.HISTORICAL_METHOD and len(diffs) == 1:
+        d = stats.paired_bootstrap(cand[0], ref[0], spec.confidence, resamples, seed)
+        return d.delta, d.ci_low, d.ci_high, d.sd
+    iv = intervals.interval(list(diffs), spec.method, spec.confidence, resamples, seed)
+    sd = iv.se * math.sqrt(iv.n) if math.isfinite(iv.se) else math.nan
+    return iv.estimate, iv.low, iv.high, sd
+
+
 def _decide_drop(
     spec: GateSpec, cand: np.ndarray, ref: np.ndarray, resamples: int, seed: int
 ) -> GateCheck:
+    return _decide_drop_strata(spec, spec.label, [cand], [ref], resamples, seed)
+
+
+def _decide_drop_strata(
+    spec: GateSpec, label: str, cands: Sequence[np.ndarray], refs: Sequence[np.ndarray],
+    resamples: int, seed: int,
+) -> GateCheck:
     assert spec.max_drop is not None
-    broken = _nan_check(spec, {"candidate": cand, "reference": ref})
+    cand_all, ref_all = np.concatenate(cands), np.concatenate(refs)
+    broken = _nan_check(spec, {"candidate": cand_all, "reference": ref_all})
     if broken:
-        return broken
-    n = int(cand.size)
-    if n == 0:
-        return GateCheck(spec.label, False, "inconclusive", "no queries to compare", {"n": 0})
-    diff = stats.paired_bootstrap(cand, ref, spec.confidence, resamples, seed)
-    margin = spec.max_drop * diff.reference_mean if spec.relative else spec.max_drop
+        return GateCheck(label, broken.passed, broken.verdict, broken.reason, broken.figures)
+    n = int(cand_all.size)
+    if n == 0 or any(c.size == 0 for c in cands):
+        return GateCheck(label, False, "inconclusive", "no queries to compare", {"n": n})
+    diffs = [c - r for c, r in zip(cands, refs)]
+    delta, ci_low, ci_high, sd = _drop_interval(spec, diffs, cands, refs, resamples, seed)
+    reference_mean = float(np.mean([r.mean() for r in refs]))
+    candidate_mean = float(np.mean([c.mean() for c in cands]))
+    margin = spec.max_drop * reference_mean if spec.relative else spec.max_drop
     alpha = (1.0 - spec.confidence) / 2.0
-    diffs = cand - ref
-    mde = stats.minimum_detectable_effect(diffs, alpha, POWER)
-    needed = stats.queries_needed(diff.sd, diff.delta + margin, alpha, POWER)
-    p_value = stats.randomization_test(cand, ref, resamples, seed)
-    constant = bool(np.all(diffs == diffs[0]))
+    all_diffs = np.concatenate(diffs)
+    mde = stats.minimum_detectable_effect(all_diffs, alpha, POWER)
+    nonzero = int(np.count_nonzero(all_diffs))
+    constant = bool(np.all(all_diffs == all_diffs[0]))
+    # The sparse-data bound: each difference is >= -1, so the (macro-)mean drop is at most
+    # the share of queries that differ; Bonferroni over datasets keeps it exact.
+    per = [intervals.nonzero_rate_bound(int(np.count_nonzero(d)), d.size, alpha / len(diffs))
+           for d in diffs]
+    sparse_low = -float(np.mean(per))
+    needed = _queries_needed(spec, sd, delta + margin, alpha, nonzero, n)
+    certify = _queries_needed(spec, sd, margin, alpha, nonzero, n)
+    if nonzero == 0 and spec.min_nonzero > 0:
+        # identical on every query: only the exact sparse-data bound can certify
+        certify = needed = intervals.queries_to_certify_identical(margin, alpha)
+    p_value = stats.randomization_test(cand_all, ref_all, resamples, seed) \
+        if len(cands) == 1 else None
     figures: dict[str, Figure] = {
         "n": n,
-        "reference_mean": diff.reference_mean,
-        "candidate_mean": diff.candidate_mean,
-        "delta": diff.delta,
-        "ci_low": diff.ci_low,
-        "ci_high": diff.ci_high,
+        "reference_mean": reference_mean,
+        "candidate_mean": candidate_mean,
+        "delta": delta,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
         "confidence": spec.confidence,
+        "method": spec.method,
         "margin": margin,
         "max_drop": spec.max_drop,
         "relative": spec.relative,
         "p_value": p_value,
-        "sd_diff": diff.sd,
+        "sd_diff": sd,
+        "nonzero": nonzero,
+        "min_nonzero": spec.min_nonzero,
+        "sparse_low": sparse_low if nonzero < spec.min_nonzero else None,
         "mde": mde,
         "power": POWER,
         "queries_needed": needed,
+        "queries_to_certify": certify,
         "resamples": resamples,
         "seed": seed,
     }
+    if len(cands) > 1:
+        figures["over"] = "pooled"
+        figures["datasets"] = len(cands)
+    passed, failed = drop_outcome(
+        np.array([delta]), np.array([ci_low]), np.array([n]), np.array([nonzero]),
+        np.array([constant]), margin, spec.min_nonzero, np.array([sparse_low]))
     pct = f"{spec.confidence * 100:g}%"
     where = (
-        f"Δ={_fmt(diff.delta)} ({pct} CI [{_fmt(diff.ci_low)}, {_fmt(diff.ci_high)}], "
+        f"Δ={_fmt(delta)} ({pct} {spec.method} CI [{_fmt(ci_low)}, {_fmt(ci_high)}], "
         f"n={n}) vs margin −{_fmt(margin)}"
     )
-    if diff.ci_low >= -margin and (constant or n >= MIN_QUERIES):
+    sparse = nonzero < spec.min_nonzero
+    sparse_text = (
+        f"only {nonzero} of {n} per-query differences are non-zero (an interval needs "
+        f"{spec.min_nonzero}); exact bound: at most {_fmt(-sparse_low)} of queries differ, "
+        f"so the drop is at most {_fmt(-sparse_low)}"
+    )
+    if passed[0]:
+        head = (f"non-inferior: {sparse_text} <= {_fmt(margin)}; " if sparse else
+                f"non-inferior: lower bound {_fmt(ci_low)} >= −{_fmt(margin)}; ")
+        return GateCheck(label, True, "pass", head + where, figures)
+    if failed[0]:
         return GateCheck(
-            spec.label,
-            True,
-            "pass",
-            f"non-inferior: lower bound {_fmt(diff.ci_low)} >= −{_fmt(margin)}; " + where,
-            figures,
-        )
-    if diff.delta < -margin:
-        return GateCheck(
-            spec.label,
+            label,
             False,
             "fail",
-            f"dropped beyond the margin: Δ={_fmt(diff.delta)} < −{_fmt(margin)}; " + where,
+            f"dropped beyond the margin: Δ={_fmt(delta)} < −{_fmt(margin)}; " + where,
             figures,
         )
+    if n < MIN_QUERIES:
+        head = f"too few queries to trust an interval (n={n} < {MIN_QUERIES})"
+    elif sparse:
+        head = sparse_text + f" > {_fmt(margin)}"
+    else:
+        head = "the interval reaches past the margin"
     return GateCheck(
-        spec.label,
-        False,
-        "inconclusive",
-        _inconclusive_reason(where, n, mde, needed, "the margin"),
-        figures,
+        label, False, "inconclusive",
+        _inconclusive_text(head, where, n, mde, needed, certify), figures,
     )
 
 
-def _inconclusive_reason(where: str, n: int, mde: float, needed: int | None, target: str) -> str:
-    head = (
-        f"too few queries to trust an interval (n={n} < {MIN_QUERIES})"
-        if n < MIN_QUERIES
-        else "the interval reaches past " + target
-    )
+def _queries_needed(spec: GateSpec, sd: float, effect: float, alpha: float, nonzero: int,
+                    n: int) -> int | None:
+    """Queries a pass would need: the normal-approximation count, never below what the
+    gate itself demands (MIN_QUERIES, and enough queries to expect ``min_nonzero``
+    non-zero differences at the observed rate)."""
+    needed = stats.queries_needed(sd, effect, alpha, POWER)
+    if needed is None:
+        return None
+    floor = MIN_QUERIES
+    if spec.min_nonzero and nonzero:
+        floor = max(floor, math.ceil(spec.min_nonzero * n / nonzero))
+    return max(needed, floor)
+
+
+def _inconclusive_text(head: str, where: str, n: int, mde: float, needed: int | None,
+                       certify: int | None) -> str:
     text = f"inconclusive: {head}; {where}; minimum detectable effect at n={n}: {_fmt(mde)}"
     if needed is not None:
-        text += f"; about {needed} queries would decide if the observed difference held"
+        text += (f"; about {needed} queries would decide if the observed difference held "
+                 "(computed from the observed Δ)")
+    if certify is not None:
+        text += (f"; about {certify} would certify the margin at the observed spread if the "
+                 "true difference were 0")
     return text
+
+
+def decide_pooled(
+    spec: GateSpec,
+    pairs: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> GateCheck:
+    """One verdict over a suite: the macro-average over datasets of the mean paired
+    difference, its interval from a bootstrap stratified by dataset (queries resampled
+    within their dataset, so every dataset weighs the same in every resample).
+    ``pairs``: (dataset, candidate values, reference values), paired by query."""
+    names = [name for name, _, _ in pairs]
+    label = f"{spec.label} pooled over {', '.join(names)}"
+    cands = [np.asarray(c, dtype=np.float64).ravel() for _, c, _ in pairs]
+    refs = [np.asarray(r, dtype=np.float64).ravel() for _, _, r in pairs]
+    return _decide_drop_strata(spec, label, cands, refs, resamples, seed)
 
 
 def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -> GateCheck:
@@ -401,10 +552,15 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
             f"{spec.stat}={_fmt(value)} < {_fmt(floor)} over {n} values ({below} below the floor)",
             figures,
         )
+    # Floors keep the percentile bootstrap: the calibration covers allowed-drop gates, and
+    # a studentized interval opens to -inf on values that are almost all 1.0 (overlap@10
+    # of a near-lossless candidate), where resamples have no spread.
     ci = stats.bootstrap_mean_ci(cand, spec.confidence, resamples, seed)
     alpha = (1.0 - spec.confidence) / 2.0
     mde = stats.minimum_detectable_effect(cand, alpha, POWER)
     needed = stats.queries_needed(ci.sd, ci.mean - floor, alpha, POWER)
+    if needed is not None:
+        needed = max(needed, MIN_QUERIES)
     constant = bool(np.all(cand == cand[0]))
     figures = {
         "n": n,
@@ -412,6 +568,7 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
         "ci_low": ci.ci_low,
         "ci_high": ci.ci_high,
         "confidence": spec.confidence,
+        "method": intervals.HISTORICAL_METHOD,
         "min": floor,
         "sd": ci.sd,
         "mde": mde,
@@ -421,7 +578,8 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
         "seed": seed,
     }
     pct = f"{spec.confidence * 100:g}%"
-    where = f"mean={_fmt(ci.mean)} ({pct} CI [{_fmt(ci.ci_low)}, {_fmt(ci.ci_high)}], n={n})"
+    where = (f"mean={_fmt(ci.mean)} ({pct} percentile CI [{_fmt(ci.ci_low)}, "
+             f"{_fmt(ci.ci_high)}], n={n})")
     if ci.ci_low >= floor and (constant or n >= MIN_QUERIES):
         return GateCheck(
             spec.label,
@@ -442,7 +600,10 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
         spec.label,
         False,
         "inconclusive",
-        _inconclusive_reason(where, n, mde, needed, f"the floor {_fmt(floor)}"),
+        _inconclusive_text(
+            f"too few queries to trust an interval (n={n} < {MIN_QUERIES})" if n < MIN_QUERIES
+            else f"the interval reaches past the floor {_fmt(floor)}",
+            where, n, mde, needed, None),
         figures,
     )
 
@@ -482,6 +643,13 @@ def _paired(
     row_of = {q: i for i, q in enumerate(reference.query_ids)}
     order = np.array([row_of[q] for q in candidate.query_ids], dtype=np.int64)
     return cand, ref[order]
+
+
+def paired_values(
+    spec: GateSpec, candidate: PerQuery, reference: PerQuery
+) -> tuple[np.ndarray, np.ndarray]:
+    """The gate's measure for candidate and reference, paired by query id."""
+    return _paired(spec, candidate, reference)
 
 
 def decide_gates(
@@ -548,3 +716,18 @@ def to_junit(verdicts: Mapping[str, VariantGate], suite_name: str = "evalq") -> 
             )
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def gate_spec(cfg: GateConfig, default_confidence: float,
+              options: StatsOptions | None = None) -> GateSpec:
+    """A recipe gate as the decision rule reads it; ``options`` (the recipe's ``stats:``)
+    supply the interval method and the sparse-data rule (defaults when absent)."""
+    drop, relative = (None, False)
+    if cfg.max_drop is not None:
+        drop, relative = parse_max_drop(cfg.max_drop)
+    method = options.method if options is not None else intervals.DEFAULT_METHOD
+    min_nonzero = (options.min_nonzero if options is not None
+                   else intervals.DEFAULT_MIN_NONZERO)
+    return GateSpec(metric=cfg.metric, against=cfg.against, max_drop=drop, relative=relative,
+                    min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence,
+                    method=method, min_nonzero=min_nonzero, over=cfg.over)

@@ -9,6 +9,7 @@ edited or written by another evalq version).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from evalq import atomicio
 from evalq.config import Recipe
@@ -18,13 +19,32 @@ from evalq.results import RunFolder
 from evalq.scoring import build_summary
 
 
+def _stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
+    """The recipe as it decided: results written before ``stats.method`` existed were
+    decided by the percentile bootstrap without the sparse-data rule, so that is what
+    re-decides them. ``method`` (``evalq gate --method``) overrides, for comparison."""
+    from evalq import intervals
+
+    options = dict(recipe.get("stats") or {})
+    if "method" not in options:
+        options["method"] = intervals.HISTORICAL_METHOD
+        options.setdefault("min_nonzero", 0)
+    if method is not None:
+        options["method"] = method
+        if method == intervals.HISTORICAL_METHOD:
+            options["min_nonzero"] = 0
+        elif options.get("min_nonzero") == 0:
+            options["min_nonzero"] = intervals.DEFAULT_MIN_NONZERO
+    return {**recipe, "stats": options}
+
+
 def regate(results: str | Path, *, junit: str | Path | None = None,
-           markdown: str | Path | None = None) -> bool:
+           markdown: str | Path | None = None, method: str | None = None) -> bool:
     folder = RunFolder(results)
     manifest = folder.read_manifest()
     stored = folder.read_summary()
     try:
-        recipe = Recipe.model_validate(manifest["recipe"])
+        recipe = Recipe.model_validate(_stored_recipe(manifest["recipe"], method))
     except Exception as exc:  # a hand-edited manifest is bad input, not our bug
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=folder.root / "manifest.json", field="recipe",
@@ -41,6 +61,7 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
         print(f"{mark}  {name}")
         for check in gate.checks:
             print(f"      [{check.verdict}] {check.gate}: {check.reason}")
+    print(f"interval method: {recipe.stats.method} (min_nonzero {recipe.stats.min_nonzero})")
     if stored.get("passed") != summary["passed"]:
         print(f"note: the stored summary says passed={stored.get('passed')}, re-decided "
               f"passed={summary['passed']}")

@@ -15,17 +15,16 @@ import numpy as np
 
 from evalq import stats
 from evalq.config import GateConfig, Recipe
-from evalq.gate import GateCheck, GateSpec, VariantGate, decide_gates, parse_max_drop
+from evalq.gate import (
+    GateCheck,
+    GateSpec,
+    VariantGate,
+    decide_gates,
+    decide_pooled,
+    gate_spec,
+)
 from evalq.metrics.values import PerQuery
 from evalq.results import RunFolder
-
-
-def gate_spec(cfg: GateConfig, default_confidence: float) -> GateSpec:
-    drop, relative = (None, False)
-    if cfg.max_drop is not None:
-        drop, relative = parse_max_drop(cfg.max_drop)
-    return GateSpec(metric=cfg.metric, against=cfg.against, max_drop=drop, relative=relative,
-                    min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence)
 
 
 def _mean_entry(values: np.ndarray, recipe: Recipe) -> dict[str, Any]:
@@ -34,14 +33,34 @@ def _mean_entry(values: np.ndarray, recipe: Recipe) -> dict[str, Any]:
     return {"value": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
 
 
-def _paired_entry(cand: np.ndarray, ref: np.ndarray, recipe: Recipe) -> dict[str, Any]:
+def _paired_entry(cand: np.ndarray, ref: np.ndarray, recipe: Recipe,
+                  confidence: float) -> dict[str, Any]:
+    """Δ vs the reference with the interval a gate on this measure uses (its confidence,
+    the recipe's method), so the table and the verdict show the same interval."""
+    from evalq import intervals
+
     s = recipe.stats
-    diff = stats.paired_bootstrap(cand, ref, s.confidence, s.resamples, s.seed)
+    if s.method == intervals.HISTORICAL_METHOD:
+        diff = stats.paired_bootstrap(cand, ref, confidence, s.resamples, s.seed)
+        delta, low, high = diff.delta, diff.ci_low, diff.ci_high
+    else:
+        iv = intervals.interval(cand - ref, s.method, confidence, s.resamples, s.seed)
+        delta, low, high = iv.estimate, iv.low, iv.high
     p_value = stats.randomization_test(cand, ref, s.resamples, s.seed)
-    alpha = (1 - s.confidence) / 2
-    return {"delta": diff.delta, "ci_low": diff.ci_low, "ci_high": diff.ci_high,
-            "p_value": p_value,
+    alpha = (1 - confidence) / 2
+    return {"delta": delta, "ci_low": low, "ci_high": high, "confidence": confidence,
+            "method": s.method, "p_value": p_value,
             "mde": stats.minimum_detectable_effect(cand - ref, alpha) if len(cand) > 1 else None}
+
+
+def _entry_confidence(specs: list[tuple[GateConfig, GateSpec]], metric: str, variant: str,
+                      default: float) -> float:
+    """The confidence of the first allowed-drop gate on ``metric`` for ``variant``."""
+    for cfg, spec in specs:
+        if spec.max_drop is not None and _name(spec.metric) == _name(metric) and (
+                cfg.variants is None or variant in cfg.variants):
+            return spec.confidence
+    return default
 
 
 def _settings_warnings(variants: Mapping[str, Mapping[str, Any]], reference: str) -> tuple[
@@ -88,15 +107,28 @@ def _parity_check(info: Mapping[str, Any]) -> GateCheck | None:
 
 
 def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
-                  folder: RunFolder) -> dict[str, Any]:
+                  folder: RunFolder) -> tuple[dict[str, Any], dict[str, VariantGate]]:
     """``variants``: the manifest's per-variant entries (role, settings, backend, timings,
-    parity, datasets), reference first."""
+    parity, datasets), reference first.
+
+    Gates with ``over: per_dataset`` are decided on each dataset (labels end in
+    ``on <dataset>``); ``over: pooled`` gates once per variant over all datasets. The
+    parity preflight is one check per variant, whatever the number of datasets.
+    """
     reference = recipe.reference.name
     warnings, settings_differ = _settings_warnings(variants, reference)
-    specs = [(cfg, gate_spec(cfg, recipe.stats.confidence)) for cfg in recipe.gates]
+    specs = [(cfg, gate_spec(cfg, recipe.stats.confidence, recipe.stats))
+             for cfg in recipe.gates]
     metric_names = list(recipe.metrics)
     datasets: dict[str, Any] = {}
-    verdicts: dict[str, VariantGate] = {}
+    checks: dict[str, list[GateCheck]] = {}
+    suite_checks: dict[str, list[GateCheck]] = {}
+    pooled_pairs: dict[tuple[str, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    for name, info in variants.items():
+        if name != reference:
+            parity = _parity_check(info)
+            checks[name] = []
+            suite_checks[name] = [] if parity is None else [parity]
     for ds_name in variants[reference]["datasets"]:
         ref_values = folder.read_per_query(ds_name, reference)
         ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
@@ -111,29 +143,40 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                 entry["metrics"][m] = _mean_entry(cand, recipe)
                 if name != reference:
                     entry["metrics"][m]["vs_reference"] = _paired_entry(
-                        cand, _column(ref_values, m), recipe)
+                        cand, _column(ref_values, m), recipe,
+                        _entry_confidence(specs, m, name, recipe.stats.confidence))
             if name != reference:
                 entry["reference_metrics"] = {
                     m: _mean_entry(_column(values, m), recipe)
                     for m in recipe.reference_metrics
                 }
                 entry["vectors"] = ds_info.get("vectors")
-                mine = [s for c, s in specs if c.variants is None or name in c.variants]
+                mine = [(i, s) for i, (c, s) in enumerate(specs)
+                        if c.variants is None or name in c.variants]
                 gate = decide_gates(
-                    mine, values, ref_values,
+                    [s for _, s in mine if s.over == "per_dataset"], values, ref_values,
                     extra_values={"cosine": _text_cosines(folder, ds_name, name)},
                     resamples=recipe.stats.resamples, seed=recipe.stats.seed)
-                parity = _parity_check(info)
-                if parity is not None:
-                    gate = VariantGate(gate.passed and parity.passed, (parity, *gate.checks))
+                gate = VariantGate(gate.passed, tuple(
+                    GateCheck(f"{c.gate} on {ds_name}", c.passed, c.verdict, c.reason,
+                              {**c.figures, "dataset": ds_name}) for c in gate.checks))
                 entry["gate"] = gate.to_dict()
-                previous = verdicts.get(name)
-                verdicts[name] = gate if previous is None else VariantGate(
-                    previous.passed and gate.passed, (*previous.checks, *gate.checks))
+                checks[name].extend(gate.checks)
+                for i, s in mine:
+                    if s.over == "pooled":
+                        cand, ref = _pooled_pair(s, values, ref_values)
+                        pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
             entry["encode"] = ds_info.get("encode", {})
             entry["index"] = ds_info.get("index")
             ds_entry["variants"][name] = entry
         datasets[ds_name] = ds_entry
+    for (name, i), pairs in pooled_pairs.items():
+        suite_checks[name].append(decide_pooled(specs[i][1], pairs,
+                                                resamples=recipe.stats.resamples,
+                                                seed=recipe.stats.seed))
+    verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *found)),
+                                  (*suite_checks[name], *found))
+                for name, found in checks.items()}
     summary_variants = {}
     for name, info in variants.items():
         backend = info.get("backend", {})
@@ -147,16 +190,37 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
                          "peak_rss_method")},
         }
+        if name in suite_checks:
+            # Checks that belong to the variant, not to one dataset: parity, pooled gates.
+            summary_variants[name]["suite_checks"] = [c.to_dict() for c in suite_checks[name]]
     return {
         "recipe": recipe.name,
         "reference": reference,
         "passed": all(v.passed for v in verdicts.values()),
         "failed_gates": [f"{name}: {c.gate} ({c.verdict})" for name, v in verdicts.items()
                          for c in v.checks if not c.passed],
+        "stats": {"method": recipe.stats.method, "min_nonzero": recipe.stats.min_nonzero,
+                  "confidence": recipe.stats.confidence, "resamples": recipe.stats.resamples,
+                  "seed": recipe.stats.seed},
+        "suite": {"datasets": list(datasets),
+                  "gates": [{"gate": s.label, "over": s.over} for _, s in specs]},
         "datasets": datasets,
         "variants": summary_variants,
         "warnings": warnings,
     }, verdicts
+
+
+def _pooled_pair(spec: GateSpec, values: PerQuery, ref_values: PerQuery
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    from evalq.gate import paired_values
+
+    return paired_values(spec, values, ref_values)
+
+
+def _name(metric: str) -> str:
+    from evalq.metrics.registry import parse_measure
+
+    return parse_measure(metric).name
 
 
 def _column(values: PerQuery, name: str) -> np.ndarray:

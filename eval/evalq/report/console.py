@@ -17,12 +17,15 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _metric_cell(entry: dict[str, Any]) -> str:
+def _metric_cell(entry: dict[str, Any], confidence: float | None = None) -> str:
     vs = entry.get("vs_reference")
     value = _fmt(entry.get("value"))
     if not vs:
         return value
-    return f"{value} {vs['delta']:+.4f} [{vs['ci_low']:+.3f},{vs['ci_high']:+.3f}]"
+    # a gate's own confidence, when it differs from the table's
+    own = vs.get("confidence")
+    at = f"@{own * 100:g}%" if own is not None and own != confidence else ""
+    return f"{value} {vs['delta']:+.4f} [{vs['ci_low']:+.3f},{vs['ci_high']:+.3f}]{at}"
 
 
 def _rate(encode: dict[str, Any]) -> str:
@@ -66,7 +69,8 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
         for name, v in ds["variants"].items():
             info = variants_info.get(name, {})
             row = [name + (" (ref)" if v["role"] == "reference" else "")]
-            row += [_metric_cell(v["metrics"].get(m, {})) for m in recipe.metrics]
+            row += [_metric_cell(v["metrics"].get(m, {}), recipe.stats.confidence)
+                    for m in recipe.metrics]
             row += [_fmt(v.get("reference_metrics", {}).get(m, {}).get("value"))
                     for m in recipe.reference_metrics]
             row += [_rate(v.get("encode", {})), _mib(info.get("weight_bytes")),
@@ -81,6 +85,12 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
                 if not check["passed"]:
                     console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
                                   f"{check['reason']}", soft_wrap=True)
+    for name, info in variants_info.items():
+        # parity and pooled (suite) gates belong to the variant, not to one dataset
+        for check in info.get("suite_checks", []):
+            if not check["passed"]:
+                console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
+                              f"{check['reason']}", soft_wrap=True)
     for w in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     for name, info in variants_info.items():
