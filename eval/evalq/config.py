@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalq.errors import InputError
 from evalq.modelinfo import SettingsOverrides
+from evalq.sensitivity import BatchSensitivity
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 
@@ -164,6 +165,8 @@ class Recipe(_Strict):
     cache_dir: str = ".evalq-cache"
     # Texts per embedding-cache chunk: the unit of resumption after an interruption.
     cache_chunk: int = Field(default=512, ge=1)
+    # Re-encode batch-dependent candidates under several batch compositions (#14).
+    batch_sensitivity: BatchSensitivity | None = None
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:
@@ -176,6 +179,12 @@ class Recipe(_Strict):
                 if v not in names[1:]:
                     raise ValueError(f"gate names unknown candidate '{v}'; candidates: "
                                      f"{', '.join(names[1:]) or '(none)'}")
+        return self
+
+    @model_validator(mode="after")
+    def _sensitivity_variants(self) -> Recipe:
+        if self.batch_sensitivity is not None:
+            self.batch_sensitivity.check_variants([c.name for c in self.candidates])
         return self
 
     @property

@@ -212,6 +212,10 @@ def run_recipe(
     folder.write_manifest(manifest)
     folder.write_summary(summary)
     print_run_table(recipe, summary, out_dir)
+    if recipe.batch_sensitivity is not None:
+        from evalq.sensitivity import print_sensitivity
+
+        print_sensitivity(summary)
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 
@@ -253,7 +257,9 @@ def _run_variant(
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
 ) -> tuple[VariantRecord, np.ndarray | None]:
+    from evalq import sensitivity
     from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
+    from evalq.composition import cache_composition
     from evalq.encode import encode_texts
 
     print(f"[evalq] {role} {variant.name}: {variant.backend}"
@@ -272,7 +278,9 @@ def _run_variant(
         plan = batching(variant, recipe.batch_tokens, ctx.device)
         options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
                    "length_sorted": plan.length_sorted, "cache": cache,
-                   "chunk_size": recipe.cache_chunk}
+                   "chunk_size": recipe.cache_chunk,
+                   # batch-dependent variants: batching is part of the cache key (#14)
+                   "composition": cache_composition(variant)}
         if recipe.parity.enabled:
             # Through the cache like everything else: a rerun recomputes nothing.
             parity_vectors = encode_texts(encoder, parity_texts, role="document",
@@ -285,6 +293,10 @@ def _run_variant(
                                    progress=show_progress, **options)
             _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
                            judged[ds.name], record)
+            if sensitivity.measured(recipe, variant):  # #14: other batch compositions
+                record.datasets[ds.name]["batch_sensitivity"] = sensitivity.measure_dataset(
+                    recipe, variant, encoder, ds, reference[ds.name], folder, options, depth,
+                    show_progress)
     finally:
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0

@@ -126,6 +126,12 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                 parity = _parity_check(info)
                 if parity is not None:
                     gate = VariantGate(gate.passed and parity.passed, (parity, *gate.checks))
+                if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
+                    from evalq.sensitivity import apply_sensitivity
+
+                    entry["batch_sensitivity"], gate, note = apply_sensitivity(
+                        recipe, mine, gate, ds_info["batch_sensitivity"], folder, ds_name, name)
+                    warnings.append(note)
                 entry["gate"] = gate.to_dict()
                 previous = verdicts.get(name)
                 verdicts[name] = gate if previous is None else VariantGate(
