@@ -181,12 +181,6 @@ class Recipe(_Strict):
                                      f"{', '.join(names[1:]) or '(none)'}")
         return self
 
-    @model_validator(mode="after")
-    def _sensitivity_variants(self) -> Recipe:
-        if self.batch_sensitivity is not None:
-            self.batch_sensitivity.check_variants([c.name for c in self.candidates])
-        return self
-
     @property
     def variants(self) -> list[Variant]:
         return [self.reference, *self.candidates]
@@ -259,6 +253,8 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         ) from None
     _check_quantization_methods(recipe, located, file)
     _check_measures(recipe, located, file)
+    if recipe.batch_sensitivity is not None:
+        recipe.batch_sensitivity.check_variants(recipe, located, file)
     return recipe
 
 

@@ -35,9 +35,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from evalq.config import Recipe, Variant
     from evalq.gate import GateSpec, VariantGate
     from evalq.results import RunFolder
+    from evalq.yamlsource import Located
 
 # Stored names hold a "/" (a variant name cannot), so they never collide with a variant
 # and stay out of per_query/<dataset>/*.jsonl listings.
@@ -70,13 +73,19 @@ class BatchSensitivity(BaseModel):
             raise ValueError(f"batch_tokens lists a budget twice: {value}")
         return value
 
-    def check_variants(self, candidates: Sequence[str]) -> None:
-        """Called by the recipe's validator: named variants must be candidates."""
-        unknown = [v for v in self.variants or [] if v not in candidates]
-        if unknown:
-            raise ValueError(f"batch_sensitivity.variants names unknown candidate(s) "
-                             f"{', '.join(unknown)}; candidates: "
-                             f"{', '.join(candidates) or '(none)'}")
+    def check_variants(self, recipe: Recipe, located: Located, file: Path) -> None:
+        """Called once the recipe parsed: named variants must be candidates."""
+        from evalq.errors import InputError
+
+        candidates = [c.name for c in recipe.candidates]
+        for i, name in enumerate(self.variants or []):
+            if name not in candidates:
+                where_file, line = located.where(("batch_sensitivity", "variants", i))
+                raise InputError(
+                    message=f"batch_sensitivity.variants names '{name}', which is not a "
+                    "candidate", file=where_file or file, line=line,
+                    field=f"batch_sensitivity.variants.{i}",
+                    fix=f"name one of: {', '.join(candidates) or '(no candidates)'}")
 
 
 @dataclass(frozen=True)
