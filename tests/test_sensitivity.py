@@ -124,6 +124,7 @@ def test_rerun_reuses_every_composition_from_the_cache(run):
     manifest = json.loads((run["base"] / "again" / "manifest.json").read_text())
     sens = manifest["variants"]["dyn-int8"]["datasets"]["pydocs"]["batch_sensitivity"]
     assert all(c["computed_texts"] == 0 for c in sens["compositions"])
+    assert [c["reused_from_run"] for c in sens["compositions"]] == [True, False, False]
     assert second["batch_sensitivity"]["metric_range"] == first["batch_sensitivity"][
         "metric_range"]
 

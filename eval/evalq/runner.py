@@ -296,7 +296,7 @@ def _run_variant(
             if sensitivity.measured(recipe, variant):  # #14: other batch compositions
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity.measure_dataset(
                     recipe, variant, encoder, ds, reference[ds.name], folder, options, depth,
-                    show_progress)
+                    show_progress, docs, queries)
     finally:
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0

@@ -5,7 +5,8 @@ its neighbours, so the batching an evaluation happens to use is one draw among m
 deployment will see. This module re-encodes each such candidate (or the ones named) on a
 slice of each dataset under several *compositions*:
 
-- ``as-run``: the run's own batch budget and order;
+- ``as-run``: the run's own vectors of the slice's texts (its budget and order; nothing
+  is re-encoded);
 - ``tokens-B`` for each budget ``B`` in ``batch_tokens``: the same order cut to another
   padded budget (other neighbours, other batch sizes);
 - ``shuffle-S``: the run's budget, each cache chunk sent in a seeded random order
@@ -127,17 +128,20 @@ def stored_name(variant: str, composition: str) -> str:
 
 def measure_dataset(
     recipe: Recipe, variant: Variant, encoder: Any, ds: Any, reference: Any, folder: RunFolder,
-    options: Mapping[str, Any], depth: int, show_progress: bool,
+    options: Mapping[str, Any], depth: int, show_progress: bool, run_docs: Any,
+    run_queries: Any,
 ) -> dict[str, Any]:
     """Re-encode ``variant`` on the slice of ``ds`` under every composition and score each.
 
     ``reference`` is the run's ``ReferenceState`` for ``ds``; ``options`` the run's
-    ``encode_texts`` options for this variant. Returns the manifest entry that
-    :func:`apply_sensitivity` later turns into summary figures and verdicts.
+    ``encode_texts`` options for this variant; ``run_docs`` / ``run_queries`` the run's
+    own ``Encoded`` vectors, whose slice rows *are* the as-run composition (nothing is
+    re-encoded for it). Returns the manifest entry that :func:`apply_sensitivity` later
+    turns into summary figures and verdicts.
     """
     from evalq.composition import declared_dependence
     from evalq.datasets.slicing import slice_dataset
-    from evalq.encode import encode_texts
+    from evalq.encode import Encoded, encode_texts
     from evalq.metrics.judged import JudgedIndex
     from evalq.metrics.judged import evaluate as evaluate_qrels
     from evalq.metrics.registry import parse_measures
@@ -171,12 +175,16 @@ def measure_dataset(
     doc_texts = sub.corpus.texts_for_encoding(recipe.title_separator)
     for comp in compositions(opts, int(options["batch_tokens"])):
         t0 = time.perf_counter()
-        kwargs = {**options, "batch_tokens": comp.batch_tokens,
-                  "shuffle_seed": comp.shuffle_seed, "composition": key}
-        docs = encode_texts(encoder, doc_texts, role="document", progress=show_progress,
-                            **kwargs)
-        queries = encode_texts(encoder, list(sub.queries.texts), role="query",
-                               progress=show_progress, **kwargs)
+        if comp.id == "as-run":
+            docs = Encoded(run_docs.vectors[d_rows], run_docs.stats)
+            queries = Encoded(run_queries.vectors[q_rows], run_queries.stats)
+        else:
+            kwargs = {**options, "batch_tokens": comp.batch_tokens,
+                      "shuffle_seed": comp.shuffle_seed, "composition": key}
+            docs = encode_texts(encoder, doc_texts, role="document", progress=show_progress,
+                                **kwargs)
+            queries = encode_texts(encoder, list(sub.queries.texts), role="query",
+                                   progress=show_progress, **kwargs)
         name = stored_name(variant.name, comp.id)
         record = VariantRecord(name=name, role="candidate", description={},
                                settings=encoder.settings)
@@ -185,8 +193,9 @@ def measure_dataset(
         scored = record.datasets[sub.name]
         entries.append({**comp.as_dict(), "stored_as": name,
                         "seconds": time.perf_counter() - t0,
-                        "batches": docs.stats.batches + queries.stats.batches,
-                        "computed_texts": docs.stats.n_computed + queries.stats.n_computed,
+                        "reused_from_run": comp.id == "as-run",
+                        "computed_texts": 0 if comp.id == "as-run" else
+                        docs.stats.n_computed + queries.stats.n_computed,
                         "vectors": scored.get("vectors")})
         stacks.append(np.vstack([queries.vectors, docs.vectors]))
     return {
