@@ -139,7 +139,7 @@ def measure_dataset(
     re-encoded for it). Returns the manifest entry that :func:`apply_sensitivity` later
     turns into summary figures and verdicts.
     """
-    from evalq.composition import declared_dependence
+    from evalq.composition import cache_composition, declared_dependence
     from evalq.datasets.slicing import slice_dataset
     from evalq.encode import Encoded, encode_texts
     from evalq.metrics.judged import JudgedIndex
@@ -165,8 +165,6 @@ def measure_dataset(
     folder.write_per_query(sub.name, ref_name,
                            PerQuery(ref_values.query_ids, dict(ref_values.values)))
     slice_reference = {sub.name: ReferenceState(ref_ranking, ref_q, ref_d)}
-
-    from evalq.composition import cache_composition
 
     # Always keyed by composition here, even for a variant declared invariant and named
     # explicitly: each composition must really be computed, never read from another's.
