@@ -20,6 +20,7 @@ from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
 from evalq.pipeline_config import PipelineSpec
 from evalq.scaleconfig import ExecutorSpec, IndexSpec
+from evalq.sensitivity import BatchSensitivity
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 # Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
@@ -216,6 +217,8 @@ class Recipe(_Strict):
     executor: ExecutorSpec = ExecutorSpec()  # where encoding runs: local or ray
     # Two-stage pipelines (first stage -> reranker), see pipeline_config.py.
     pipelines: list[PipelineSpec] = Field(default_factory=list)
+    # Re-encode batch-dependent candidates under several batch compositions (#14).
+    batch_sensitivity: BatchSensitivity | None = None
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:
@@ -313,6 +316,8 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         from evalq.pipeline_config import check_pipelines
 
         check_pipelines(recipe, located, file)
+    if recipe.batch_sensitivity is not None:
+        recipe.batch_sensitivity.check_variants(recipe, located, file)
     return recipe
 
 

@@ -25,9 +25,9 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -81,21 +81,27 @@ class Encoded:
 def pack_batches(
     sorted_lengths: Sequence[int], *, batch_tokens: int, max_batch: int
 ) -> list[tuple[int, int]]:
-    """Split lengths sorted longest-first into ``[start, stop)`` batches.
+    """Split lengths into ``[start, stop)`` batches, in the order given.
 
-    Each batch satisfies ``(stop - start) × sorted_lengths[start] <= batch_tokens`` (the
-    first text is the longest, so that is the padded size) and ``stop - start <=
-    max_batch``; a single text longer than the budget forms a batch of its own.
+    Each batch satisfies ``(stop - start) × max(lengths[start:stop]) <= batch_tokens``
+    (its padded size) and ``stop - start <= max_batch``; a single text longer than the
+    budget forms a batch of its own. For lengths sorted longest-first (the usual input)
+    the first text is the longest and this is ``batch_tokens // longest`` texts a batch;
+    a shuffled order (batch-sensitivity runs) is packed greedily the same way.
     """
     if batch_tokens < 1 or max_batch < 1:
         raise ValueError("batch_tokens and max_batch must be at least 1")
     batches: list[tuple[int, int]] = []
     start, n = 0, len(sorted_lengths)
     while start < n:
-        longest = max(int(sorted_lengths[start]), 1)
-        size = max(1, min(max_batch, batch_tokens // longest, n - start))
-        batches.append((start, start + size))
-        start += size
+        longest, stop = max(int(sorted_lengths[start]), 1), start + 1
+        while stop < n and stop - start < max_batch:
+            longest_next = max(longest, int(sorted_lengths[stop]))
+            if (stop - start + 1) * longest_next > batch_tokens:
+                break
+            longest, stop = longest_next, stop + 1
+        batches.append((start, stop))
+        start = stop
     return batches
 
 
@@ -104,13 +110,36 @@ def length_order(texts: Sequence[str], lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(texts)), key=lambda i: (-lengths[i], texts[i]))
 
 
+def composition_key(
+    composition: Mapping[str, Any] | None, *, batch_tokens: int, max_batch: int,
+    length_sorted: bool, shuffle_seed: int | None = None,
+) -> dict[str, Any] | None:
+    """What :func:`chunk_key` folds in for a batch-dependent encoder: its own scheduling
+    options plus the batch budget, batch cap and order of this call (``None`` for
+    batch-invariant encoders). One definition, so every executor keys chunks alike."""
+    if composition is None:
+        return None
+    order = ("length" if length_sorted else "mixed") if shuffle_seed is None \
+        else f"shuffle:{shuffle_seed}"
+    return {**composition, "batch_tokens": batch_tokens, "max_batch": max_batch,
+            "order": order}
+
+
 def chunk_key(
     encoder_fingerprint: str, settings_fingerprint: str, role: Role, prefix: str,
-    texts: Sequence[str],
+    texts: Sequence[str], composition: Mapping[str, Any] | None = None,
 ) -> str:
-    """Content hash of one chunk: what was embedded, by which encoder, for which role."""
+    """Content hash of one chunk: what was embedded, by which encoder, for which role.
+
+    ``composition`` (batch-dependent encoders only, see :mod:`evalq.composition`) names
+    what decided which texts shared a batch; ``None`` leaves the key as it always was, so
+    batch-invariant encoders share chunks across batch settings.
+    """
     digest = hashlib.sha256()
-    header = [_KEY_FORMAT, encoder_fingerprint, settings_fingerprint, role, prefix, len(texts)]
+    header: list[Any] = [_KEY_FORMAT, encoder_fingerprint, settings_fingerprint, role, prefix,
+                         len(texts)]
+    if composition is not None:
+        header.append({"composition": dict(composition)})
     digest.update(json.dumps(header).encode())
     for text in texts:
         data = text.encode("utf-8", "surrogatepass")
@@ -130,6 +159,8 @@ def encode_texts(
     progress: bool = True,
     chunk_size: int = 512,
     length_sorted: bool = True,
+    composition: Mapping[str, Any] | None = None,
+    shuffle_seed: int | None = None,
 ) -> Encoded:
     """Embed ``texts`` as queries or documents; see the module docstring for the scheme.
 
@@ -139,6 +170,12 @@ def encode_texts(
     than the same texts mixed, because the engine's token-budget scheduler then fills its
     last steps with short texts only. Chunk membership (and so the cache key) is the same
     either way.
+
+    ``composition`` (a mapping, ``{}`` will do) marks the encoder as batch-dependent: the
+    chunk keys then also hold the batch budget, ``max_batch`` and the order the chunk is
+    sent in, so vectors made under other batching are never reused. ``shuffle_seed`` sends
+    each chunk in a seeded random order instead (random neighbours; batch-sensitivity
+    runs), packed to the same padded budget.
     """
     if role not in ("query", "document"):
         raise ValueError(f"role must be 'query' or 'document', got {role!r}")
@@ -164,6 +201,9 @@ def encode_texts(
     order = length_order(unique, lengths)
     chunks = [order[s : s + chunk_size] for s in range(0, len(order), chunk_size)]
     encoder_fp, settings_fp = encoder.fingerprint(), settings.fingerprint()
+    key_composition = composition_key(composition, batch_tokens=batch_tokens,
+                                      max_batch=max_batch, length_sorted=length_sorted,
+                                      shuffle_seed=shuffle_seed)
 
     results: list[np.ndarray] = []
     dim: int | None = None
@@ -171,7 +211,8 @@ def encode_texts(
     with _progress_bar(progress, total=len(unique), role=role) as advance:
         for number, chunk in enumerate(chunks):
             chunk_texts = [unique[i] for i in chunk]
-            key = chunk_key(encoder_fp, settings_fp, role, prefix, chunk_texts)
+            key = chunk_key(encoder_fp, settings_fp, role, prefix, chunk_texts,
+                            key_composition)
             vectors = cache.get(key, rows=len(chunk), dim=dim) if cache is not None else None
             if vectors is not None:
                 counters.chunks_cached += 1
@@ -181,6 +222,9 @@ def encode_texts(
                 # Self-batching engines get the chunk in a fixed mixed order (a hash of
                 # each text); the vectors are put back in the chunk's order.
                 send = np.arange(len(chunk)) if length_sorted else _mixed_order(chunk_texts)
+                if shuffle_seed is not None:
+                    send = np.random.default_rng([shuffle_seed, number]).permutation(
+                        len(chunk))
                 sent = _compute_chunk(
                     encoder, [chunk_texts[i] for i in send], [lengths[chunk[i]] for i in send],
                     batch_tokens, max_batch, dim, counters, advance,

@@ -76,10 +76,13 @@ class RayEncodeStats:
 
 def plan_chunks(
     encoder: Any, texts: Sequence[str], role: str, chunk_size: int, cache: Any,
+    options: dict[str, Any] | None = None,
 ) -> tuple[list[ChunkJob], int]:
-    """The chunks ``encode_texts(encoder, texts, role=role, chunk_size=chunk_size)`` would
-    look up, minus those ``cache`` holds; returns (missing jobs, chunks planned)."""
-    from evalq.encode import chunk_key, length_order
+    """The chunks ``encode_texts(encoder, texts, role=role, chunk_size=chunk_size,
+    **options)`` would look up, minus those ``cache`` holds; returns (missing jobs, chunks
+    planned). ``options`` matter for batch-dependent encoders, whose keys carry the
+    batching (:func:`evalq.encode.composition_key`)."""
+    from evalq.encode import chunk_key, composition_key, length_order
 
     settings = encoder.settings
     prefix = settings.query_prefix if role == "query" else settings.document_prefix
@@ -89,11 +92,16 @@ def plan_chunks(
     lengths = [int(x) for x in encoder.token_lengths(unique)]
     order = length_order(unique, lengths)
     encoder_fp, settings_fp = encoder.fingerprint(), settings.fingerprint()
+    opts = options or {}
+    composition = composition_key(  # encode_texts' own defaults where options are silent
+        opts.get("composition"), batch_tokens=opts.get("batch_tokens", 8192),
+        max_batch=opts.get("max_batch", 256), length_sorted=opts.get("length_sorted", True))
     jobs, planned = [], 0
     for start in range(0, len(order), chunk_size):
         chunk = [unique[i] for i in order[start : start + chunk_size]]
         planned += 1
-        key = chunk_key(encoder_fp, settings_fp, role, prefix, chunk)  # type: ignore[arg-type]
+        key = chunk_key(encoder_fp, settings_fp, role, prefix, chunk,  # type: ignore[arg-type]
+                        composition)
         if cache is not None and key in cache:
             continue
         jobs.append(ChunkJob(key, role, tuple(t[len(prefix):] for t in chunk)))
@@ -192,7 +200,7 @@ class RayExecutor:
         planned = 0
         seen: set[str] = set()
         for texts, role in work:
-            missing, n = plan_chunks(encoder, texts, role, chunk_size, cache)
+            missing, n = plan_chunks(encoder, texts, role, chunk_size, cache, options)
             planned += n
             for job in missing:
                 if job.key not in seen:  # the same chunk may come up twice (parity sample)

@@ -237,6 +237,10 @@ def run_recipe(
         if ray_exec is not None:
             ray_exec.__exit__(None, None, None)
     print_run_table(recipe, summary, out_dir, wide=wide)
+    if recipe.batch_sensitivity is not None:
+        from evalq.sensitivity import print_sensitivity
+
+        print_sensitivity(summary)
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 
@@ -304,7 +308,9 @@ def _run_variant_measured(
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
     ray_exec: Any = None,
 ) -> tuple[VariantRecord, np.ndarray | None]:
+    from evalq import sensitivity
     from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
+    from evalq.composition import cache_composition
     from evalq.encode import encode_texts
 
     t0 = time.perf_counter()
@@ -322,7 +328,9 @@ def _run_variant_measured(
         plan = batching(variant, recipe.batch_tokens, ctx.device)
         options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
                    "length_sorted": plan.length_sorted, "cache": cache,
-                   "chunk_size": recipe.cache_chunk}
+                   "chunk_size": recipe.cache_chunk,
+                   # batch-dependent variants: batching is part of the cache key (#14)
+                   "composition": cache_composition(variant)}
         if ray_exec is not None:  # fills the cache; the encode_texts calls below then hit it
             work = [(parity_texts, "document")] if recipe.parity.enabled else []
             for ds in datasets:
@@ -342,6 +350,10 @@ def _run_variant_measured(
                                    progress=show_progress, **options)
             _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
                            judged[ds.name], record)
+            if sensitivity.measured(recipe, variant):  # #14: other batch compositions
+                record.datasets[ds.name]["batch_sensitivity"] = sensitivity.measure_dataset(
+                    recipe, variant, encoder, ds, reference[ds.name], folder, options, depth,
+                    show_progress, docs, queries)
     finally:
         encoder.close()
         if launched is not None:

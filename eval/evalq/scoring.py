@@ -157,6 +157,13 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                     [s for _, s in mine if s.over == "per_dataset"], values, ref_values,
                     extra_values={"cosine": _text_cosines(folder, ds_name, name)},
                     resamples=recipe.stats.resamples, seed=recipe.stats.seed)
+                if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
+                    from evalq.sensitivity import apply_sensitivity
+
+                    entry["batch_sensitivity"], gate, note = apply_sensitivity(
+                        recipe, [s for _, s in mine if s.over == "per_dataset"], gate,
+                        ds_info["batch_sensitivity"], folder, ds_name, name)
+                    warnings.append(note)
                 gate = VariantGate(gate.passed, tuple(
                     GateCheck(f"{c.gate} on {ds_name}", c.passed, c.verdict, c.reason,
                               {**c.figures, "dataset": ds_name}) for c in gate.checks))
