@@ -97,10 +97,6 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     assert "gate" in combos["fp32+dyn-int8@5"] and summary["passed"] is True
 
 
-@pytest.mark.xfail(strict=False, reason="OPEN (issue 9): the fp32/fp32 pipeline's stored "
-                   "cross-encoder scores disagree with scoring the same pairs directly on the "
-                   "dense first stage; the ordering by stored score is right, so the pair->score "
-                   "mapping or the texts differ. Found at the deadline; not yet diagnosed.")
 def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run):
     from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
     from evalq.ranking import read_trec_run
@@ -116,8 +112,12 @@ def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run
                       max_queries=12, max_docs=40)
     text = dict(zip(ds.corpus.ids, ds.corpus.texts_for_encoding()))
     query = dict(zip(ds.queries.ids, ds.queries.texts))
+    # The settings the pipeline ran with (the fixture checkpoint allows 512 tokens; the
+    # RerankSettings default of 256 would truncate long pairs differently).
+    manifest = json.loads((outcome.output / "manifest.json").read_text())
+    ran = manifest["pipelines"]["dense-ce"]["rerankers"]["fp32"]["backend"]["settings"]
     reranker = CrossEncoderReranker(build_minilm_cross_encoder(tmp / "cache" / "models"),
-                                    settings=RerankSettings())
+                                    settings=RerankSettings(**ran))
     try:
         for row, qid in enumerate(first.query_ids[:8]):
             docs = [first.doc_ids[i] for i in first.indices[row, :5] if i >= 0]
