@@ -16,8 +16,6 @@ server that sends vLLM's pooling fields explicitly with every request
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -38,6 +36,7 @@ import numpy as np
 
 from evalq.backends.base import EncodingSettings
 from evalq.backends.openai_http import OpenAIEncoder
+from evalq.backends.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
 from evalq.backends.vllm_engine import VLLM_POOLING, vllm_pooler_config_dict
 from evalq.errors import InputError
 
@@ -45,7 +44,6 @@ BACKEND_NAME = "vllm-server"
 _LIVE: weakref.WeakSet[VllmServer] = weakref.WeakSet()
 _HANDLER_LOCK = threading.Lock()
 _PREVIOUS_SIGTERM: Any = None
-_PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
@@ -104,25 +102,6 @@ def _install_sigterm_handler() -> None:
 
 
 atexit.register(_stop_all_live)
-
-
-def _child_setup_with_death_signal() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _child_setup() -> None:
-    os.setsid()
-
-
-def _pick_child_setup() -> Any:
-    """Linux sends the parent-death signal when the *thread* that forked exits, so it is
-    only safe when the main thread starts the server (the usual case)."""
-    main = threading.current_thread() is threading.main_thread()
-    if main and sys.platform.startswith("linux"):
-        return _child_setup_with_death_signal
-    return _child_setup
 
 
 class VllmServer:
@@ -230,7 +209,7 @@ class VllmServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_pick_child_setup(),  # setsid (+ parent-death signal)
+                preexec_fn=pick_child_setup(),  # setsid (+ parent-death signal)
             )
         _LIVE.add(self)
         try:
@@ -245,25 +224,19 @@ class VllmServer:
         return self
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
         assert self.process is not None
-        with httpx.Client(base_url=self.url, timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                code = self.process.poll()
-                if code is not None:
-                    raise InputError(
-                        message=f"the vLLM server exited with code {code} during start-up: "
-                        f"{self.log_tail(5)}",
-                        file=self.log_path,
-                        field="vllm",
-                        fix=f"read the server log {self.log_path}; check dtype, "
-                        "quantization and max_model_len for this model and device",
-                    )
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get("/health").status_code == 200:
-                        return
-                time.sleep(0.5)
-        raise InputError(
+        wait_healthy(self.process, self.url, "/health", self.startup_timeout_s,
+                     exited=lambda code: InputError(
+                         message=f"the vLLM server exited with code {code} during start-up: "
+                         f"{self.log_tail(5)}",
+                         file=self.log_path,
+                         field="vllm",
+                         fix=f"read the server log {self.log_path}; check dtype, "
+                         "quantization and max_model_len for this model and device"),
+                     timed_out=self._startup_timeout)
+
+    def _startup_timeout(self) -> InputError:
+        return InputError(
             message=f"the vLLM server at {self.url} did not become healthy within "
             f"{self.startup_timeout_s:.0f} s",
             file=self.log_path,
@@ -272,11 +245,7 @@ class VllmServer:
         )
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
+        return log_tail(self.log_path, lines)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -288,19 +257,8 @@ class VllmServer:
         _LIVE.discard(self)
         if process is None:
             return
-        pgid = process.pid  # setsid made the child its group leader
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout_s)
         # Engine-core workers share the group; make sure none outlives the server.
-        deadline = time.monotonic() + 5.0
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5.0)
+        stop_group(process, timeout_s, linger_s=5.0)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -317,16 +275,6 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class VllmServerEncoder:

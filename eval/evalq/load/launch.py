@@ -9,9 +9,7 @@ server that never answers its health route is exit 2 naming the URL and the log.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,9 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
-from evalq.backends.vllm_server import _group_alive, _pick_child_setup
+from evalq.backends.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
 from evalq.errors import InputError
 
 _LIVE: weakref.WeakSet[LaunchedServer] = weakref.WeakSet()
@@ -82,7 +78,7 @@ class LaunchedServer:
             try:
                 self.process = subprocess.Popen(
                     self.command, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, env=env, preexec_fn=_pick_child_setup())
+                    stderr=subprocess.STDOUT, env=env, preexec_fn=pick_child_setup())
             except OSError as exc:
                 raise InputError(message=f"cannot start '{self.command[0]}': {exc}",
                                  field="load.launch.command",
@@ -98,52 +94,29 @@ class LaunchedServer:
         return self
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
         assert self.process is not None
-        with httpx.Client(base_url=self.url, timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                code = self.process.poll()
-                if code is not None:
-                    raise InputError(
-                        message=f"the server for {self.url} exited with code {code} during "
-                        f"start-up: {self.log_tail(3)}",
-                        file=self.log_path, field="load.launch",
-                        fix=f"read the server log {self.log_path}")
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get(self.health).status_code == 200:
-                        return
-                time.sleep(0.5)
-        raise InputError(
-            message=f"the server at {self.url} did not answer {self.health} within "
-            f"{self.startup_timeout_s:.0f} s", file=self.log_path,
-            field="load.launch.startup_timeout_s",
-            fix=f"read the server log {self.log_path}; raise startup_timeout_s for a slow "
-            "start")
+        wait_healthy(self.process, self.url, self.health, self.startup_timeout_s,
+                     exited=lambda code: InputError(
+                         message=f"the server for {self.url} exited with code {code} during "
+                         f"start-up: {self.log_tail(3)}",
+                         file=self.log_path, field="load.launch",
+                         fix=f"read the server log {self.log_path}"),
+                     timed_out=lambda: InputError(
+                         message=f"the server at {self.url} did not answer {self.health} "
+                         f"within {self.startup_timeout_s:.0f} s", file=self.log_path,
+                         field="load.launch.startup_timeout_s",
+                         fix=f"read the server log {self.log_path}; raise startup_timeout_s "
+                         "for a slow start"))
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(t.strip() for t in text[-lines:])
+        return log_tail(self.log_path, lines)
 
     def close(self, timeout_s: float = 15.0) -> None:
         process, self.process = self.process, None
         _LIVE.discard(self)
         if process is None:
             return
-        pgid = process.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout_s)
-        deadline = time.monotonic() + 3.0
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5.0)
+        stop_group(process, timeout_s, linger_s=3.0)
 
 
 def start_launch(recipe: Any, variant: Any, model_path: Path,
