@@ -85,9 +85,12 @@ def score_pairs(reranker: Reranker, queries: Sequence[str], documents: Sequence[
                         message=f"the reranker returned {out.size} scores for {len(part)} pairs",
                         field="reranker", fix="check the server's /rerank answer; every text "
                         "sent must come back with a score")
-                if not np.isfinite(out).all():
-                    raise RuntimeError(f"the reranker returned non-finite scores for "
-                                       f"{int((~np.isfinite(out)).sum())} pairs")
+                if not np.isfinite(out).all():  # a server's fault, or a broken checkpoint
+                    raise InputError(
+                        message=f"the reranker returned NaN or infinite scores for "
+                        f"{int((~np.isfinite(out)).sum())} of {len(part)} pairs",
+                        field="reranker", fix="check the server's /rerank answer or the "
+                        "checkpoint's head; pairs already scored are cached for the rerun")
                 scores[part] = out
                 batches += 1
                 tokens += sum(chunk_lengths[lo:hi])
