@@ -125,6 +125,7 @@ def run_recipe(
 ) -> RunOutcome:
     from evalq import failure, rundir
     from evalq.embcache import EmbeddingCache
+    from evalq.memsample import PeakRss
     from evalq.metrics.judged import JudgedIndex
     from evalq.modelinfo import model_fingerprint
     from evalq.report.console import print_run_table
@@ -191,11 +192,17 @@ def run_recipe(
         for variant in variants:
             role = "reference" if variant is recipe.reference else "candidate"
             settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
-            record, parity_vectors = _run_variant(
-                recipe, variant, role, settings, model_paths[variant.name], datasets, depth,
-                folder, cache, reference, judged, parity_texts, parity_ref, show_progress,
-                ray_exec,
-            )
+            print(f"[evalq] {role} {variant.name}: {variant.backend}"
+                  f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
+                  f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
+                  file=sys.stderr, flush=True)
+            with PeakRss() as memory:
+                record, parity_vectors = _run_variant(
+                    recipe, variant, role, settings, model_paths[variant.name], datasets,
+                    depth, folder, cache, reference, judged, parity_texts, parity_ref,
+                    show_progress, ray_exec,
+                )
+            _record_memory(record, variant, memory.figures())
             if role == "reference" and parity_vectors is not None:
                 parity_ref = (parity_vectors, record.settings)
             records.append(record)
@@ -276,32 +283,15 @@ def _parity_texts(datasets: list[Any], n: int) -> list[str]:
     return pick_parity_texts([*ds.queries.texts, *ds.corpus.texts_for_encoding()], n)
 
 
-def _run_variant(
-    recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
-    datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
-    reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
-    parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
-    ray_exec: Any = None,
-) -> tuple[VariantRecord, np.ndarray | None]:
-    from evalq.memsample import PeakRss
-
-    print(f"[evalq] {role} {variant.name}: {variant.backend}"
-          f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
-          f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
-          file=sys.stderr, flush=True)
-    with PeakRss() as memory:  # this variant's own peak, not the process lifetime's
-        record, parity_vectors = _run_variant_measured(
-            recipe, variant, role, settings, model_path, datasets, depth, folder, cache,
-            reference, judged, parity_texts, parity_ref, show_progress, ray_exec)
-    figures = memory.figures()
+def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:
+    """This variant's own peak memory (sampled while it ran, not the process lifetime's)."""
     record.timings["peak_rss_mb"] = figures["peak_rss_mb"]
     record.timings["peak_rss_method"] = figures["peak_rss_method"]
     if variant.backend == "vllm":  # its engine or server ran in child processes
         record.timings["children_peak_rss_mb"] = figures["children_peak_rss_mb"]
-    return record, parity_vectors
 
 
-def _run_variant_measured(
+def _run_variant(
     recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
     datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
     reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
