@@ -62,7 +62,7 @@ class InProcessEncoder:
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path),
                                                         local_files_only=True)
         self._tokenizer.truncation_side = settings.truncation_side
-        self._input_device = _input_device(model, device)
+        self._input_device = input_device(model, device)
         self.dim = int(model.config.hidden_size)
 
     # ------------------------------------------------------------------ protocol
@@ -162,7 +162,7 @@ def _library_versions() -> dict[str, str | None]:
     return out
 
 
-def _input_device(model: Any, device: str) -> Any:
+def input_device(model: Any, device: str) -> Any:
     """Where the input ids must go: the embedding layer's device (bnb models use device_map)."""
     embeddings = model.get_input_embeddings()
     return embeddings.weight.device if embeddings is not None else device

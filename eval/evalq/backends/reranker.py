@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from evalq.backends.base import EncodingSettings, QuantizationRecord
+from evalq.backends.inprocess import input_device
 from evalq.errors import InputError
 from evalq.modelinfo import model_fingerprint
 
@@ -137,8 +138,7 @@ class CrossEncoderReranker:
         self.record: QuantizationRecord = record
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path),
                                                         local_files_only=True)
-        embeddings = model.get_input_embeddings()
-        self._input_device = embeddings.weight.device if embeddings is not None else device
+        self._input_device = input_device(model, device)
 
     def fingerprint(self) -> str:
         blob = json.dumps({"backend": self.backend, "kind": self.kind,
