@@ -101,6 +101,11 @@ def _path_from_package(module_name: str, where: dict[str, Any]) -> Path:
     return Path(getter()).resolve()
 
 
+class ModelNotCachedError(InputError):
+    """A hub model this machine has not cached: the recipe may be right for another
+    machine, so ``evalq validate`` notes it where a run refuses it."""
+
+
 def _path_from_hf_cache(repo_id: str, where: dict[str, Any]) -> Path:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
@@ -110,7 +115,7 @@ def _path_from_hf_cache(repo_id: str, where: dict[str, Any]) -> Path:
     try:
         return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=cache))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
-        raise InputError(
+        raise ModelNotCachedError(
             message=f"Hugging Face model '{repo_id}' is not a local folder and is not in the "
                     f"local Hugging Face cache ({cache}); evalq never downloads models",
             fix=f"run `huggingface-cli download {repo_id}` on a machine with network access "

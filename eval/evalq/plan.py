@@ -160,13 +160,6 @@ def _variant_path(i: int) -> tuple[Any, ...]:
     return ("reference",) if i == 0 else ("candidates", i - 1)
 
 
-def _hub_id(spec: str) -> bool:
-    """Whether a model spec names a Hugging Face hub id (``org/name``) rather than a folder
-    or a ``pkg:`` module: a recipe for another machine may name one this machine lacks."""
-    return (not spec.startswith(("pkg:", ".", "/", "~")) and spec.count("/") == 1
-            and not Path(spec).exists())
-
-
 def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = None,
                only: Sequence[str] | None = None, max_queries: int | None = None,
                max_docs: int | None = None, use_cache: bool = True,
@@ -273,7 +266,12 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
                   file: Path, problems: _Problems, device_info: Any, methods: Any,
                   gate_plans: list[GatePlan], use_cache: bool) -> VariantPlan:
     from evalq.backends.capability import check_capability
-    from evalq.modelinfo import model_fingerprint, resolve_model_path, resolve_settings
+    from evalq.modelinfo import (
+        ModelNotCachedError,
+        model_fingerprint,
+        resolve_model_path,
+        resolve_settings,
+    )
 
     support = BACKEND_SUPPORT.get(variant.backend)
     label = f"variant '{variant.name}'"
@@ -363,7 +361,7 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
             key = (*vpath, "encoding", exc.field)
         exc.file = exc.line = None
         exc.field = ".".join(map(str, key))
-        if _hub_id(spec_text):  # a model this machine has not cached: its problem, not the recipe's
+        if isinstance(exc, ModelNotCachedError):  # this machine's problem, not the recipe's
             problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
         else:
             problems.add_error(key, exc, prefix=f"{label}: ")
