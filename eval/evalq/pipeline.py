@@ -27,7 +27,6 @@ Per-query values and TREC runs of every combination land under
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ import numpy as np
 from evalq import stats
 from evalq.errors import InputError
 from evalq.firststage import FirstStageRun
+from evalq.memsample import PeakRss
 from evalq.metrics.values import PerQuery
 from evalq.pipeline_config import PipelineGate, PipelineSpec
 from evalq.ranking import Ranking
@@ -128,8 +128,8 @@ def attribution(ref: np.ndarray, retriever: np.ndarray, reranker: np.ndarray,
                             "ci_high": inter.ci_high}}
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _memory_figures(figures: dict[str, Any]) -> dict[str, Any]:
+    return {"peak_rss_mb": figures["peak_rss_mb"], "peak_rss_method": figures["peak_rss_method"]}
 
 
 def run_pipelines(recipe: Any, recipe_path: Path, datasets: list[Any], out_dir: Path,
@@ -235,24 +235,26 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
                   f"{len(pairs)} pairs", file=sys.stderr, flush=True)
             began = time.perf_counter()
             device = resolve_device(variant.device)
-            reranker, tokens, self_batching = build_reranker(spec.reranker, variant,
-                                                             rr_paths[variant.name], device)
-            try:
-                startup_s = time.perf_counter() - began
-                flat, score_stats = score_pairs(
-                    reranker, [ds.queries.texts[q] for q in pairs[:, 0]],
-                    [doc_texts[d] for d in pairs[:, 1]], cache=cache, batch_tokens=tokens,
-                    chunk_size=spec.cache_chunk, self_batching=self_batching)
-                described = reranker.describe()
-            finally:
-                reranker.close()
+            with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's
+                reranker, tokens, self_batching = build_reranker(
+                    spec.reranker, variant, rr_paths[variant.name], device)
+                try:
+                    startup_s = time.perf_counter() - began
+                    flat, score_stats = score_pairs(
+                        reranker, [ds.queries.texts[q] for q in pairs[:, 0]],
+                        [doc_texts[d] for d in pairs[:, 1]], cache=cache,
+                        batch_tokens=tokens, chunk_size=spec.cache_chunk,
+                        self_batching=self_batching)
+                    described = reranker.describe()
+                finally:
+                    reranker.close()
             scores[variant.name] = {f: gather(pairs, flat, c, len(ds.corpus))
                                     for f, c in cands.items()}
             entry = manifest["rerankers"].setdefault(variant.name, {"backend": described,
                                                                     "datasets": {}})
             entry["datasets"][ds.name] = {"scoring": describe_stats(score_stats),
                                           "startup_s": startup_s,
-                                          "peak_rss_mb": _peak_rss_mb()}
+                                          **_memory_figures(memory.figures())}
         ds_summary, ds_failed = _evaluate(recipe, spec, ds, runs, cands, scores,
                                           judged[ds.name], folder)
         summary["datasets"][ds.name] = ds_summary
