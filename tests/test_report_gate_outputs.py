@@ -92,6 +92,26 @@ def test_compact_terminal_summary_fits_100_columns(report_runs, capsys) -> None:
     assert "RBO@100" in wide
 
 
+def test_bracketed_labels_reach_the_terminal_verbatim(report_runs, capsys) -> None:
+    """Batch-composition checks are labelled "[batch composition tokens-8192 on 40
+    queries]"; rich read that as a markup tag and printed nothing in its place."""
+    run = report_runs.small
+    manifest = json.loads((run / "manifest.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    recipe = Recipe.model_validate(manifest["recipe"])
+    label = "[batch composition tokens-8192 on 40 queries]"
+    failing = next((name, check) for name, check in _checks(summary) if not check["passed"])
+    failing[1]["gate"] += f" {label}"
+    failing[1]["reason"] += " [bold]not markup[/bold]"
+    summary["warnings"] = [*summary.get("warnings", []), f"a warning {label}"]
+    print_compact(recipe, summary, run)
+    compact = capsys.readouterr().out.replace("\n", " ")
+    print_run_table(recipe, summary, run, wide=True)
+    wide = capsys.readouterr().out.replace("\n", " ")
+    for out in (compact, wide):
+        assert out.count(label) >= 2 and "[bold]not markup[/bold]" in out
+
+
 @pytest.mark.parametrize("folder", ["nowhere", "file"])
 def test_report_of_a_non_results_folder_is_bad_input(folder: str, tmp_path: Path,
                                                      capsys) -> None:

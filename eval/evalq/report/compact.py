@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from evalq.config import Recipe
 from evalq.report.runview import RunView, finite
 from evalq.report.verdict import candidate_verdicts, costs, recommend
@@ -77,12 +79,14 @@ def print_compact(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
         for f in v.failures:
             where = f" ({f.dataset})" if len(run.datasets) > 1 else ""
             colour = "red" if f.verdict == "fail" else "yellow"
-            console.print(f"[{colour}]{f.verdict}[/{colour}] {v.name}{where}: {f.gate} — "
-                          f"{f.reason}", highlight=False)
+            # Labels carry brackets ("[batch composition tokens-512 on 100 queries]") that
+            # rich would take for markup and drop: every text from the run is escaped.
+            console.print(f"[{colour}]{f.verdict}[/{colour}] {escape(v.name + where)}: "
+                          f"{escape(f.gate)} — {escape(f.reason)}", highlight=False)
     for w in summary.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
     rec = recommend(run)
-    console.print(f"recommendation: {rec.text}", highlight=False)
+    console.print(f"recommendation: {escape(rec.text)}", highlight=False)
     verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
-    console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, or "
-                  f"evalq report {out_dir}", highlight=False)
+    console.print(f"gates {verdict}; results in {escape(str(out_dir))}; full table: --wide, "
+                  f"or evalq report {escape(str(out_dir))}", highlight=False)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from evalq.config import Recipe
 
 
@@ -83,16 +85,18 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
         for name, v in ds["variants"].items():
             for check in (v.get("gate") or {}).get("checks", []):
                 if not check["passed"]:
-                    console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
-                                  f"{check['reason']}", soft_wrap=True)
+                    console.print(f"  [red]{check['verdict']}[/red] {escape(name)}: "
+                                  f"{escape(check['gate'])} — {escape(check['reason'])}",
+                                  soft_wrap=True)
     for name, info in variants_info.items():
         # parity and pooled (suite) gates belong to the variant, not to one dataset
         for check in info.get("suite_checks", []):
             if not check["passed"]:
-                console.print(f"  [red]{check['verdict']}[/red] {name}: {check['gate']} — "
-                              f"{check['reason']}", soft_wrap=True)
+                console.print(f"  [red]{check['verdict']}[/red] {escape(name)}: "
+                              f"{escape(check['gate'])} — {escape(check['reason'])}",
+                              soft_wrap=True)
     for w in summary.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
     for name, info in variants_info.items():
         if info.get("peak_rss_mb"):
             console.print(f"  {name}: startup {info.get('startup_s') or 0:.1f}s, total "
