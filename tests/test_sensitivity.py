@@ -94,7 +94,10 @@ def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
     expected = section["passed_as_run"] and all(r["passed"] for r in section["compositions"])
     assert summary["variants"]["dyn-int8"]["passed"] is expected
     assert section["failing_compositions"] == [r["id"] for r in section["compositions"]
-                                               if not r["passed"]]
+                                               if r["verdict"] == "fail"]
+    assert section["inconclusive_compositions"] == [
+        r["id"] for r in section["compositions"] if r["verdict"] == "inconclusive"]
+    assert all(r["passed"] is (r["verdict"] == "pass") for r in section["compositions"])
     assert any("dyn-int8 on pydocs is dependent on batch composition" in w
                and "worst composition" in w for w in summary["warnings"])
     labels = [c["gate"] for c in entry["gate"]["checks"]]
@@ -166,6 +169,35 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
                                             "c")
     assert gate.passed and section["failing_compositions"] == ["tokens-256"]
     assert "as run only" in note
+
+
+def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys):
+    """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
+    is inconclusive, the candidate does not pass, and nothing calls it a failure."""
+    from evalq.scoring import gate_spec
+    from evalq.sensitivity import print_sensitivity
+
+    recipe = load_recipe(_recipe(tmp_path))
+    folder = RunFolder(tmp_path / "res")
+    _write(folder, "batch-sensitivity/fp32/slice", [0.8] * 30)
+    _write(folder, "batch-sensitivity/c/as-run", [0.8] * 30)
+    specs = [gate_spec(recipe.gates[0], 0.95)]
+    as_run = VariantGate(True, (GateCheck("nDCG@10 vs qrels max_drop 1%", True, "pass", "",
+                                          {}),))
+    entry = {"reference_stored_as": "batch-sensitivity/fp32/slice",
+             "slice": {"queries": 30, "documents": 60},
+             "compositions": [{"id": "as-run", "batch_tokens": 2048, "shuffle_seed": None,
+                               "stored_as": "batch-sensitivity/c/as-run"}]}
+    section, gate, note = apply_sensitivity(recipe, specs, as_run, entry, folder, "ds", "c")
+    assert not gate.passed
+    assert section["failing_compositions"] == []
+    assert section["inconclusive_compositions"] == ["as-run"]
+    assert section["compositions"][0]["verdict"] == "inconclusive"
+    assert "inconclusive under as-run" in note and "fails" not in note
+    print_sensitivity({"datasets": {"ds": {"variants": {"c": {"batch_sensitivity": {
+        **section, "dependence": {"level": "dependent"}}}}}}})
+    out = capsys.readouterr().out
+    assert "as-run  inconclusive" in out and "FAIL" not in out
 
 
 def test_compositions_skip_the_run_budget_and_seed_the_shuffles():

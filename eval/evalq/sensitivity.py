@@ -246,7 +246,7 @@ def apply_sensitivity(
     opts = recipe.batch_sensitivity
     rule = opts.verdict if opts is not None else "worst"
     ref_values = folder.read_per_query(dataset, measured_entry["reference_stored_as"])
-    rows, extra_checks, failing = [], [], []
+    rows, extra_checks, failing, undecided = [], [], [], []
     metric_values: dict[str, list[float]] = {}
     gated = {s.metric for s in specs}
     for comp in measured_entry["compositions"]:
@@ -269,21 +269,25 @@ def apply_sensitivity(
                 entry["delta"] = float(np.mean(column - ref_column))
             metrics[name] = entry
             metric_values.setdefault(name, []).append(entry.get("delta", mean))
+        verdict = _worst_verdict(comp_gate)
         rows.append({"id": comp["id"], "batch_tokens": comp["batch_tokens"],
                      "shuffle_seed": comp["shuffle_seed"], "passed": comp_gate.passed,
+                     "verdict": verdict,
                      "verdicts": {c.gate: c.verdict for c in comp_gate.checks},
                      "metrics": metrics, "vectors": comp.get("vectors"),
                      "seconds": comp.get("seconds")})
-        if not comp_gate.passed:
+        if verdict == "fail":
             failing.append(comp["id"])
+        elif verdict == "inconclusive":
+            undecided.append(comp["id"])
         extra_checks += [dataclasses.replace(
             c, gate=f"{c.gate} [batch composition {comp['id']} on "
                     f"{measured_entry['slice']['queries']} queries]") for c in comp_gate.checks]
     spread = {name: {"min": min(v), "max": max(v), "range": max(v) - min(v),
                      "of": "delta vs reference" if name in recipe.metrics else "value"}
               for name, v in metric_values.items() if name in gated and v}
-    worst = failing[0] if failing else None
-    passed_all = not failing
+    worst = failing[0] if failing else (undecided[0] if undecided else None)
+    passed_all = not failing and not undecided
     if rule == "worst":
         combined = VariantGate(gate.passed and passed_all, (*gate.checks, *extra_checks))
     else:
@@ -294,8 +298,7 @@ def apply_sensitivity(
     note = (f"{variant} on {dataset} is {dependence.get('level', 'batch-dependent')} on batch "
             f"composition: per-text cosine between {between.get('compositions')} compositions "
             f"mean {cos.get('mean', float('nan')):.6f}, min {cos.get('min', float('nan')):.6f}; "
-            + ("its verdict is its worst composition's"
-               + (f" (fails under {', '.join(failing)})" if failing else " (passes under all)")
+            + ("its verdict is its worst composition's" + _outcome_clause(failing, undecided)
                if rule == "worst" else "gated as run only (batch_sensitivity.verdict: as-run)"))
     section = {
         "dependence": dependence,
@@ -303,6 +306,7 @@ def apply_sensitivity(
         "passed_as_run": gate.passed,
         "passed_every_composition": passed_all,
         "failing_compositions": failing,
+        "inconclusive_compositions": undecided,
         "worst_composition": worst,
         "slice": measured_entry.get("slice"),
         "between_compositions": between,
@@ -311,6 +315,19 @@ def apply_sensitivity(
         "extra_seconds": measured_entry.get("seconds"),
     }
     return section, combined, note
+
+
+def _worst_verdict(gate: VariantGate) -> str:
+    """A composition's verdict is its worst check's: a slice too small to decide a gate is
+    *inconclusive* there, not failed (the console said FAIL for it before)."""
+    verdicts = {c.verdict for c in gate.checks}
+    return next((v for v in ("fail", "inconclusive") if v in verdicts), "pass")
+
+
+def _outcome_clause(failing: Sequence[str], undecided: Sequence[str]) -> str:
+    parts = [f"fails under {', '.join(failing)}"] if failing else []
+    parts += [f"inconclusive under {', '.join(undecided)}"] if undecided else []
+    return f" ({'; '.join(parts)})" if parts else " (passes under all)"
 
 
 def _column(values: Any, name: str) -> np.ndarray | None:
@@ -341,11 +358,14 @@ def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
                 cells = "  ".join(
                     f"{m} {v['delta']:+.4f}" if "delta" in v else f"{m} {v['value']:.4f}"
                     for m, v in row["metrics"].items())
-                mark = "pass" if row["passed"] else "FAIL"
-                print(f"  {row['id']:>14s}  {mark}  {cells}", file=out)
+                verdict = row.get("verdict") or ("pass" if row["passed"] else "fail")
+                mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
+                print(f"  {row['id']:>14s}  {mark:<12s}  {cells}", file=out)
             for m, r in section["metric_range"].items():
                 print(f"  range of {m} ({r['of']}) across compositions: {r['range']:.4f} "
                       f"[{r['min']:+.4f}, {r['max']:+.4f}]", file=out)
+            clause = _outcome_clause(section["failing_compositions"],
+                                     section.get("inconclusive_compositions", []))
             print(f"  verdict: {section['verdict_rule']}"
-                  + (f"; fails under {', '.join(section['failing_compositions'])}"
-                     if section["failing_compositions"] else ""), file=out)
+                  + ("" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"),
+                  file=out)
