@@ -250,3 +250,17 @@ def _free_port() -> int:
     from evalq.backends.vllm_server import free_port
 
     return free_port()
+
+
+def test_built_in_recipe_names_resolve_as_for_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`evalq load recipes/load-cpu.yaml` is the README's command: from any folder it names
+    the built-in recipe (it said "file not found" outside the source tree's root)."""
+    monkeypatch.chdir(tmp_path)
+    for command in (["load", "recipes/quickstart.yaml"],
+                    ["load", "quickstart", "--plan-only", "-o", str(tmp_path / "none")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "file not found" not in err
+    assert main(["load", "recipes/quickstart.yaml"]) == 2
+    assert "no 'load:' section" in capsys.readouterr().err

@@ -37,6 +37,7 @@ from evalq.load.capacity import DecisionRow, Demand, Knee, plan_variant, recomme
 from evalq.load.config import LoadSection
 from evalq.load.results import LoadFolder, quality_verdicts
 from evalq.load.sweep import Endpoint, TextPool, run_workload
+from evalq.locations import resolve_recipe
 from evalq.results import environment, git_revision, now_iso, package_versions
 from evalq.yamlsource import Located, load_yaml
 
@@ -308,7 +309,7 @@ def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
     """``--plan-only``: the capacity plan and decision table again from stored knees, with
     the recipe's current ``capacity:`` and the folder's latest quality verdicts (change
     the target QPS or the price without measuring again)."""
-    recipe_path = Path(recipe_path)
+    recipe_path = resolve_recipe(recipe_path)  # a file, or a built-in recipe's name
     recipe = recipe_from_located(load_yaml(recipe_path), recipe_path)
     run_root = Path(output or recipe.output or Path("results") / recipe.name)
     folder = LoadFolder(run_root)
@@ -322,7 +323,7 @@ def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
 def run_load(recipe_path: str | Path, *, output: Path | None = None,
              only: list[str] | None = None) -> int:
     """The whole command; returns the exit code (0 or 1; errors raise)."""
-    recipe_path = Path(recipe_path)
+    recipe_path = resolve_recipe(recipe_path)  # a file, or a built-in name, as `evalq run`
     located = load_yaml(recipe_path)
     recipe = recipe_from_located(located, recipe_path)
     plan = check_plan(recipe, located, recipe_path, only)
