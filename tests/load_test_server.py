@@ -33,6 +33,7 @@ class Behaviour:
     fail_every: int = 0  # every Nth request answers 500
     wrong_count: bool = False
     die_after: int = 0  # exit the process after N answers (as a process only)
+    dim: int = 2  # length of the constant vector (384 passes a MiniLM run's shape checks)
 
 
 class Counters:
@@ -63,7 +64,7 @@ def make_app(behaviour: Behaviour, counters: Counters) -> web.Application:
             if behaviour.wrong_count:
                 items += 1
             if key == "data":
-                data = [{"index": i, "embedding": [0.5, 0.5], "object": "embedding"}
+                data = [{"index": i, "embedding": [0.5] * behaviour.dim, "object": "embedding"}
                         for i in range(items)]
             else:
                 data = [{"index": i, "relevance_score": 0.5} for i in range(items)]
@@ -148,8 +149,10 @@ def main() -> None:
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--fail-every", type=int, default=0)
     p.add_argument("--die-after", type=int, default=0)
+    p.add_argument("--dim", type=int, default=2)
     a = p.parse_args()
-    behaviour = Behaviour(delay_ms=a.delay_ms, fail_every=a.fail_every, die_after=a.die_after)
+    behaviour = Behaviour(delay_ms=a.delay_ms, fail_every=a.fail_every, die_after=a.die_after,
+                          dim=a.dim)
     web.run_app(make_app(behaviour, Counters()), host="127.0.0.1", port=a.port,
                 access_log=None, print=None)
 

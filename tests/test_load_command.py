@@ -264,3 +264,27 @@ def test_built_in_recipe_names_resolve_as_for_run(tmp_path: Path, monkeypatch: p
         assert "file not found" not in err
     assert main(["load", "recipes/quickstart.yaml"]) == 2
     assert "no 'load:' section" in capsys.readouterr().err
+
+
+def test_run_starts_the_launched_server_before_probing_it(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """`evalq run` on a recipe whose load.launch starts a variant's server: the start-of-run
+    HTTP probe must wait for that server (it said "connection refused", exit 2, before)."""
+    port = _free_port()
+    command = [sys.executable, str(HERE / "load_test_server.py"), "--port", "{port}",
+               "--dim", "384"]
+    recipe = _recipe(tmp_path, f"http://127.0.0.1:{port}",
+                     {"workloads": [QUERY],
+                      "launch": {"srv": {"command": command, "startup_timeout_s": 60}}},
+                     max_queries=5, max_docs=10, parity={"enabled": False})
+    code = main(["run", str(recipe), "-o", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code in (0, 1), err
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    probe = manifest["http_probe"]["srv"]
+    assert "deferred" not in probe and probe["endpoint"].endswith("/embeddings")
+    assert "[evalq] probe srv" in err
+    with pytest.raises(OSError):  # the launched server is gone after the run
+        import socket
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()

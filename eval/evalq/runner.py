@@ -11,8 +11,10 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,7 +198,8 @@ def run_recipe(
                   f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
                   f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
                   file=sys.stderr, flush=True)
-            with PeakRss() as memory:
+            with PeakRss() as memory, _launched(recipe, variant, model_paths[variant.name],
+                                                folder, recipe_path, http_probe, manifest):
                 record, parity_vectors = _run_variant(
                     recipe, variant, role, settings, model_paths[variant.name], datasets,
                     depth, folder, cache, reference, judged, parity_texts, parity_ref,
@@ -306,9 +309,6 @@ def _run_variant(
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
-    from evalq.load.launch import start_launch  # a server the recipe's load.launch names
-
-    launched = start_launch(recipe, variant, model_path, folder.logs)
     encoder: Encoder = create_encoder(variant, ctx)
     record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
     parity_vectors = None
@@ -346,10 +346,30 @@ def _run_variant(
                     show_progress, docs, queries)
     finally:
         encoder.close()
-        if launched is not None:
-            launched.close()
     record.timings["total_s"] = time.perf_counter() - t0
     return record, parity_vectors
+
+
+@contextlib.contextmanager
+def _launched(recipe: Recipe, variant: Variant, model_path: Path, folder: RunFolder,
+              recipe_path: Path, http_probe: dict[str, Any], manifest: dict[str, Any]
+              ) -> Iterator[None]:
+    """The server the recipe's ``load.launch`` names for this variant, alive while the
+    variant runs; probed as soon as it answers, since the start-of-run probe could not
+    reach it yet (its report replaces the "deferred" note in the manifest)."""
+    from evalq.backends.http_probe import launched_by_recipe, probe_one
+    from evalq.load.launch import start_launch
+
+    launched = start_launch(recipe, variant, model_path, folder.logs)
+    try:
+        if launched is not None and launched_by_recipe(recipe, variant) \
+                and variant.name in http_probe:
+            http_probe[variant.name] = probe_one(recipe, variant, recipe_path)
+            manifest["http_probe"] = http_probe
+        yield
+    finally:
+        if launched is not None:
+            launched.close()
 
 
 def _parity_checked(variant: Variant) -> bool:

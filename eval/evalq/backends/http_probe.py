@@ -230,19 +230,36 @@ def probe_variant(recipe: Recipe, variant: Variant, recipe_path: Path) -> ProbeR
     return report
 
 
+def launched_by_recipe(recipe: Recipe, variant: Variant) -> bool:
+    """Whether the recipe's ``load.launch`` starts this variant's server: it cannot answer
+    before the run starts it, so it is probed right after (:func:`probe_one`)."""
+    section = getattr(recipe, "load", None)
+    return section is not None and variant.name in section.launch
+
+
+def probe_one(recipe: Recipe, variant: Variant, recipe_path: Path) -> dict[str, Any]:
+    """Probe one openai/tei variant (InputError, exit 2, if it cannot work); print one line
+    and return the report for the manifest."""
+    report = probe_variant(recipe, variant, recipe_path)
+    print(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
+          f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"
+          + (f", model {report.served_model}" if report.served_model else ""),
+          file=sys.stderr, flush=True)
+    return report.as_dict()
+
+
 def probe_http_variants(recipe: Recipe, variants: list[Variant], recipe_path: Path
                         ) -> dict[str, dict[str, Any]]:
     """Probe every openai/tei variant before any encoding; raise InputError (exit 2) on the
     first that cannot work, naming the variant, the field and the fix. Returns the reports
-    by variant name for the manifest; prints one line per variant."""
+    by variant name for the manifest; prints one line per variant. A server the recipe
+    launches itself is probed once started (the runner calls :func:`probe_one`)."""
     reports: dict[str, dict[str, Any]] = {}
     for variant in variants:
         if variant.backend not in HTTP_BACKENDS:
             continue
-        report = probe_variant(recipe, variant, recipe_path)
-        reports[variant.name] = report.as_dict()
-        print(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
-              f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"
-              + (f", model {report.served_model}" if report.served_model else ""),
-              file=sys.stderr, flush=True)
+        if launched_by_recipe(recipe, variant):
+            reports[variant.name] = {"deferred": "started by load.launch; probed once up"}
+            continue
+        reports[variant.name] = probe_one(recipe, variant, recipe_path)
     return reports
