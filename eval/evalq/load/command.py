@@ -465,6 +465,10 @@ def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: Loa
     _print_table(summary, folder)
 
 
+# The knee column is 14 wide: "requests/s" was cut to "reque/s".
+_SHORT_UNIT = {"requests/s": "req/s"}
+
+
 def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
     print(f"\nevalq load: {summary['recipe']} ({summary['status']}) -> {folder.root}")
     head = (f"{'variant':22s} {'workload':10s} {'series':10s} {'knee':>14s} {'p99@knee':>9s} "
@@ -480,7 +484,7 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             at = passing[-1] if passing else None
             knee = ("none" if k.get("per_s") is None else
                     f"{'>=' if k.get('lower_bound') else ''}{k['per_s']:.1f} "
-                    f"{k['unit'].split('/')[0][:5]}/s")
+                    f"{_SHORT_UNIT.get(k['unit'], k['unit'])}")
             p99 = at["latency_ms"]["p99"] if at else None
             worst = max((s["latency_ms"]["p99"] or 0.0 for s in steps), default=0.0)
             cores = max((s["server"].get("cpu_cores") or 0.0 for s in steps), default=0.0)
