@@ -79,3 +79,24 @@ def test_prices_per_variant_with_default() -> None:
     assert cap.price("gpu") == 4.0 and cap.price("other") == 2.5
     assert CapacitySection(target_qps=1, dollars_per_replica_hour={"gpu": 4}).price("x") is None
     assert math.isclose(CapacitySection(target_qps=1).price("x") or 0, 1.0)
+
+
+def test_closed_loop_knee_is_the_best_passing_step_not_the_last() -> None:
+    """Measured on load-cpu.yaml: vLLM's ingest with 32-text batches did 7.0 texts/s with
+    one client and 4.9 with two (both under the SLO); the knee is 7.0, and a broken step
+    ends its series (what follows it does not count)."""
+    from evalq.load.config import Workload
+    from evalq.load.sweep import knee_of
+
+    workload = Workload.model_validate({"name": "ingest", "kind": "ingest", "slo_p99_ms": 15000,
+                                        "batch_sizes": [8, 32],
+                                        "closed_loop": {"concurrency": [1, 2, 4]}})
+
+    def step(verdict: str, texts_per_s: float) -> dict:
+        return {"verdict": verdict, "texts_per_s": texts_per_s, "reasons": []}
+
+    knee, series = knee_of(workload, {
+        "batch=8": [step("pass", 6.1), step("pass", 5.4), step("pass", 5.0)],
+        "batch=32": [step("pass", 7.0), step("pass", 4.9), step("slo", 9.0)]})
+    assert (knee.per_s, series, knee.unit) == (7.0, "batch=32", "texts/s")
+    assert knee.lower_bound is False  # batch=32 broke its SLO at 4 clients

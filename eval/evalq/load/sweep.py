@@ -141,19 +141,21 @@ def knee_of(workload: Workload, series: dict[str, list[dict[str, Any]]]) -> tupl
     unit, column = _unit(workload)
     best: tuple[float, str, bool] | None = None
     for label, steps in series.items():
-        passing: dict[str, Any] | None = None
+        passing: list[dict[str, Any]] = []
         broke = False
         for step in steps:
             if step["verdict"] != "pass":
                 broke = True
                 break
-            passing = step
-        if passing is None:
+            passing.append(step)
+        if not passing:
             continue
         if workload.kind == "query" and workload.mode == "open":
-            value = float(passing["offered_rps"])
+            value = float(passing[-1]["offered_rps"])
         else:
-            value = float(passing.get(column) or 0.0)
+            # Closed loop: throughput is not monotone in concurrency on a saturated server
+            # (2 clients got 4.9 texts/s where 1 got 7.0): the best passing step is the knee.
+            value = max(float(s.get(column) or 0.0) for s in passing)
         if best is None or value > best[0]:
             best = (value, label, not broke)
     if best is None:
