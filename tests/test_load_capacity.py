@@ -100,3 +100,33 @@ def test_closed_loop_knee_is_the_best_passing_step_not_the_last() -> None:
         "batch=32": [step("pass", 7.0), step("pass", 4.9), step("slo", 9.0)]})
     assert (knee.per_s, series, knee.unit) == (7.0, "batch=32", "texts/s")
     assert knee.lower_bound is False  # batch=32 broke its SLO at 4 clients
+
+
+def test_quality_verdict_tells_inconclusive_from_failed(tmp_path) -> None:
+    """Servers equal to the reference on 30 queries cannot be certified at a 1% margin:
+    the decision table said "FAILS quality" for them before."""
+    import json
+
+    from evalq.load.results import quality_verdicts
+
+    def gate(*verdicts: str) -> dict:
+        return {"passed": False, "checks": [{"verdict": v, "passed": v == "pass"}
+                                            for v in verdicts]}
+
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "variants": {"fp32": {"role": "reference", "passed": None},
+                     "same": {"role": "candidate", "passed": False,
+                              "suite_checks": [{"verdict": "pass", "passed": True}]},
+                     "worse": {"role": "candidate", "passed": False},
+                     "good": {"role": "candidate", "passed": True}},
+        "datasets": {"pydocs": {"variants": {
+            "same": {"gate": gate("inconclusive", "pass")},
+            "worse": {"gate": gate("inconclusive", "fail")},
+            "good": {"gate": {"passed": True, "checks": [{"verdict": "pass"}]}}}}}}))
+    assert quality_verdicts(tmp_path) == {"fp32": "reference", "same": "inconclusive",
+                                          "worse": "fails", "good": "passes"}
+    row = DecisionRow("same", "inconclusive", "ok",
+                      plan_variant("same", {"query": Knee("query", 32.0, "requests/s")},
+                                   Demand(target_qps=50), 0.1))
+    assert row.sentence().startswith("same: quality inconclusive, ")
+    assert recommend([row]) is None  # only a certified pass (or the reference) is recommended

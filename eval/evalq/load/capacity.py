@@ -119,12 +119,13 @@ def plan_variant(variant: str, knees: Mapping[str, Knee], demand: Demand,
 @dataclass(frozen=True)
 class DecisionRow:
     variant: str
-    quality: str  # "passes" | "fails" | "reference" | "unknown"
+    quality: str  # "passes" | "fails" | "inconclusive" | "reference" | "unknown"
     parity: str  # "ok" | "differs" | "not checked"
     plan: VariantPlan
 
     def sentence(self) -> str:
         quality = {"passes": "passes quality", "fails": "FAILS quality",
+                   "inconclusive": "quality inconclusive",
                    "reference": "reference", "unknown": "quality not run"}[self.quality]
         if not self.plan.feasible:
             return f"{self.variant}: {quality}, infeasible ({'; '.join(self.plan.notes)})"

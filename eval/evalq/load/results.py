@@ -80,8 +80,10 @@ class LoadFolder:
 
 
 def quality_verdicts(run_root: Path) -> dict[str, str]:
-    """Per variant "passes" / "fails" / "reference" from the folder's ``summary.json``
-    (the latest finished ``evalq run`` of the same recipe); empty when there is none."""
+    """Per variant "passes" / "fails" / "inconclusive" / "reference" from the folder's
+    ``summary.json`` (the latest finished ``evalq run`` of the same recipe); empty when
+    there is none. A variant that failed no gate but could not be certified (too few
+    queries) is "inconclusive", not "fails": its gate checks say which."""
     path = Path(run_root) / "summary.json"
     if not path.is_file():
         return {}
@@ -94,5 +96,11 @@ def quality_verdicts(run_root: Path) -> dict[str, str]:
         if v.get("role") == "reference":
             out[name] = "reference"
         elif v.get("passed") is not None:
-            out[name] = "passes" if v["passed"] else "fails"
+            checks = [*(v.get("suite_checks") or []),
+                      *(c for ds in (data.get("datasets") or {}).values()
+                        for c in ((ds.get("variants") or {}).get(name, {}).get("gate") or {})
+                        .get("checks", []))]
+            verdicts = {c.get("verdict") for c in checks}
+            out[name] = ("passes" if v["passed"] else "fails" if "fail" in verdicts
+                         else "inconclusive" if "inconclusive" in verdicts else "fails")
     return out
