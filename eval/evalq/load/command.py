@@ -465,6 +465,16 @@ def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: Loa
     _print_table(summary, folder)
 
 
+def _knee_step(passing: list[dict[str, Any]], per_s: float | None) -> dict[str, Any] | None:
+    """The step the knee was read from: a closed-loop knee is the series' best passing
+    step, which need not be its last (sweep.knee_of)."""
+    for step in passing:
+        if per_s is not None and per_s in (step.get("offered_rps"), step.get("achieved_rps"),
+                                           step.get("texts_per_s"), step.get("pairs_per_s")):
+            return step
+    return passing[-1] if passing else None
+
+
 # The knee column is 14 wide: "requests/s" was cut to "reque/s".
 _SHORT_UNIT = {"requests/s": "req/s"}
 
@@ -481,7 +491,7 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             steps = w["steps"]
             passing = [s for s in steps if s["series"] == k.get("series")
                        and s["verdict"] == "pass"]
-            at = passing[-1] if passing else None
+            at = _knee_step(passing, k.get("per_s"))
             knee = ("none" if k.get("per_s") is None else
                     f"{'>=' if k.get('lower_bound') else ''}{k['per_s']:.1f} "
                     f"{_SHORT_UNIT.get(k['unit'], k['unit'])}")
