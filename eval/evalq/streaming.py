@@ -9,12 +9,20 @@ Arrow file or ``save_to_disk`` folder memory-mapped by Arrow — each block is e
 sharded ``.npy`` files (:mod:`evalq.vectorstore`). What stays in memory is the ids (the
 run file needs them), one block of texts and one shard of vectors.
 
+Freed is not returned: glibc keeps the heap pages of a finished block (tokenizer output,
+activations, the block's vectors) as free lists, and their high-water mark drifts up with
+the number of blocks — measured on MiniLM, 500-text blocks left 705-720 MiB resident
+where 633 MiB was live. :func:`return_freed_memory` (``malloc_trim``) after each block
+hands them back, so peak RSS is one block's working set whatever the corpus size.
+
 Field names follow BEIR (``_id``, ``title``, ``text``) unless told otherwise; texts are
 encoded as ``title + separator + text`` like :meth:`Corpus.texts_for_encoding`.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,9 +101,36 @@ def encode_to_shards(
         writer.append(encoded.vectors)
         seconds += encoded.stats.seconds_computing
         ids.extend(block.ids)
+        del encoded, block
+        return_freed_memory()
     writer.close()
     return StreamedCorpus(ids=ids, shards_dir=Path(out_dir), encode_seconds=seconds,
                           texts=len(ids))
+
+
+def return_freed_memory() -> bool:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim(0)``).
+
+    ``False`` where there is no glibc (musl, macOS): there the allocator's own policy
+    decides, and the streaming path is still correct, only its RSS less flat."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+_TRIM: list[Any] = []
+
+
+def _malloc_trim() -> Any:
+    if not _TRIM:
+        name = ctypes.util.find_library("c")
+        try:
+            _TRIM.append(getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None)
+        except OSError:
+            _TRIM.append(None)
+    return _TRIM[0]
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -5,13 +5,16 @@ MS MARCO's 8.8M passages are 13.5 GB at 384 dimensions. :class:`ShardWriter` app
 encoded blocks and cuts them into shards of ``shard_rows`` rows, each written atomically
 (temp file + rename) as a plain ``.npy`` file any tool can read; ``layout.json`` lists
 the shards once they are all written. :func:`open_shards` memory-maps them read-only, so
-searching (:func:`evalq.shardsearch.search_shards`) touches one shard at a time and the
-operating system pages the rest out.
+searching (:func:`evalq.shardsearch.search_shards`) touches one shard at a time and
+:func:`release_pages` drops a searched shard's pages from this process's resident set
+(they count in RSS while mapped, and the kernel only evicts them under pressure, so
+without it RSS after a search grows by every vector read).
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +101,21 @@ def open_shards(root: str | Path) -> tuple[ShardLayout, list[np.ndarray]]:
             raise ValueError(f"{root / f} holds {s.shape} {s.dtype}, layout says ({n}, "
                              f"{layout.dim}) float32")
     return layout, shards
+
+
+def release_pages(shard: np.ndarray) -> bool:
+    """Drop a memory-mapped shard's pages from this process's resident set.
+
+    ``MADV_DONTNEED`` on a read-only file mapping only unmaps the pages: a later read
+    fetches them again from the page cache or the file, with the same bytes. ``False``
+    (nothing done) for an in-memory array or where ``madvise`` is unavailable."""
+    base: object = shard
+    while isinstance(base, np.ndarray) and getattr(base, "_mmap", None) is None:
+        base = base.base
+    handle = base if isinstance(base, mmap.mmap) else getattr(base, "_mmap", None)
+    advise = getattr(handle, "madvise", None)
+    flag = getattr(mmap, "MADV_DONTNEED", None)
+    if advise is None or flag is None:
+        return False
+    advise(flag)
+    return True
