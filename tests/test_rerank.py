@@ -137,6 +137,11 @@ def test_bi_encoder_scorer_is_cosine_of_sentence_transformers(minilm_path, minil
     scorer = BiEncoderScorer(minilm_path, settings=minilm_settings)
     try:
         ours = scorer.score(qs, ds)
+        calls = scorer.forward_calls
+        # A later chunk with texts seen before embeds only the new ones (here: none).
+        again = scorer.score(list(reversed(qs)), list(reversed(ds)))
+        assert scorer.forward_calls == calls
+        np.testing.assert_array_equal(again, ours[::-1])
     finally:
         scorer.close()
     model = SentenceTransformer(str(minilm_path), device="cpu")

@@ -54,6 +54,23 @@ class ModelSpec(_Strict):
     path: str
     kind: Literal["embedding"] = "embedding"
 
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _reranker_is_a_pipeline(cls, value: Any) -> Any:
+        # A reranker is judged inside a first stage -> reranker pipeline, not as `model:`.
+        if isinstance(value, str) and value.lower() in ("reranker", "cross-encoder"):
+            from evalq.errors import RecipeValueError
+
+            raise RecipeValueError(
+                message=f"model.kind '{value}': a reranker is evaluated as the second stage "
+                "of a pipeline (it needs candidates to rerank), not as the recipe's model",
+                field="model.kind",
+                fix="keep model.kind: embedding (the first stage's model) and add "
+                "pipelines: [{name: ..., first_stage: {kind: bm25}, depths: [20], "
+                "reranker: {model: <your reranker>, kind: cross-encoder}}]; see README, "
+                "'Rerankers and two-stage pipelines' and recipes/rerank-pipeline.yaml")
+        return value
+
 
 class EncodingOverrides(SettingsOverrides):
     """Encoding settings; unset fields come from the model's sentence-transformers config

@@ -57,6 +57,12 @@ class MissingExtraError(InputError):
         )
 
 
+class RecipeValueError(InputError, ValueError):
+    """An :class:`InputError` raised inside a pydantic validator (pydantic turns only
+    ``ValueError`` into a validation error); ``config`` keeps its message and fix and adds
+    the recipe's file and line."""
+
+
 class BackendUnavailableError(Exception):
     """A serving backend stopped answering mid-run (server died, connection lost).
 

@@ -93,8 +93,14 @@ class RerankHttpOptions(_Strict):
 
 
 class RerankVllmOptions(_Strict):
-    """``LLM.score()`` engine options (see backends/vllm_rerank.py)."""
+    """``mode: engine``: ``LLM.score()`` in-process (backends/vllm_rerank.py); ``mode:
+    server``: evalq starts vLLM's OpenAI server and scores through ``route``
+    (backends/vllm_rerank_server.py)."""
 
+    mode: Literal["engine", "server"] = "engine"
+    route: Literal["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"] = "/score"
+    startup_timeout_s: float = Field(default=300, gt=0)
+    max_batch: int = Field(default=64, ge=1)  # server mode: texts per request
     quantization: str | None = None
     gpu_memory_utilization: float = Field(default=0.1, gt=0, le=1)
     enforce_eager: bool | None = None

@@ -1,8 +1,9 @@
 """`evalq gate RESULTS_DIR`: re-decide the gates of a finished run from what it stored.
 
 Uses the recipe recorded in the manifest and the same ``scoring.build_summary`` that
-``evalq run`` used, over the stored per-query values: the verdicts are reproduced
-exactly, and a difference from the stored summary is reported (it means the folder was
+``evalq run`` used, over the stored per-query values (pipeline gates: the same decision
+over ``pipelines/<name>/per_query``, ``evalq.pipeline_regate``): the verdicts are
+reproduced exactly, and a difference from the stored summary is reported (it means the folder was
 edited or written by another evalq version).
 """
 
@@ -56,6 +57,14 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
         raise InputError(message=f"the folder is incomplete or was edited ({type(exc).__name__}"
                          f": {exc})", file=folder.root,
                          fix="rerun 'evalq run' to write a fresh folder") from None
+    if recipe.pipelines:  # pipeline gates, from pipelines/<name>/per_query
+        from evalq.pipeline_regate import regate_pipelines
+
+        piped = regate_pipelines(recipe, folder, stored)
+        verdicts = {**verdicts, **piped.verdicts}
+        summary = {**summary, "passed": summary["passed"] and piped.passed}
+        for label in piped.changed:
+            print(f"note: {label}: re-decided verdicts differ from the run's")
     for name, gate in verdicts.items():
         mark = "PASS" if gate.passed else "FAIL"
         print(f"{mark}  {name}")

@@ -129,9 +129,11 @@ def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field:
 
 
 def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
-                   device: str) -> tuple[Reranker, int, bool]:
+                   device: str, logs_dir: Path | None = None) -> tuple[Reranker, int, bool]:
     """The reranker a variant names, its batch token budget, and whether it batches itself."""
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
+    if variant.backend == "vllm" and variant.vllm and variant.vllm.mode == "server":
+        return _vllm_server_reranker(spec, variant, model_path, logs_dir), tokens, True
     if variant.backend == "vllm":
         from evalq.backends.vllm_rerank import VllmEngineReranker
 
@@ -160,6 +162,33 @@ def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Pat
     return (CrossEncoderReranker(model_path, settings=rerank_settings(spec, model_path),
                                  dtype=variant.dtype, quantization=variant.quantization,
                                  device=device), tokens, False)
+
+
+def _vllm_server_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
+                          logs_dir: Path | None) -> Reranker:
+    from evalq.backends.vllm_rerank_server import VllmServerReranker
+
+    opts = variant.vllm
+    assert opts is not None
+    encoding = None
+    if spec.kind == "bi-encoder":
+        from evalq.modelinfo import resolve_settings
+
+        encoding = resolve_settings(model_path, {"max_length": spec.max_length}
+                                    if spec.max_length else {})
+    settings = rerank_settings(spec, model_path)
+    if encoding is not None:  # the bi-encoder truncates each text at its own max length
+        from dataclasses import replace
+
+        settings = replace(settings, max_length=encoding.max_length)
+    extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
+    return VllmServerReranker(
+        model_path, settings=settings, kind=spec.kind, encoding=encoding,
+        log_dir=logs_dir or Path(".evalq-cache") / "logs", route=opts.route,
+        dtype=variant.dtype, quantization=opts.quantization,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        enforce_eager=opts.enforce_eager, startup_timeout_s=opts.startup_timeout_s,
+        max_batch=opts.max_batch, extra_args=extra)
 
 
 def describe_stats(stats: ScoreStats) -> dict[str, Any]:

@@ -26,15 +26,20 @@ from evalq.pipeline_config import RerankerSpec, RerankerVariant
 
 
 class HttpReranker:
-    """``style``: ``tei`` (``POST /rerank``) or ``rerank-api`` (``POST /v1/rerank``)."""
+    """``style``: ``tei`` (``POST /rerank``), ``rerank-api`` (``POST /v1/rerank``) or
+    ``score`` (vLLM's ``POST /score``: ``queries`` + ``documents``, answered as ``data``
+    items of ``index`` and ``score``). ``route`` replaces the style's default path (vLLM
+    also answers ``/rerank`` and ``/v2/rerank``); ``extra_fields`` go into every body
+    (vLLM's ``use_activation``, ``truncate_prompt_tokens``)."""
 
     kind = "cross-encoder"
 
     def __init__(self, url: str, *, style: str, model: str | None, activation: str,
                  max_length: int, api_key_env: str | None = None, timeout_s: float = 60,
                  retries: int = 3, backoff_s: float = 0.5, max_batch: int = 64,
-                 tokenizer_path: str | Path | None = None) -> None:
-        if style not in ("tei", "rerank-api"):
+                 tokenizer_path: str | Path | None = None, route: str | None = None,
+                 extra_fields: dict[str, Any] | None = None) -> None:
+        if style not in ("tei", "rerank-api", "score"):
             raise ValueError(f"unknown rerank API style {style!r}")
         if style == "tei" and activation not in ("sigmoid", "none"):
             raise InputError(message=f"TEI's /rerank returns sigmoid or raw scores, not "
@@ -43,6 +48,10 @@ class HttpReranker:
         self.url, self.style, self.model = url.rstrip("/"), style, model
         self.activation, self.max_length = activation, max_length
         self.backend = style
+        self.route = route or {"tei": "/rerank", "rerank-api": "/v1/rerank",
+                               "score": "/score"}[style]
+        self.extra_fields = dict(extra_fields or {})
+        self.requests = 0
         self.api_key_env = api_key_env
         self._http = HttpJsonClient(self.url, policy=RetryPolicy(timeout_s, retries, backoff_s),
                                     api_key=read_api_key(api_key_env))
@@ -77,7 +86,7 @@ class HttpReranker:
     def describe(self) -> dict[str, Any]:
         return {"backend": self.style, "kind": self.kind, "url": self.url, "model": self.model,
                 "api_key_env": self.api_key_env, "info": self.info,
-                "request_fields": self._fields(), "max_batch": self.max_batch,
+                "route": self.route, "request_fields": self._fields(), "max_batch": self.max_batch,
                 "settings": {"activation": self.activation, "max_length": self.max_length},
                 "fingerprint": self.fingerprint()}
 
@@ -92,11 +101,12 @@ class HttpReranker:
     def _fields(self) -> dict[str, Any]:
         if self.style == "tei":
             return {"raw_scores": self.activation == "none", "truncate": True,
-                    "truncation_direction": "Right", "return_text": False}
-        fields: dict[str, Any] = {"return_documents": False}
+                    "truncation_direction": "Right", "return_text": False,
+                    **self.extra_fields}
+        fields: dict[str, Any] = {} if self.style == "score" else {"return_documents": False}
         if self.model:
             fields["model"] = self.model
-        return fields
+        return {**fields, **self.extra_fields}
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
         if len(queries) != len(documents):
@@ -112,15 +122,22 @@ class HttpReranker:
         return out
 
     def _request(self, query: str, texts: list[str]) -> np.ndarray:
+        route = self.route
+        self.requests += 1
         if self.style == "tei":
-            body = self._http.post_json("/rerank", {"query": query, "texts": texts,
-                                                    **self._fields()})
-            items, score_key, route = body, "score", "/rerank"
+            body = self._http.post_json(route, {"query": query, "texts": texts,
+                                                **self._fields()})
+            items, score_key = body, "score"
+        elif self.style == "score":
+            body = self._http.post_json(route, {"queries": query, "documents": texts,
+                                                **self._fields()})
+            items = body.get("data") if isinstance(body, dict) else None
+            score_key = "score"
         else:
-            body = self._http.post_json("/v1/rerank", {"query": query, "documents": texts,
-                                                       "top_n": len(texts), **self._fields()})
+            body = self._http.post_json(route, {"query": query, "documents": texts,
+                                                "top_n": len(texts), **self._fields()})
             items = body.get("results") if isinstance(body, dict) else None
-            score_key, route = "relevance_score", "/v1/rerank"
+            score_key = "relevance_score"
         scores = np.full(len(texts), np.nan)
         if isinstance(items, list):
             for item in items:

@@ -111,7 +111,7 @@ class VllmServer:
         self,
         model_path: str | Path,
         *,
-        settings: EncodingSettings,
+        settings: EncodingSettings | None,
         log_dir: str | Path,
         dtype: str = "float32",
         quantization: str | None = None,
@@ -124,8 +124,14 @@ class VllmServer:
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
     ) -> None:
-        """Nothing starts until :meth:`start` (or ``with VllmServer(...) as server``)."""
-        if settings.pooling not in VLLM_POOLING:
+        """Nothing starts until :meth:`start` (or ``with VllmServer(...) as server``).
+
+        ``settings`` None: a sequence-classification model (a cross-encoder), which pools
+        by its own head; no ``--pooler-config`` is sent and ``max_model_len`` is required.
+        """
+        if settings is None and max_model_len is None:
+            raise ValueError("VllmServer needs max_model_len when it has no encoding settings")
+        if settings is not None and settings.pooling not in VLLM_POOLING:
             raise InputError(
                 message=f"vLLM has no '{settings.pooling}' sequence pooling",
                 field="pooling",
@@ -136,7 +142,7 @@ class VllmServer:
         self.log_dir = Path(log_dir)
         self.dtype = dtype
         self.quantization = quantization
-        self.max_model_len = max_model_len or settings.max_length
+        self.max_model_len = max_model_len or (settings.max_length if settings else 0)
         self.gpu_memory_utilization = gpu_memory_utilization
         self.enforce_eager = enforce_eager
         self.served_model_name = served_model_name or self.model_path.name
@@ -178,8 +184,9 @@ class VllmServer:
             "--port", str(self.port),
             "--max-model-len", str(self.max_model_len),
             "--gpu-memory-utilization", str(self.gpu_memory_utilization),
-            "--pooler-config", json.dumps(vllm_pooler_config_dict(self.settings)),
         ]  # fmt: skip
+        if self.settings is not None:
+            cmd += ["--pooler-config", json.dumps(vllm_pooler_config_dict(self.settings))]
         if self.quantization is not None:
             cmd += ["--quantization", self.quantization]
         if enforce_eager:
