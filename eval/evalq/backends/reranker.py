@@ -80,6 +80,16 @@ class Reranker(Protocol):
         ...
 
 
+def served_fingerprint(backend: str, kind: str, model: str, dtype: str,
+                       quantization: str | None, settings: RerankSettings) -> str:
+    """The score-cache identity of a reranker that vLLM serves (engine or server): what
+    decides its scores, and nothing that changes between starts (a server's port)."""
+    blob = json.dumps({"backend": backend, "kind": kind, "model": model, "dtype": dtype,
+                       "quantization": quantization, "settings": settings.fingerprint()},
+                      sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
 def apply_activation(logits: Any, settings: RerankSettings) -> Any:
     """``(B, labels)`` logits -> ``(B,)`` scores, as the recipe says (torch tensors)."""
     import torch

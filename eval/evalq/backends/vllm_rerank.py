@@ -12,8 +12,6 @@ shut down explicitly in :meth:`close`, or the process aborts at exit.
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -22,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from evalq.backends.reranker import RerankSettings
+from evalq.backends.reranker import RerankSettings, served_fingerprint
 from evalq.errors import InputError, MissingExtraError
 
 BACKEND_NAME = "vllm-engine"
@@ -68,11 +66,8 @@ class VllmEngineReranker:
         self._tokenizer = self._llm.get_tokenizer()
 
     def fingerprint(self) -> str:
-        blob = json.dumps({"backend": BACKEND_NAME, "kind": self.kind,
-                           "model": self._model_fingerprint, "dtype": self.dtype,
-                           "quantization": self.quantization,
-                           "settings": self.settings.fingerprint()}, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
+                                  self.quantization, self.settings)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),

@@ -21,8 +21,6 @@ pooling of its sentence-transformers config, and ``/score`` answers the cosine.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from evalq.backends.base import EncodingSettings
-from evalq.backends.reranker import RerankSettings
+from evalq.backends.reranker import RerankSettings, served_fingerprint
 from evalq.errors import InputError
 
 BACKEND_NAME = "vllm-server"
@@ -108,11 +106,8 @@ class VllmServerReranker:
 
     def fingerprint(self) -> str:
         # Not the client's: its URL carries a port that changes with every start.
-        blob = json.dumps({"backend": BACKEND_NAME, "kind": self.kind,
-                           "model": self._model_fingerprint, "dtype": self.dtype,
-                           "quantization": self.quantization,
-                           "settings": self.settings.fingerprint()}, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
+                                  self.quantization, self.settings)
 
     def describe(self) -> dict[str, Any]:
         client = self.client.describe()
