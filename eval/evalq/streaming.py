@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalq.datasets.assemble import TextRecord
+from evalq.datasets.beir import iter_jsonl_records, row_record
+from evalq.datasets.types import encoding_text
 from evalq.errors import InputError
 
 
@@ -46,37 +48,55 @@ class StreamedCorpus:
     texts: int
 
 
+def iter_records(
+    path: str | Path, *, id_field: str = "_id", text_field: str = "text",
+    title_field: str | None = "title", block_rows: int = 10_000,
+) -> Iterator[TextRecord]:
+    """Every row of a jsonl, parquet or Arrow corpus as a checked :class:`TextRecord`,
+    one at a time (``block_rows`` is the read size of parquet and Arrow batches). jsonl
+    rows are parsed exactly as the dataset loaders parse them."""
+    path = Path(path)
+    if block_rows < 1:
+        raise ValueError("block_rows must be at least 1")
+    if path.suffix in (".jsonl", ".json") and not path.is_dir():
+        if not path.is_file():
+            raise InputError(message="corpus file not found", file=path,
+                             fix="point the dataset at an existing corpus file")
+        yield from iter_jsonl_records(path, id_field=id_field, text_field=text_field,
+                                      title_field=title_field)
+        return
+    if path.is_dir() or path.suffix == ".arrow":
+        rows = _arrow_rows(path, block_rows)
+    elif path.suffix == ".parquet":
+        rows = _parquet_rows(path, block_rows, [id_field, text_field, title_field])
+    else:
+        raise InputError(message=f"cannot stream a corpus from '{path.suffix}' files",
+                         file=path, fix="use .jsonl, .parquet, an .arrow file or a "
+                                        "datasets save_to_disk folder")
+    for number, row in rows:
+        yield row_record(row, path, number, id_field=id_field, text_field=text_field,
+                         title_field=title_field)
+
+
 def iter_blocks(
     path: str | Path, *, block_rows: int = 10_000, id_field: str = "_id",
     text_field: str = "text", title_field: str | None = "title",
     title_separator: str | None = " ",
 ) -> Iterator[TextBlock]:
     """Blocks of (ids, texts to encode) from a jsonl, parquet or Arrow corpus."""
-    path = Path(path)
-    if block_rows < 1:
-        raise ValueError("block_rows must be at least 1")
-    if path.is_dir() or path.suffix == ".arrow":
-        rows = _arrow_rows(path, block_rows)
-    elif path.suffix == ".parquet":
-        rows = _parquet_rows(path, block_rows, [id_field, text_field, title_field])
-    elif path.suffix in (".jsonl", ".json"):
-        rows = _jsonl_rows(path)
-    else:
-        raise InputError(message=f"cannot stream a corpus from '{path.suffix}' files",
-                         file=path, fix="use .jsonl, .parquet, an .arrow file or a "
-                                        "datasets save_to_disk folder")
+    yield from blocks_of(iter_records(path, id_field=id_field, text_field=text_field,
+                                      title_field=title_field, block_rows=block_rows),
+                         block_rows, title_separator)
+
+
+def blocks_of(records: Iterator[TextRecord], block_rows: int,
+              title_separator: str | None) -> Iterator[TextBlock]:
+    """Cut records into blocks of ``block_rows`` (ids, texts to encode)."""
     ids: list[str] = []
     texts: list[str] = []
-    for where, row in rows:
-        if id_field not in row or text_field not in row:
-            missing = id_field if id_field not in row else text_field
-            raise InputError(message=f"row {where} has no '{missing}'", file=path,
-                             field=missing, fix="name the id and text fields of this file")
-        text = str(row[text_field] or "")
-        title = str(row.get(title_field) or "") if title_field else ""
-        ids.append(str(row[id_field]))
-        texts.append(f"{title}{title_separator}{text}" if title and title_separator is not None
-                     else text)
+    for record in records:
+        ids.append(record.id)
+        texts.append(encoding_text(record.title, record.text, title_separator))
         if len(ids) == block_rows:
             yield TextBlock(ids, texts)
             ids, texts = [], []
@@ -133,20 +153,8 @@ def _malloc_trim() -> Any:
     return _TRIM[0]
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path}:{n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(message=f"line {n} is not JSON ({exc.msg})", file=path,
-                                 line=n, fix="one JSON object per line") from None
-
-
 def _parquet_rows(path: Path, block_rows: int,
-                  fields: list[str | None]) -> Iterator[tuple[str, dict[str, Any]]]:
+                  fields: list[str | None]) -> Iterator[tuple[int, dict[str, Any]]]:
     import pyarrow.parquet as pq
 
     handle = pq.ParquetFile(path)
@@ -155,10 +163,10 @@ def _parquet_rows(path: Path, block_rows: int,
     for batch in handle.iter_batches(batch_size=block_rows, columns=columns):
         for row in batch.to_pylist():
             n += 1
-            yield f"row {n}", row
+            yield n, row
 
 
-def _arrow_rows(path: Path, block_rows: int) -> Iterator[tuple[str, dict[str, Any]]]:
+def _arrow_rows(path: Path, block_rows: int) -> Iterator[tuple[int, dict[str, Any]]]:
     import datasets
 
     data = (datasets.load_from_disk(str(path)) if path.is_dir()
@@ -168,4 +176,4 @@ def _arrow_rows(path: Path, block_rows: int) -> Iterator[tuple[str, dict[str, An
         keys = list(batch)
         for values in zip(*(batch[k] for k in keys)):
             n += 1
-            yield f"row {n}", dict(zip(keys, values))
+            yield n, dict(zip(keys, values))

@@ -23,7 +23,7 @@ Warnings go through :mod:`warnings` (category :class:`DatasetWarning`) *and* int
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -63,7 +63,7 @@ class AssemblyOptions:
     keep_unjudged_queries: bool = False
 
 
-def _check_unique(records: Sequence[TextRecord], fields: FieldNames, what: str) -> None:
+def check_unique(records: Sequence[TextRecord], fields: FieldNames, what: str) -> None:
     first: dict[str, TextRecord] = {}
     for record in records:
         seen = first.get(record.id)
@@ -79,19 +79,22 @@ def _check_unique(records: Sequence[TextRecord], fields: FieldNames, what: str) 
         first[record.id] = record
 
 
-def _check_empty(
+def check_empty(
     records: Sequence[TextRecord],
     fields: FieldNames,
     what: str,
     options: AssemblyOptions,
     notes: list[str],
+    total: int | None = None,
 ) -> int:
+    """Count empty texts among ``records`` (of ``total`` rows, when only some are
+    passed); an error unless ``allow_empty_texts``."""
     empty = [r for r in records if not r.text.strip() and not r.title.strip()]
     if not empty:
         return 0
     first = empty[0]
     message = (
-        f"{len(empty)} of {len(records)} {what} texts are empty "
+        f"{len(empty)} of {total if total is not None else len(records)} {what} texts are empty "
         f"(first: id {first.id!r})"
     )
     if not options.allow_empty_texts:
@@ -107,6 +110,54 @@ def _check_empty(
     notes.append(note)
     warnings.warn(f"{first.file}: {note}", DatasetWarning, stacklevel=3)
     return len(empty)
+
+
+class CheckedJudgments(NamedTuple):
+    judgments: dict[str, dict[str, int]]
+    unknown_queries: int
+    unknown_documents: int
+
+
+def check_judgments(qrels: Qrels, query_ids: Container[str], doc_ids: Container[str],
+                    qrels_file: str | Path, notes: list[str]) -> CheckedJudgments:
+    """Judgments restricted to known queries, with the module's warnings for unknown
+    queries and documents; an error when no judged query is known. Shared by the loaded
+    and the streamed corpus (which passes its id set, never its texts)."""
+    judgments: dict[str, dict[str, int]] = {}
+    unknown_queries: list[str] = []
+    unknown_pairs = 0
+    unknown_docs: set[str] = set()
+    for qid, per_query in qrels.judgments.items():
+        if qid not in query_ids:
+            unknown_queries.append(qid)
+            continue
+        for docid in per_query:
+            if docid not in doc_ids:
+                unknown_pairs += 1
+                unknown_docs.add(docid)
+        judgments[qid] = dict(per_query)
+    if unknown_queries:
+        note = (
+            f"{len(unknown_queries)} judged queries are not in the queries file "
+            f"(e.g. {unknown_queries[0]!r}); their judgments are ignored"
+        )
+        notes.append(note)
+        warnings.warn(f"{qrels_file}: {note}", DatasetWarning, stacklevel=3)
+    if unknown_docs:
+        note = (
+            f"{unknown_pairs} judgments name {len(unknown_docs)} documents that are not in the "
+            f"corpus (e.g. {sorted(unknown_docs)[0]!r}); kept, so recall counts them as "
+            "unretrievable, as trec_eval does"
+        )
+        notes.append(note)
+        warnings.warn(f"{qrels_file}: {note}", DatasetWarning, stacklevel=3)
+    if not judgments:
+        raise InputError(
+            "no judged query is in the queries file",
+            file=qrels_file,
+            fix="check that the qrels and the queries use the same query ids (and the split)",
+        )
+    return CheckedJudgments(judgments, len(unknown_queries), len(unknown_docs))
 
 
 def assemble_dataset(
@@ -127,54 +178,20 @@ def assemble_dataset(
     if not docs:
         raise InputError("the corpus has no documents", file=corpus_file,
                          fix="point the dataset at a non-empty corpus")
-    _check_unique(docs, doc_fields, "document")
-    _check_unique(queries, query_fields, "query")
+    check_unique(docs, doc_fields, "document")
+    check_unique(queries, query_fields, "query")
 
-    query_ids = {r.id for r in queries}
-    doc_ids = {r.id for r in docs}
-    judgments: dict[str, dict[str, int]] = {}
-    unknown_queries: list[str] = []
-    unknown_pairs = 0
-    unknown_docs: set[str] = set()
-    for qid, per_query in qrels.judgments.items():
-        if qid not in query_ids:
-            unknown_queries.append(qid)
-            continue
-        for docid in per_query:
-            if docid not in doc_ids:
-                unknown_pairs += 1
-                unknown_docs.add(docid)
-        judgments[qid] = dict(per_query)
-    if unknown_queries:
-        note = (
-            f"{len(unknown_queries)} judged queries are not in the queries file "
-            f"(e.g. {unknown_queries[0]!r}); their judgments are ignored"
-        )
-        notes.append(note)
-        warnings.warn(f"{qrels_file}: {note}", DatasetWarning, stacklevel=2)
-    if unknown_docs:
-        note = (
-            f"{unknown_pairs} judgments name {len(unknown_docs)} documents that are not in the "
-            f"corpus (e.g. {sorted(unknown_docs)[0]!r}); kept, so recall counts them as "
-            "unretrievable, as trec_eval does"
-        )
-        notes.append(note)
-        warnings.warn(f"{qrels_file}: {note}", DatasetWarning, stacklevel=2)
-    if not judgments:
-        raise InputError(
-            "no judged query is in the queries file",
-            file=qrels_file,
-            fix="check that the qrels and the queries use the same query ids (and the split)",
-        )
-
+    judged = check_judgments(qrels, {r.id for r in queries}, {r.id for r in docs},
+                             qrels_file, notes)
+    judgments = judged.judgments
     if options.keep_unjudged_queries:
         kept_queries = list(queries)
     else:
         kept_queries = [r for r in queries if r.id in judgments]
     unjudged = len(queries) - sum(1 for r in queries if r.id in judgments)
 
-    empty_docs = _check_empty(docs, doc_fields, "document", options, notes)
-    empty_queries = _check_empty(kept_queries, query_fields, "query", options, notes)
+    empty_docs = check_empty(docs, doc_fields, "document", options, notes)
+    empty_queries = check_empty(kept_queries, query_fields, "query", options, notes)
 
     corpus = Corpus(
         ids=tuple(r.id for r in docs),
@@ -193,8 +210,8 @@ def assemble_dataset(
         queries_without_judgments=unjudged if not options.keep_unjudged_queries else 0,
         empty_documents=empty_docs,
         empty_queries=empty_queries,
-        unknown_qrels_queries=len(unknown_queries),
-        unknown_qrels_documents=len(unknown_docs),
+        unknown_qrels_queries=judged.unknown_queries,
+        unknown_qrels_documents=judged.unknown_documents,
         warnings=notes,
     )
     return Dataset(

@@ -11,6 +11,7 @@ shared ones of :mod:`evalq.datasets.assemble`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,21 @@ def _text_value(value: Any, path: Path, line: int, field: str) -> str:
 def read_jsonl_records(
     path: Path, *, id_field: str, text_field: str, title_field: str | None
 ) -> list[TextRecord]:
-    """Parse one JSON object per line into :class:`TextRecord` values.
+    """Parse one JSON object per line into :class:`TextRecord` values (a list)."""
+    return list(iter_jsonl_records(path, id_field=id_field, text_field=text_field,
+                                   title_field=title_field))
+
+
+def iter_jsonl_records(
+    path: Path, *, id_field: str, text_field: str, title_field: str | None
+) -> Iterator[TextRecord]:
+    """Parse one JSON object per line, one at a time: the loaders list them, a streamed
+    corpus (:mod:`evalq.datasets.streamed`) reads them block by block, and both see the
+    same records.
 
     Blank lines are skipped; anything else that is not a JSON object with the id and text
     fields is an error naming the line. A missing or null title is an empty title.
     """
-    records: list[TextRecord] = []
-    file = str(path)
     for number, text in iter_text_lines(path):
         if not text.strip():
             continue
@@ -89,31 +98,37 @@ def read_jsonl_records(
                 line=number,
                 fix="write exactly one JSON object per line (JSON Lines)",
             )
-        for required in (id_field, text_field):
-            if required not in row:
-                raise InputError(
-                    f"missing field (the line has {sorted(row)})",
-                    file=path,
-                    line=number,
-                    field=required,
-                    fix=f"every line needs '{id_field}' and '{text_field}'",
-                )
-        title = ""
-        if title_field is not None:
-            title = _text_value(row.get(title_field), path, number, title_field)
-        records.append(
-            TextRecord(
-                id=_id_value(row[id_field], path, number, id_field),
-                title=title,
-                text=_text_value(row[text_field], path, number, text_field),
-                file=file,
+        yield row_record(row, path, number, id_field=id_field, text_field=text_field,
+                         title_field=title_field)
+
+
+def row_record(row: dict[str, Any], path: Path, number: int, *, id_field: str,
+               text_field: str, title_field: str | None) -> TextRecord:
+    """One row (a JSON line, a parquet or Arrow row) as a :class:`TextRecord`, with the
+    checks every format shares: both fields present, ids non-empty strings or integers
+    without whitespace, texts strings (a missing or null title is an empty title)."""
+    for required in (id_field, text_field):
+        if required not in row:
+            raise InputError(
+                f"missing field (the row has {sorted(row)})",
+                file=path,
                 line=number,
+                field=required,
+                fix=f"every row needs '{id_field}' and '{text_field}'",
             )
-        )
-    return records
+    title = ""
+    if title_field is not None:
+        title = _text_value(row.get(title_field), path, number, title_field)
+    return TextRecord(
+        id=_id_value(row[id_field], path, number, id_field),
+        title=title,
+        text=_text_value(row[text_field], path, number, text_field),
+        file=str(path),
+        line=number,
+    )
 
 
-def _check_layout(folder: Path, split: str) -> tuple[Path, Path, Path]:
+def check_layout(folder: Path, split: str) -> tuple[Path, Path, Path]:
     if not folder.is_dir():
         raise InputError(
             "BEIR dataset folder not found" if not folder.exists() else "not a folder",
@@ -147,7 +162,7 @@ def load_beir(
 ) -> Dataset:
     """Load a BEIR folder; ``use_titles=False`` leaves titles empty (body-only encoding)."""
     folder = Path(folder)
-    corpus_path, queries_path, qrels_path = _check_layout(folder, split)
+    corpus_path, queries_path, qrels_path = check_layout(folder, split)
     docs = read_jsonl_records(
         corpus_path, id_field="_id", text_field="text", title_field="title" if use_titles else None
     )

@@ -24,20 +24,37 @@ def _feed(digest: hashlib._Hash, values: Iterable[str]) -> None:
         digest.update(data)
 
 
+class DatasetDigest:
+    """The fingerprint fed one corpus field at a time: all ids, then all titles, then all
+    texts, then :meth:`finish` with the queries and judgments. A streamed corpus
+    (:mod:`evalq.datasets.streamed`) feeds it pass by pass without holding the texts, and
+    gets the same fingerprint as the loaded corpus."""
+
+    def __init__(self, documents: int) -> None:
+        self._digest = hashlib.sha256()
+        _feed(self._digest, [FINGERPRINT_VERSION, "corpus", str(documents)])
+
+    def feed(self, values: Iterable[str]) -> None:
+        _feed(self._digest, values)
+
+    def finish(self, queries: Queries, qrels: Qrels) -> str:
+        digest = self._digest
+        _feed(digest, ["queries", str(len(queries))])
+        _feed(digest, queries.ids)
+        _feed(digest, queries.texts)
+        _feed(digest, ["qrels", str(len(qrels.judgments))])
+        for qid in sorted(qrels.judgments):
+            docs = qrels.judgments[qid]
+            _feed(digest, [qid, str(len(docs))])
+            for docid in sorted(docs):
+                _feed(digest, [docid, str(int(docs[docid]))])
+        return "sha256:" + digest.hexdigest()
+
+
 def fingerprint(corpus: Corpus, queries: Queries, qrels: Qrels) -> str:
     """``sha256:<hex>`` over ids, titles, texts and judgments (see module docstring)."""
-    digest = hashlib.sha256()
-    _feed(digest, [FINGERPRINT_VERSION, "corpus", str(len(corpus))])
-    _feed(digest, corpus.ids)
-    _feed(digest, corpus.titles)
-    _feed(digest, corpus.texts)
-    _feed(digest, ["queries", str(len(queries))])
-    _feed(digest, queries.ids)
-    _feed(digest, queries.texts)
-    _feed(digest, ["qrels", str(len(qrels.judgments))])
-    for qid in sorted(qrels.judgments):
-        docs = qrels.judgments[qid]
-        _feed(digest, [qid, str(len(docs))])
-        for docid in sorted(docs):
-            _feed(digest, [docid, str(int(docs[docid]))])
-    return "sha256:" + digest.hexdigest()
+    digest = DatasetDigest(len(corpus))
+    digest.feed(corpus.ids)
+    digest.feed(corpus.titles)
+    digest.feed(corpus.texts)
+    return digest.finish(queries, qrels)

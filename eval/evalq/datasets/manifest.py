@@ -25,12 +25,20 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from evalq.datasets.assemble import AssemblyOptions, TextRecord, assemble_dataset
-from evalq.datasets.beir import load_beir, read_jsonl_records
+from evalq.datasets.beir import check_layout, load_beir, read_jsonl_records
 from evalq.datasets.hf import HFSpec, load_hf
 from evalq.datasets.slicing import slice_dataset
+from evalq.datasets.streamed import StreamOptions
 from evalq.datasets.trec import iter_text_lines, read_qrels
 from evalq.datasets.types import Dataset
 from evalq.errors import InputError
@@ -67,6 +75,18 @@ class DatasetSpec(BaseModel):
     max_docs: int | None = None
     hf: HFSpec | None = None
     trec: TrecFiles | None = None
+    # Keep the corpus on disk and read it block by block (evalq.datasets.streamed).
+    stream: StreamOptions | None = None
+
+    @field_validator("stream")
+    @classmethod
+    def _stream_reads_files(cls, value: StreamOptions | None,
+                            info: ValidationInfo) -> StreamOptions | None:
+        source = info.data.get("source")
+        if value is not None and source not in ("beir", "trec"):
+            raise ValueError(f"`stream` reads a corpus file (sources 'beir' and 'trec'); "
+                             f"source {source!r} is loaded whole: remove `stream`")
+        return value
 
     @model_validator(mode="after")
     def _fields_for_source(self) -> DatasetSpec:
@@ -268,6 +288,36 @@ def _load_trec(spec: DatasetSpec, base: Path, name: str) -> Dataset:
     )
 
 
+def _open_streamed(spec: DatasetSpec, base: Path, name: str, max_queries: int | None,
+                   max_docs: int | None) -> tuple[Dataset, str]:
+    """A beir or trec dataset whose corpus stays on disk (``stream:``)."""
+    from evalq.datasets.streamed import open_streamed
+
+    assert spec.stream is not None
+    if spec.source == "trec":
+        assert spec.trec is not None
+        corpus_path = _resolve(base, spec.trec.corpus)
+        queries_path = _resolve(base, spec.trec.queries)
+        qrels_path = _resolve(base, spec.trec.qrels)
+        queries = _read_queries_file(queries_path)
+        source = {"source": "trec", "corpus": str(corpus_path), "queries": str(queries_path),
+                  "qrels": str(qrels_path), "use_titles": spec.use_titles}
+    else:
+        assert spec.path is not None
+        folder = _resolve(base, spec.path)
+        corpus_path, queries_path, qrels_path = check_layout(folder, spec.split)
+        queries = read_jsonl_records(queries_path, id_field="_id", text_field="text",
+                                     title_field=None)
+        source = {"source": "beir", "path": str(folder), "split": spec.split,
+                  "use_titles": spec.use_titles}
+    return open_streamed(
+        name, corpus_path, queries, read_qrels(qrels_path), qrels_file=qrels_path,
+        use_titles=spec.use_titles, options=spec.stream,
+        assembly=AssemblyOptions(allow_empty_texts=spec.allow_empty_texts,
+                                 keep_unjudged_queries=spec.keep_unjudged_queries),
+        source=source, max_queries=max_queries, max_docs=max_docs)
+
+
 def _load_full(spec: DatasetSpec, base: Path, name: str) -> Dataset:
     if spec.source == "pydocs":
         from evalq.datasets.pydocs import build_from_raw, collect_raw
@@ -307,15 +357,19 @@ def _load_full(spec: DatasetSpec, base: Path, name: str) -> Dataset:
     )
 
 
-def _verify(ds: Dataset, spec: DatasetSpec, file: Path | None) -> bool:
+def _verify(ds: Dataset, spec: DatasetSpec, file: Path | None,
+            actual: str | None = None) -> bool:
+    """Check the full data's fingerprint (``actual``, by default ``ds.fingerprint``)
+    against the manifest's."""
+    actual = actual or ds.fingerprint
     expected = spec.fingerprint
     if isinstance(expected, dict):
         expected = expected.get(str(ds.source.get("environment", "")))
     if expected is None:
         return False
-    if expected != ds.fingerprint:
+    if expected != actual:
         raise InputError(
-            f"the data changed: dataset {ds.name!r} has fingerprint {ds.fingerprint}, "
+            f"the data changed: dataset {ds.name!r} has fingerprint {actual}, "
             f"the manifest expects {expected}",
             file=file,
             field="fingerprint",
@@ -364,6 +418,15 @@ def load_dataset(
         file, spec = manifests[name_or_spec]
     base = file.parent if file is not None else Path(base_dir or ".")
     name = spec.name or (file.stem if file else spec.source)
+    if spec.stream is not None:
+        streamed, full_fp = _open_streamed(
+            spec, base, name, max_queries if max_queries is not None else spec.max_queries,
+            max_docs if max_docs is not None else spec.max_docs)
+        source = dict(streamed.source)
+        source.update(manifest=str(file) if file else None, description=spec.description,
+                      fingerprint_verified=_verify(streamed, spec, file, full_fp))
+        return Dataset(name=streamed.name, corpus=streamed.corpus, queries=streamed.queries,
+                       qrels=streamed.qrels, fingerprint=streamed.fingerprint, source=source)
     full = _load_full(spec, base, name)
     verified = _verify(full, spec, file)
     source = dict(full.source)

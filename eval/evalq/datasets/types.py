@@ -7,7 +7,7 @@ not by the loaders.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +28,21 @@ class Corpus:
 
         ``title_separator=None`` encodes the body alone.
         """
-        if title_separator is None:
-            return list(self.texts)
-        return [
-            f"{title}{title_separator}{text}" if title else text
-            for title, text in zip(self.titles, self.texts, strict=True)
-        ]
+        return [encoding_text(title, text, title_separator)
+                for title, text in zip(self.titles, self.texts, strict=True)]
+
+    def encoding_pairs(self, title_separator: str | None = " ") -> Iterator[tuple[str, str]]:
+        """``(id, text to encode)`` in corpus order; a streamed corpus
+        (:class:`evalq.datasets.streamed.StreamedCorpus`) yields the same pairs from disk."""
+        return zip(self.ids, self.texts_for_encoding(title_separator), strict=True)
+
+
+def encoding_text(title: str, text: str, title_separator: str | None) -> str:
+    """BEIR's convention: ``title + separator + text`` when a title exists; the body alone
+    when there is none or ``title_separator`` is ``None``."""
+    if title and title_separator is not None:
+        return f"{title}{title_separator}{text}"
+    return text
 
 
 @dataclass(frozen=True)
