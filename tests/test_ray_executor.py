@@ -96,6 +96,41 @@ def test_ray_and_local_give_identical_metrics_and_share_the_cache(
     assert again["documents"]["n_computed"] == 0
 
 
+def test_streamed_corpus_on_ray_matches_local_and_shares_the_cache(cluster, tmp_path) -> None:
+    """A dataset with ``stream:``: each block's missing chunks are computed on the actors,
+    and a local run on that cache computes nothing and gives the same values."""
+    from evalq.datasets.manifest import load_dataset
+
+    ds = load_dataset("pydocs", max_queries=10, max_docs=40)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": i, "title": t, "text": x}) + "\n"
+        for i, t, x in zip(ds.corpus.ids, ds.corpus.titles, ds.corpus.texts)))
+    (data / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": i, "text": x}) + "\n" for i, x in zip(ds.queries.ids,
+                                                                   ds.queries.texts)))
+    (data / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{r}\n" for q, docs in ds.qrels.judgments.items() for d, r in docs.items()))
+    spec = ("[{name: sd, source: trec, stream: {block_rows: 20, shard_rows: 24}, trec: "
+            f"{{corpus: {data}/corpus.jsonl, queries: {data}/queries.jsonl, "
+            f"qrels: {data}/qrels.tsv}}}}]")
+    recipe = _recipe(tmp_path, tmp_path / "cache")
+    recipe.write_text(recipe.read_text().replace("[{name: pydocs, source: pydocs}]", spec)
+                      .replace("max_queries: 30\nmax_docs: 120\n", ""))
+    run_recipe_file(recipe, output=tmp_path / "ray", progress=False)
+    ray_stats = _manifest(tmp_path / "ray")["variants"]["fp32"]["timings"]["ray"]
+    assert ray_stats["texts_computed"] >= 50  # parity texts, 10 queries, 40 documents
+    enc = _manifest(tmp_path / "ray")["variants"]["fp32"]["datasets"]["sd"]
+    assert enc["encode"]["documents"]["n_computed"] == 0 and enc["stream"]["blocks"] == 2
+    assert main(["run", str(recipe), "-o", str(tmp_path / "local"), "--executor",
+                 "local"]) == 0
+    local = _manifest(tmp_path / "local")["variants"]["fp32"]["datasets"]["sd"]["encode"]
+    assert local["documents"]["n_computed"] == 0
+    assert (tmp_path / "ray" / "per_query" / "sd" / "fp32.jsonl").read_text() == \
+        (tmp_path / "local" / "per_query" / "sd" / "fp32.jsonl").read_text()
+
+
 def test_killed_actor_is_retried_and_metrics_stay_identical(
         cluster, local_run, tmp_path) -> None:
     """Kill one encoding actor's process (SIGKILL) once the first chunk has landed.
