@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,17 +141,14 @@ def return_freed_memory() -> bool:
     return True
 
 
-_TRIM: list[Any] = []
-
-
+@functools.cache
 def _malloc_trim() -> Any:
-    if not _TRIM:
-        name = ctypes.util.find_library("c")
-        try:
-            _TRIM.append(getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None)
-        except OSError:
-            _TRIM.append(None)
-    return _TRIM[0]
+    """glibc's ``malloc_trim``, looked up once; ``None`` where there is no such symbol."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
 
 
 def _parquet_rows(path: Path, block_rows: int,
