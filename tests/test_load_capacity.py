@@ -92,14 +92,16 @@ def test_closed_loop_knee_is_the_best_passing_step_not_the_last() -> None:
                                         "batch_sizes": [8, 32],
                                         "closed_loop": {"concurrency": [1, 2, 4]}})
 
-    def step(verdict: str, texts_per_s: float) -> dict:
-        return {"verdict": verdict, "texts_per_s": texts_per_s, "reasons": []}
+    def step(verdict: str, texts_per_s: float, clients: int) -> dict:
+        return {"verdict": verdict, "texts_per_s": texts_per_s, "reasons": [],
+                "level": clients}
 
     knee, series = knee_of(workload, {
-        "batch=8": [step("pass", 6.1), step("pass", 5.4), step("pass", 5.0)],
-        "batch=32": [step("pass", 7.0), step("pass", 4.9), step("slo", 9.0)]})
+        "batch=8": [step("pass", 6.1, 1), step("pass", 5.4, 2), step("pass", 5.0, 4)],
+        "batch=32": [step("pass", 7.0, 1), step("pass", 4.9, 2), step("slo", 9.0, 4)]})
     assert (knee.per_s, series, knee.unit) == (7.0, "batch=32", "texts/s")
     assert knee.lower_bound is False  # batch=32 broke its SLO at 4 clients
+    assert knee.level == 1  # the table reads the knee's p99 from this step
 
 
 def test_quality_verdict_tells_inconclusive_from_failed(tmp_path) -> None:

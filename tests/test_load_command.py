@@ -81,7 +81,7 @@ def test_full_run_writes_steps_knees_plan_and_decision(tmp_path: Path) -> None:
     query = v["workloads"]["query"]
     assert [st["verdict"] for st in query["steps"]] == ["pass", "pass"]
     assert query["knee"] == {"per_s": 40.0, "unit": "requests/s", "lower_bound": True,
-                             "series": "query", "reason": ""}
+                             "series": "query", "reason": "", "level": 40.0}
     ingest = v["workloads"]["ingest"]
     assert {st["series"] for st in ingest["steps"]} == {"batch=2", "batch=4"}
     assert ingest["knee"]["unit"] == "texts/s" and ingest["knee"]["per_s"] > 0

@@ -36,7 +36,8 @@ class Knee:
 
     ``per_s`` is in the workload's own unit: requests/s for ``query``, texts/s for
     ``ingest``, pairs/s for ``rerank``. ``lower_bound`` says the sweep never broke the
-    SLO, so the true knee is higher than measured.
+    SLO, so the true knee is higher than measured. ``level`` is the sweep step it was
+    read from (offered rate or concurrency), so a table finds that step by its level.
     """
 
     kind: str
@@ -44,6 +45,7 @@ class Knee:
     unit: str
     lower_bound: bool = False
     reason: str = ""
+    level: float | None = None
 
 
 @dataclass(frozen=True)

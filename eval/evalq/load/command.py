@@ -420,7 +420,7 @@ def _drive_variant(recipe: Recipe, variant: Variant, recipe_path: Path, folder: 
             assert knee is not None
             wentry["knee"] = {"per_s": knee.per_s, "unit": knee.unit,
                               "lower_bound": knee.lower_bound, "series": outcome.knee_series,
-                              "reason": knee.reason}
+                              "reason": knee.reason, "level": knee.level}
             broken += [f"{variant.name} {workload.name}: {b}" for b in outcome.broken]
             folder.write_summary(summary)
             if outcome.server_died:
@@ -444,7 +444,8 @@ def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: Loa
             k = w.get("knee")
             if k is None:
                 continue
-            knee = Knee(w["kind"], k["per_s"], k["unit"], k["lower_bound"], k["reason"])
+            knee = Knee(w["kind"], k["per_s"], k["unit"], k["lower_bound"], k["reason"],
+                        k.get("level"))
             best = knees.get(w["kind"])
             if best is None or (knee.per_s or 0) > (best.per_s or 0):
                 knees[w["kind"]] = knee
@@ -468,12 +469,11 @@ def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: Loa
     _print_table(summary, folder)
 
 
-def _knee_step(passing: list[dict[str, Any]], per_s: float | None) -> dict[str, Any] | None:
-    """The step the knee was read from: a closed-loop knee is the series' best passing
-    step, which need not be its last (sweep.knee_of)."""
+def _knee_step(passing: list[dict[str, Any]], level: float | None) -> dict[str, Any] | None:
+    """The step the knee was read from, by its level (sweep.knee_of records it): a
+    closed-loop knee is the series' best passing step, which need not be its last."""
     for step in passing:
-        if per_s is not None and per_s in (step.get("offered_rps"), step.get("achieved_rps"),
-                                           step.get("texts_per_s"), step.get("pairs_per_s")):
+        if level is not None and float(step["level"]) == level:
             return step
     return passing[-1] if passing else None
 
@@ -494,7 +494,7 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             steps = w["steps"]
             passing = [s for s in steps if s["series"] == k.get("series")
                        and s["verdict"] == "pass"]
-            at = _knee_step(passing, k.get("per_s"))
+            at = _knee_step(passing, k.get("level"))
             knee = ("none" if k.get("per_s") is None else
                     f"{'>=' if k.get('lower_bound') else ''}{k['per_s']:.1f} "
                     f"{_SHORT_UNIT.get(k['unit'], k['unit'])}")

@@ -139,7 +139,7 @@ def _unit(workload: Workload) -> tuple[str, str]:
 def knee_of(workload: Workload, series: dict[str, list[dict[str, Any]]]) -> tuple[Knee, str | None]:
     """The best knee over the series, and the series it came from."""
     unit, column = _unit(workload)
-    best: tuple[float, str, bool] | None = None
+    best: tuple[float, str, bool, float] | None = None
     for label, steps in series.items():
         passing: list[dict[str, Any]] = []
         broke = False
@@ -151,19 +151,21 @@ def knee_of(workload: Workload, series: dict[str, list[dict[str, Any]]]) -> tupl
         if not passing:
             continue
         if workload.kind == "query" and workload.mode == "open":
-            value = float(passing[-1]["offered_rps"])
+            at = passing[-1]
+            value = float(at["offered_rps"])
         else:
             # Closed loop: throughput is not monotone in concurrency on a saturated server
             # (2 clients got 4.9 texts/s where 1 got 7.0): the best passing step is the knee.
-            value = max(float(s.get(column) or 0.0) for s in passing)
+            at = max(passing, key=lambda s: float(s.get(column) or 0.0))
+            value = float(at.get(column) or 0.0)
         if best is None or value > best[0]:
-            best = (value, label, not broke)
+            best = (value, label, not broke, float(at["level"]))
     if best is None:
         first = next((s for steps in series.values() for s in steps), None)
         why = "; ".join(first["reasons"]) if first else "no step ran"
         return Knee(workload.kind, None, unit, reason=f"the SLO broke at the first step ({why})"
                     ), None
-    return Knee(workload.kind, best[0], unit, lower_bound=best[2]), best[1]
+    return Knee(workload.kind, best[0], unit, lower_bound=best[2], level=best[3]), best[1]
 
 
 @dataclass
