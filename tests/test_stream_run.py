@@ -221,7 +221,9 @@ def test_whole_corpus_features_on_a_streamed_corpus_exit_2(
         data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str,
         field: str) -> None:
     recipe = _recipe(tmp_path, data, "refused", True, tmp_path / "cache", extra)
+    assert main(["validate", str(recipe)]) == 2  # the plan sees it, nothing loads
+    assert field in capsys.readouterr().err
     assert main(["run", str(recipe), "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert field in err and "stream" in err and str(recipe) in err
+    assert field in err and "stream" in err and f"{recipe}:" in err  # file:line
     assert not (tmp_path / "cache" / "embeddings").exists()  # refused before any encoding

@@ -156,6 +156,60 @@ class _Problems:
             fix=exc.fix))
 
 
+def _streamed_datasets(recipe: Any, path: Path) -> list[str]:
+    """Names of the recipe's datasets with ``stream:`` (inline, or in the manifest a name
+    resolves to; a name that resolves to nothing is the dataset loader's to report)."""
+    from evalq.datasets.manifest import find_manifests
+    from evalq.locations import dataset_search_dirs
+
+    manifests: dict[str, Any] | None = None
+    names = []
+    for entry in recipe.datasets:
+        if isinstance(entry, dict):
+            if entry.get("stream") is not None:
+                names.append(str(entry.get("name", entry.get("source", "?"))))
+            continue
+        if manifests is None:
+            try:
+                manifests = find_manifests([d.path for d in dataset_search_dirs(path)])
+            except InputError:
+                manifests = {}
+        found = manifests.get(entry)
+        if found is not None and found[1].stream is not None:
+            names.append(entry)
+    return names
+
+
+def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
+                    problems: _Problems) -> None:
+    """What needs a whole corpus in memory is refused on a streamed one: vector
+    quantization and ANN indexes are built over the full document matrix, batch
+    sensitivity and rerank pipelines read document texts by position."""
+    streamed = _streamed_datasets(recipe, path)
+    if not streamed:
+        return
+    which = ", ".join(streamed)
+    fix = (f"run it on a loaded corpus (remove `stream:` from dataset {which}), or remove "
+           "it from this recipe")
+    for i, variant in enumerate(recipe.variants):
+        if variant not in selected:
+            continue
+        if variant.vectors.quantize != "none":
+            problems.add((*_variant_path(i), "vectors", "quantize"),
+                         f"variant '{variant.name}' quantizes its document vectors, which "
+                         f"needs the whole document matrix; dataset {which} is streamed and "
+                         "searched as exact float shards", fix)
+        if variant.index is not None:
+            problems.add((*_variant_path(i), "index"),
+                         f"variant '{variant.name}' builds an ANN index over the whole "
+                         f"corpus; dataset {which} is streamed and searched as exact float "
+                         "shards", fix)
+    for key in ("batch_sensitivity", "pipelines"):
+        if getattr(recipe, key):
+            problems.add((key,), f"`{key}` reads document texts from a loaded corpus; "
+                         f"dataset {which} is streamed", fix)
+
+
 def _variant_path(i: int) -> tuple[Any, ...]:
     return ("reference",) if i == 0 else ("candidates", i - 1)
 
@@ -231,6 +285,8 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         vpath = _variant_path(i)
         variant_plans.append(_plan_variant(recipe, variant, vpath, i == 0, path, problems,
                                            device_info, METHODS, gate_plans, use_cache))
+
+    _check_streamed(recipe, path, selected, problems)
 
     # -- where things go ---------------------------------------------------------------
     out = Path(output or recipe.output or Path("results") / recipe.name)

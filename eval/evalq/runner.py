@@ -149,7 +149,6 @@ def run_recipe(
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
-    _check_streamed(recipe, variants, datasets, recipe_path)
     depth = _required_depth(recipe)
     out_dir = plan.output
     folder = RunFolder(out_dir)
@@ -292,39 +291,6 @@ def _parity_texts(datasets: list[Any], n: int) -> list[str]:
     docs = (ds.corpus.head_texts(" ", ds.corpus.options.block_rows) if is_streamed(ds)
             else ds.corpus.texts_for_encoding())
     return pick_parity_texts([*ds.queries.texts, *docs], n)
-
-
-def _check_streamed(recipe: Recipe, variants: list[Variant], datasets: list[Any],
-                    recipe_path: Path) -> None:
-    """Refuse what needs a whole corpus in memory on a streamed one (exit 2, before any
-    model loads): vector quantization and ANN indexes are built over the full document
-    matrix, batch sensitivity and rerank pipelines read document texts by position."""
-    from evalq.datasets.streamed import is_streamed
-
-    streamed = [d.name for d in datasets if is_streamed(d)]
-    if not streamed:
-        return
-    fix = (f"run it on a loaded corpus (remove `stream:` from dataset "
-           f"{', '.join(streamed)}), or remove it from this recipe")
-    for i, variant in enumerate(recipe.variants):
-        if variant not in variants:
-            continue
-        key = "reference" if i == 0 else f"candidates.{i - 1}"
-        if variant.vectors.quantize != "none":
-            raise InputError(message=f"variant '{variant.name}' quantizes its document vectors, "
-                             "which needs the whole document matrix; a streamed corpus "
-                             "searches exact float shards", file=recipe_path,
-                             field=f"{key}.vectors.quantize", fix=fix)
-        if variant.index is not None:
-            raise InputError(message=f"variant '{variant.name}' builds an ANN index over the "
-                             "whole corpus; a streamed corpus searches exact float shards",
-                             file=recipe_path, field=f"{key}.index", fix=fix)
-    for key, value in (("batch_sensitivity", recipe.batch_sensitivity),
-                       ("pipelines", recipe.pipelines)):
-        if value:
-            raise InputError(message=f"`{key}` reads document texts from a loaded corpus; "
-                             f"dataset {', '.join(streamed)} is streamed", file=recipe_path,
-                             field=key, fix=fix)
 
 
 def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:
