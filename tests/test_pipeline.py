@@ -167,12 +167,36 @@ def test_rerun_reads_scores_from_the_cache(pipeline_run):
     ({"name": "p", "first_stage": {"kind": "bm25"}, "depths": [10],
       "reranker": {"model": "fixture:minilm-cross-encoder"},
       "fidelity_metrics": ["nDCG@5"]}, "pipelines.0.fidelity_metrics.0", "against qrels"),
+    # A method its backend does not apply: refused at load, before any first stage runs.
+    ({"name": "p", "first_stage": {"kind": "bm25"}, "depths": [10],
+      "reranker": {"model": "fixture:minilm-cross-encoder", "candidates": [
+          {"name": "q", "backend": "vllm", "quantization": {"method": "bitsandbytes"}}]}},
+     "pipelines.0.reranker.candidates.0.quantization.method", "use one of w8a8-int8"),
+    ({"name": "p", "first_stage": {"kind": "bm25"}, "depths": [10],
+      "reranker": {"model": "fixture:minilm-cross-encoder", "candidates": [
+          {"name": "q", "quantization": {"method": "w8a8-int8"}}]}},
+     "pipelines.0.reranker.candidates.0.quantization.method", "set backend: vllm"),
+    ({"name": "p", "first_stage": {"kind": "bm25"}, "depths": [10],
+      "reranker": {"model": "fixture:minilm-cross-encoder", "candidates": [
+          {"name": "q", "backend": "tei", "http": {"url": "http://127.0.0.1:9"},
+           "quantization": {"method": "w8a8-int8"}}]}},
+     "pipelines.0.reranker.candidates.0.quantization.method", "remove quantization"),
 ])
 def test_bad_pipeline_recipes_name_the_field(tmp_path, pipeline, field, needle):
     path = _recipe(tmp_path, [pipeline])
     with pytest.raises(InputError) as info:
         load_recipe(path)
     assert info.value.field == field and needle in str(info.value)
+
+
+def test_w8a8_reranker_variant_on_vllm_is_accepted(tmp_path):
+    path = _recipe(tmp_path, [{"name": "p", "first_stage": {"kind": "bm25"}, "depths": [10],
+                               "reranker": {"model": "fixture:minilm-cross-encoder",
+                                            "candidates": [{"name": "w8a8", "backend": "vllm",
+                                                            "quantization": {
+                                                                "method": "w8a8-int8"}}]}}])
+    variant = load_recipe(path).pipelines[0].reranker.candidates[0]
+    assert variant.backend == "vllm" and variant.quantization == {"method": "w8a8-int8"}
 
 
 def test_depth_beyond_the_corpus_is_exit_2(tmp_path):
@@ -191,7 +215,7 @@ def test_cli_exit_2_for_a_pipeline_without_first_stage(tmp_path):
 
 
 def test_shipped_pipeline_recipes_validate():
-    for name in ("rerank-pipeline.yaml", "rerank-gpu.yaml"):
+    for name in ("rerank-pipeline.yaml", "rerank-gpu.yaml", "rerank-w8a8.yaml"):
         recipe = load_recipe(BUILTIN_RECIPES / name)
         assert recipe.pipelines and all(p.reranker.candidates for p in recipe.pipelines)
 

@@ -238,7 +238,7 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
             with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's
                 reranker, tokens, self_batching = build_reranker(
                     spec.reranker, variant, rr_paths[variant.name], device,
-                    logs_dir=out_dir / "logs")
+                    logs_dir=out_dir / "logs", cache_dir=cache_dir)
                 try:
                     startup_s = time.perf_counter() - began
                     flat, score_stats = score_pairs(

@@ -34,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalq.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from evalq.config import Recipe
     from evalq.yamlsource import KeyPath, Located
 
@@ -122,9 +124,6 @@ class RerankerVariant(_Strict):
     def _backend_options(self) -> RerankerVariant:
         if self.backend != "vllm" and self.vllm is not None:
             raise ValueError("'vllm' options apply to backend vllm only")
-        if self.backend == "vllm" and self.quantization is not None:
-            raise ValueError("backend vllm quantizes through vllm: {quantization: ...}; "
-                             "'quantization' methods are in-process")
         if self.backend in ("tei", "rerank-api") and self.http is None:
             raise ValueError(f"backend '{self.backend}' needs 'http: {{url: ...}}'")
         if self.backend in ("inprocess", "vllm") and self.http is not None:
@@ -248,6 +247,7 @@ def check_pipelines(recipe: Recipe, located: Located, file: Path) -> None:
                                     *(("reference",) if j == 0 else ("candidates", j - 1)))
                     raise fail(key, f"dense first stage names unknown variant '{name}'",
                                f"use one of the recipe's variants: {', '.join(sorted(variants))}")
+        _check_reranker_methods(spec, base, fail)
         for field_name, against in (("metrics", "qrels"), ("reference_metrics", "reference"),
                                     ("fidelity_metrics", "reranker")):
             for j, text in enumerate(getattr(spec, field_name)):
@@ -281,6 +281,37 @@ def check_pipelines(recipe: Recipe, located: Located, file: Path) -> None:
             if measure.name not in listed:
                 raise fail(path, f"gate on {measure.name}, which the pipeline does not measure",
                            f"add {measure.name} to pipelines[{i}].{_list_for(gate.against)}")
+
+
+def _check_reranker_methods(spec: PipelineSpec, base: KeyPath,
+                            fail: Callable[[KeyPath, str, str], InputError]) -> None:
+    """A reranker variant's quantization method must be one its backend applies (the
+    methods declare their backends): bitsandbytes or torch dynamic int8 in-process,
+    ``w8a8-int8`` (a checkpoint vLLM loads) on vllm, nothing on a running server. Refused
+    at load time, before any model or first stage runs."""
+    from evalq.quantize import METHODS
+
+    for j, variant in enumerate(spec.reranker.variants):
+        if variant.quantization is None:
+            continue
+        where = ("reference",) if j == 0 else ("candidates", j - 1)
+        key: KeyPath = (*base, "reranker", *where, "quantization", "method")
+        method = variant.quantization["method"]
+        if method not in METHODS:
+            raise fail(key, f"unknown quantization method '{method}'",
+                       f"use one of: {', '.join(METHODS)}")
+        backends = METHODS[method].backends
+        if variant.backend in backends:
+            continue
+        ok = [m for m, s in METHODS.items() if variant.backend in s.backends and m != "dtype"]
+        fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
+               f"remove quantization: backend {variant.backend} scores on a running server, "
+               "whose quantization is chosen where it starts")
+        if variant.backend == "vllm":
+            fix += " (vLLM's own methods go in vllm: {quantization: ...})"
+        raise fail(key, f"reranker variant '{variant.name}': quantization method '{method}' "
+                   f"is applied by backend {' or '.join(backends)}, not {variant.backend}",
+                   f"{fix}; or set backend: {backends[0]}")
 
 
 def _list_for(against: str) -> str:

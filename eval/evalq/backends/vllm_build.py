@@ -29,11 +29,9 @@ def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
     model_path, settings = ctx.model_path, ctx.settings
     record: QuantizationRecord | None = None
     if variant.quantization and variant.quantization["method"] == "w8a8-int8":
-        from evalq.quantize.w8a8 import quantize_w8a8
+        from evalq.quantize.w8a8 import checkpoint_for
 
-        params = {k: v for k, v in variant.quantization.items() if k != "method"}
-        ckpt = quantize_w8a8(model_path, cache_dir=ctx.cache_dir / "checkpoints",
-                             **{k: tuple(v) if k == "ignore" else v for k, v in params.items()})
+        ckpt = checkpoint_for(variant.quantization, model_path, ctx.cache_dir / "checkpoints")
         # The checkpoint carries the original sentence-transformers files, so the settings
         # resolved for the original model (ctx.settings) hold for it unchanged.
         model_path, record = ckpt.path, ckpt.record

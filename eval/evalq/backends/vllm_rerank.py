@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from evalq.backends.reranker import RerankSettings, served_fingerprint
+from evalq.backends.base import QuantizationRecord
+from evalq.backends.reranker import RerankSettings, described_quantization, served_fingerprint
 from evalq.errors import InputError, MissingExtraError
 
 BACKEND_NAME = "vllm-engine"
@@ -32,7 +33,10 @@ class VllmEngineReranker:
     def __init__(self, model_path: str | Path, *, settings: RerankSettings, kind: str,
                  dtype: str = "float32", quantization: str | None = None,
                  gpu_memory_utilization: float = 0.1, enforce_eager: bool | None = None,
-                 extra_engine_args: dict[str, Any] | None = None) -> None:
+                 extra_engine_args: dict[str, Any] | None = None,
+                 record: QuantizationRecord | None = None) -> None:
+        """``record``: what made ``model_path`` when it is a quantized checkpoint (W8A8
+        int8), for the manifest; ``quantization`` is vLLM's own method name."""
         try:
             from vllm.platforms import current_platform
 
@@ -50,6 +54,7 @@ class VllmEngineReranker:
         self.kind = kind
         self.model_path = Path(model_path)
         self.settings, self.dtype, self.quantization = settings, dtype, quantization
+        self.record = record
         self.on_cpu = bool(current_platform.is_cpu())
         self.enforce_eager = self.on_cpu if enforce_eager is None else enforce_eager
         self.vllm_version = vllm.__version__
@@ -72,8 +77,7 @@ class VllmEngineReranker:
     def describe(self) -> dict[str, Any]:
         return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),
                 "model_fingerprint": self._model_fingerprint, "dtype": self.dtype,
-                "quantization": {"method": self.quantization or "dtype", "bits": None,
-                                 "weight_bytes": None, "params": {}},
+                "quantization": described_quantization(self.quantization, self.record),
                 "vllm_version": self.vllm_version,
                 "engine_args": {k: v for k, v in self.engine_args.items() if k != "model"},
                 "request": {"use_activation": self._use_activation(),

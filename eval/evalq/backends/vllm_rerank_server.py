@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from evalq.backends.base import EncodingSettings
-from evalq.backends.reranker import RerankSettings, served_fingerprint
+from evalq.backends.base import EncodingSettings, QuantizationRecord
+from evalq.backends.reranker import RerankSettings, described_quantization, served_fingerprint
 from evalq.errors import InputError
 
 BACKEND_NAME = "vllm-server"
@@ -65,7 +65,8 @@ class VllmServerReranker:
                  quantization: str | None = None, gpu_memory_utilization: float = 0.1,
                  enforce_eager: bool | None = None, startup_timeout_s: float = 300.0,
                  max_batch: int = 64, timeout_s: float = 120.0, retries: int = 2,
-                 extra_args: Sequence[str] = ()) -> None:
+                 extra_args: Sequence[str] = (),
+                 record: QuantizationRecord | None = None) -> None:
         from evalq.backends.rerank_http import HttpReranker
         from evalq.backends.vllm_server import VllmServer
         from evalq.modelinfo import model_fingerprint
@@ -80,7 +81,7 @@ class VllmServerReranker:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         self.kind, self.settings, self.route = kind, settings, route
         self.model_path = Path(model_path)
-        self.dtype, self.quantization = dtype, quantization
+        self.dtype, self.quantization, self.record = dtype, quantization, record
         self._model_fingerprint = model_fingerprint(self.model_path)
         self.server = VllmServer(
             self.model_path, settings=encoding if kind == "bi-encoder" else None,
@@ -113,8 +114,7 @@ class VllmServerReranker:
         client = self.client.describe()
         return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),
                 "model_fingerprint": self._model_fingerprint, "dtype": self.dtype,
-                "quantization": {"method": self.quantization or "dtype", "bits": None,
-                                 "weight_bytes": None, "params": {}},
+                "quantization": described_quantization(self.quantization, self.record),
                 "route": self.route, "request_fields": client["request_fields"],
                 "max_batch": client["max_batch"], "server": self.server.describe(),
                 "settings": self.settings.as_dict(), "fingerprint": self.fingerprint()}

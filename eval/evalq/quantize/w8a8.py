@@ -12,11 +12,17 @@ environment (``.venv-llmcompressor`` at the repository root by default; override
 torch is pinned to the main environment's build so pip never swaps in a multi-GB CUDA
 wheel on a CPU machine.
 
-The output folder is cached under the model's weight fingerprint and the method's
-parameters, holds the tokenizer and sentence-transformers files beside the compressed
-weights (so the encoding settings read from it are the original model's), and carries
-``evalq-quantization.json`` — written last, so a folder without it is incomplete and is
-rebuilt.
+One code path serves embedding models and rerankers: the transformers class that loads
+the checkpoint follows the head its ``config.json`` declares (``AutoModel`` for an encoder,
+``AutoModelForSequenceClassification`` for a ``*ForSequenceClassification`` cross-encoder),
+and so does the default ``ignore`` list (:data:`DEFAULT_IGNORE`, which says why a
+classifier's head stays in float).
+
+The output folder is cached under the model's weight fingerprint, its class and the
+method's parameters, holds the tokenizer and sentence-transformers files beside the
+compressed weights (so the encoding settings read from it are the original model's), and
+carries ``evalq-quantization.json`` — written last, so a folder without it is incomplete
+and is rebuilt.
 """
 
 from __future__ import annotations
@@ -49,17 +55,36 @@ LLMCOMPRESSOR_SPEC = "llmcompressor>=0.14,<0.15"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _SKIP = {".gitattributes", "README.md", "onnx", "openvino"}
 
+# The transformers auto classes this method loads, by the architecture suffix in the
+# checkpoint's config.json; anything else loads as a bare encoder (AutoModel).
+SEQUENCE_CLASSIFIER = "AutoModelForSequenceClassification"
+_CLASS_BY_SUFFIX = {"ForSequenceClassification": SEQUENCE_CLASSIFIER}
+
+# Modules left in float32 unless a recipe says otherwise, per model class. A sequence
+# classifier keeps its pooler and classification head: vLLM builds those as plain
+# ``torch.nn.Linear`` (vllm/model_executor/models/bert.py, BertPooler.dense and
+# BertForSequenceClassification.classifier), which have no place for int8 weights and
+# their scales, so a checkpoint with them quantized does not load (measured, see
+# README). They are also under 1% of a cross-encoder's weights, and the classifier's
+# output *is* the score, so int8 there would add error with nothing saved. An embedding
+# model's pooler is dropped by vLLM anyway (it pools hidden states), so nothing is kept.
+DEFAULT_IGNORE: dict[str, tuple[str, ...]] = {
+    "AutoModel": (),
+    SEQUENCE_CLASSIFIER: ("re:^classifier", "re:.*pooler\\."),
+}
+
 # Runs inside the llm-compressor environment: argv = model_path, out_dir, params JSON.
 _SCRIPT = r"""
 import json, sys
 from importlib import metadata
 import torch
-from transformers import AutoModel
+import transformers
 from llmcompressor import oneshot
 from llmcompressor.modifiers.quantization import QuantizationModifier
 
 src, out, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-model = AutoModel.from_pretrained(src, dtype=torch.float32)
+model_class = getattr(transformers, params["model_class"])
+model = model_class.from_pretrained(src, dtype=torch.float32)
 recipe = QuantizationModifier(targets=params["targets"], scheme=params["scheme"],
                               ignore=params["ignore"])
 oneshot(model=model, recipe=recipe)
@@ -77,7 +102,9 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scheme: str = "W8A8"
     targets: str = "Linear"
-    ignore: tuple[str, ...] = ()
+    # Module names (or ``re:`` patterns) kept in float; None: DEFAULT_IGNORE for the
+    # model's class.
+    ignore: tuple[str, ...] | None = None
 
 
 def load(model_path: Path, params: Params, device: str, dtype: str | None = None) -> Any:
@@ -142,8 +169,29 @@ def _tail(text: str, lines: int = 8) -> str:
     return " | ".join(text.strip().splitlines()[-lines:])
 
 
-def _params(scheme: str, targets: str, ignore: tuple[str, ...]) -> dict[str, Any]:
-    return {"scheme": scheme, "targets": targets, "ignore": list(ignore)}
+def model_class_of(model_path: Path) -> str:
+    """The transformers auto class for a checkpoint, read from its config.json
+    ``architectures`` (a cross-encoder must keep its classification head)."""
+    config = model_path / "config.json"
+    try:
+        architectures = json.loads(config.read_text()).get("architectures") or []
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            message=f"cannot read {config}: {exc}", file=config, field="architectures",
+            fix="point the variant at a transformers checkpoint folder with a config.json",
+        ) from None
+    for name in architectures:
+        for suffix, auto in _CLASS_BY_SUFFIX.items():
+            if str(name).endswith(suffix):
+                return auto
+    return "AutoModel"
+
+
+def _params(model_class: str, scheme: str, targets: str,
+            ignore: tuple[str, ...] | None) -> dict[str, Any]:
+    kept = DEFAULT_IGNORE[model_class] if ignore is None else ignore
+    return {"model_class": model_class, "scheme": scheme, "targets": targets,
+            "ignore": list(kept)}
 
 
 def checkpoint_dir(model_path: Path, cache_dir: Path, params: dict[str, Any]) -> Path:
@@ -162,12 +210,15 @@ def quantize_w8a8(
     venv_dir: Path | None = None,
     scheme: str = "W8A8",
     targets: str = "Linear",
-    ignore: tuple[str, ...] = (),
+    ignore: tuple[str, ...] | None = None,
     timeout_s: float = 900.0,
 ) -> W8A8Checkpoint:
-    """Make (or reuse) the W8A8 int8 checkpoint of ``model_path`` under ``cache_dir``."""
+    """Make (or reuse) the W8A8 int8 checkpoint of ``model_path`` under ``cache_dir``.
+
+    ``ignore=None`` keeps :data:`DEFAULT_IGNORE` of the model's class in float.
+    """
     model_path = Path(model_path)
-    params = _params(scheme, targets, ignore)
+    params = _params(model_class_of(model_path), scheme, targets, ignore)
     final = checkpoint_dir(model_path, Path(cache_dir), params)
     record_path = final / RECORD_FILE
     if record_path.is_file():
@@ -196,6 +247,19 @@ def quantize_w8a8(
     return W8A8Checkpoint(final, record, reused=False)
 
 
+def checkpoint_for(quantization: dict[str, Any], model_path: Path,
+                   cache_dir: Path) -> W8A8Checkpoint:
+    """The checkpoint a recipe variant's ``quantization: {method: w8a8-int8, ...}`` names
+    (parameters validated here, so embedding and reranker variants read them alike)."""
+    from evalq.quantize import validate_quantization
+
+    raw = {k: v for k, v in quantization.items() if k != "method"}
+    params = validate_quantization(NAME, raw)
+    assert isinstance(params, Params)
+    return quantize_w8a8(model_path, cache_dir=cache_dir, scheme=params.scheme,
+                         targets=params.targets, ignore=params.ignore)
+
+
 def _run_script(
     python: Path, model_path: Path, out: Path, params: dict[str, Any], timeout_s: float
 ) -> dict[str, str]:
@@ -215,7 +279,8 @@ def _run_script(
             message=f"llm-compressor failed on {model_path} (exit {done.returncode}): "
             f"{_tail(done.stderr)}",
             field="quantization",
-            fix="check that the model is a transformers encoder llm-compressor supports",
+            fix="check that the model is a transformers encoder (or sequence classifier) "
+            "llm-compressor supports",
         )
     for line in done.stdout.splitlines():
         if line.startswith("EVALQ-VERSIONS "):
