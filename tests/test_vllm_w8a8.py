@@ -14,9 +14,10 @@ from evalq.quantize.w8a8 import RECORD_FILE, quantize_w8a8
 pytestmark = pytest.mark.vllm
 
 
-@pytest.fixture(scope="module")
-def checkpoint(minilm_path, tmp_path_factory):
-    return quantize_w8a8(minilm_path, cache_dir=tmp_path_factory.mktemp("w8a8"))
+@pytest.fixture
+def checkpoint(minilm_w8a8):
+    """The session's W8A8 checkpoint (conftest), shared with the composition tests."""
+    return minilm_w8a8
 
 
 def test_checkpoint_is_compressed_tensors_int8_with_model_files(checkpoint, minilm_path,
