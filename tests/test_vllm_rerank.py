@@ -24,6 +24,15 @@ def cross_encoder(tmp_path_factory):
     return build_minilm_cross_encoder(tmp_path_factory.mktemp("vllm-rerank-models"))
 
 
+def _inprocess_fp32(model: Path, queries: list[str], documents: list[str]) -> np.ndarray:
+    """The in-process fp32 cross-encoder's scores: the reference every vLLM result meets."""
+    reference = CrossEncoderReranker(model, settings=RerankSettings())
+    try:
+        return reference.score(queries, documents)
+    finally:
+        reference.close()
+
+
 @pytest.mark.vllm
 def test_vllm_score_equals_inprocess_at_fp32(vllm_engine_pool, mixed_texts, cross_encoder):
     from evalq.backends.vllm_rerank import VllmEngineReranker
@@ -33,11 +42,7 @@ def test_vllm_score_equals_inprocess_at_fp32(vllm_engine_pool, mixed_texts, cros
     queries = [t[:50] for t in mixed_texts[:4]]
     qs = [queries[i % 4] for i in range(16)]
     ds = [mixed_texts[(5 + 3 * i) % len(mixed_texts)] for i in range(16)]  # some > 256 tokens
-    reference = CrossEncoderReranker(model, settings=RerankSettings())
-    try:
-        expected = reference.score(qs, ds)
-    finally:
-        reference.close()
+    expected = _inprocess_fp32(model, qs, ds)
     vllm_engine_pool.close()  # one engine alive at a time
     engine = VllmEngineReranker(model, settings=RerankSettings(), kind="cross-encoder")
     try:
@@ -80,11 +85,7 @@ def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, 
     queries = [t[:50] for t in mixed_texts[:4]]
     qs = [queries[i // 8] for i in range(32)]
     ds = [mixed_texts[(5 + 3 * i) % len(mixed_texts)] for i in range(32)]  # some > 256 tokens
-    reference = CrossEncoderReranker(cross_encoder, settings=RerankSettings())
-    try:
-        fp32 = reference.score(qs, ds)
-    finally:
-        reference.close()
+    fp32 = _inprocess_fp32(cross_encoder, qs, ds)
     quant = {"method": "w8a8-int8"}
     variant = RerankerVariant(name="w8a8", backend="vllm", quantization=quant)
     spec = RerankerSpec(model=str(cross_encoder), max_length=256, candidates=[variant])
