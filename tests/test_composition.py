@@ -116,12 +116,8 @@ def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
     assert_declaration_holds(declared_dependence(variant), first, second, again)
 
 
-@pytest.mark.vllm
-def test_vllm_fp32_declaration_holds(vllm_engine, texts):
-    first, second = _two_compositions(vllm_engine, texts, length_sorted=False)
-    assert_declaration_holds(declared_dependence(CASES["vllm-fp32"]), first, second)
-
-
+# W8A8 before fp32: the float32 engine the fp32 test starts is the one the parity and
+# engine tests reuse next.
 @pytest.mark.vllm
 def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_w8a8, texts):
     from evalq.modelinfo import default_settings
@@ -133,6 +129,12 @@ def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_w8a8, texts):
     finally:
         vllm_engine_pool.close()
     assert_declaration_holds(declared_dependence(CASES["vllm-w8a8"]), first, second)
+
+
+@pytest.mark.vllm
+def test_vllm_fp32_declaration_holds(vllm_engine, texts):
+    first, second = _two_compositions(vllm_engine, texts, length_sorted=False)
+    assert_declaration_holds(declared_dependence(CASES["vllm-fp32"]), first, second)
 
 
 # ----------------------------------------------------------------------- cache separation
