@@ -50,8 +50,27 @@ def test_bad_rows_and_formats_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         list(iter_blocks(bad))
     assert err.value.field == "text" and err.value.file == bad
-    with pytest.raises(InputError):
-        list(iter_blocks(tmp_path / "c.csv"))
+    csv = tmp_path / "c.csv"
+    csv.write_text("_id,text\na,x\n", encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        list(iter_blocks(csv))
+    assert "cannot stream a corpus from '.csv'" in err.value.message
+
+
+@pytest.mark.parametrize("name", ["gone.jsonl", "gone.parquet", "gone.arrow",
+                                  "broken.parquet", "broken.arrow", "empty-folder"])
+def test_missing_or_unreadable_corpus_is_an_input_error(tmp_path: Path, name: str) -> None:
+    """Exit 2 naming the file, not a pyarrow or datasets traceback (exit 3)."""
+    path = tmp_path / name
+    if name.startswith("broken"):
+        path.write_text("not a columnar file\n", encoding="utf-8")
+    elif name == "empty-folder":
+        path.mkdir()
+    with pytest.raises(InputError) as err:
+        list(iter_blocks(path))
+    assert err.value.file == path
+    expected = "corpus file not found" if name.startswith("gone") else "cannot read the corpus"
+    assert err.value.message.startswith(expected)
 
 
 def test_shard_writer_round_trip_and_search(tmp_path: Path) -> None:

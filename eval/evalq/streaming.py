@@ -59,10 +59,10 @@ def iter_records(
     path = Path(path)
     if block_rows < 1:
         raise ValueError("block_rows must be at least 1")
+    if not path.exists():
+        raise InputError(message="corpus file not found", file=path,
+                         fix="point the dataset at an existing corpus file")
     if path.suffix in (".jsonl", ".json") and not path.is_dir():
-        if not path.is_file():
-            raise InputError(message="corpus file not found", file=path,
-                             fix="point the dataset at an existing corpus file")
         yield from iter_jsonl_records(path, id_field=id_field, text_field=text_field,
                                       title_field=title_field)
         return
@@ -153,9 +153,13 @@ def _malloc_trim() -> Any:
 
 def _parquet_rows(path: Path, block_rows: int,
                   fields: list[str | None]) -> Iterator[tuple[int, dict[str, Any]]]:
+    import pyarrow
     import pyarrow.parquet as pq
 
-    handle = pq.ParquetFile(path)
+    try:
+        handle = pq.ParquetFile(path)
+    except (pyarrow.ArrowInvalid, OSError) as exc:
+        raise _unreadable(path, "parquet", exc) from None
     columns = [f for f in fields if f and f in handle.schema_arrow.names]
     n = 0
     for batch in handle.iter_batches(batch_size=block_rows, columns=columns):
@@ -166,12 +170,23 @@ def _parquet_rows(path: Path, block_rows: int,
 
 def _arrow_rows(path: Path, block_rows: int) -> Iterator[tuple[int, dict[str, Any]]]:
     import datasets
+    import pyarrow
 
-    data = (datasets.load_from_disk(str(path)) if path.is_dir()
-            else datasets.Dataset.from_file(str(path)))  # memory-mapped, not loaded
+    try:
+        data = (datasets.load_from_disk(str(path)) if path.is_dir()
+                else datasets.Dataset.from_file(str(path)))  # memory-mapped, not loaded
+    except (pyarrow.ArrowInvalid, OSError, ValueError) as exc:
+        raise _unreadable(path, "Arrow (datasets)", exc) from None
     n = 0
     for batch in data.iter(batch_size=block_rows):
         keys = list(batch)
         for values in zip(*(batch[k] for k in keys)):
             n += 1
             yield n, dict(zip(keys, values))
+
+
+def _unreadable(path: Path, kind: str, exc: Exception) -> InputError:
+    """A corpus file that its suffix says is ``kind`` but that does not open as one."""
+    return InputError(message=f"cannot read the corpus as {kind}: {exc}", file=path,
+                      fix=f"check that the file is a complete {kind} file, or give it the "
+                          "suffix of its real format (.jsonl, .parquet, .arrow)")
