@@ -284,13 +284,11 @@ def _parity_texts(datasets: list[Any], n: int) -> list[str]:
     """A few dozen texts from the first dataset: the longest (truncation is where engines
     differ most) and an even sample of the rest, queries and documents alike. Of a
     streamed corpus, its first block."""
-    from evalq.datasets.streamed import is_streamed
+    from evalq.datasets.streamed import sample_texts
     from evalq.parity import pick_parity_texts
 
     ds = datasets[0]
-    docs = (ds.corpus.head_texts(" ", ds.corpus.options.block_rows) if is_streamed(ds)
-            else ds.corpus.texts_for_encoding())
-    return pick_parity_texts([*ds.queries.texts, *docs], n)
+    return pick_parity_texts([*ds.queries.texts, *sample_texts(ds, " ")], n)
 
 
 def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:

@@ -256,11 +256,25 @@ def _read_queries_file(path: Path) -> list[TextRecord]:
     return records
 
 
-def _load_trec(spec: DatasetSpec, base: Path, name: str) -> Dataset:
+def _trec_files(spec: DatasetSpec, base: Path) -> tuple[Path, Path, Path, dict[str, Any]]:
+    """A trec dataset's corpus, queries and qrels paths and its ``source`` record (the
+    loaded and the streamed corpus alike)."""
     assert spec.trec is not None
     corpus_path = _resolve(base, spec.trec.corpus)
     queries_path = _resolve(base, spec.trec.queries)
     qrels_path = _resolve(base, spec.trec.qrels)
+    source = {"source": "trec", "corpus": str(corpus_path), "queries": str(queries_path),
+              "qrels": str(qrels_path), "use_titles": spec.use_titles}
+    return corpus_path, queries_path, qrels_path, source
+
+
+def _assembly(spec: DatasetSpec) -> AssemblyOptions:
+    return AssemblyOptions(allow_empty_texts=spec.allow_empty_texts,
+                           keep_unjudged_queries=spec.keep_unjudged_queries)
+
+
+def _load_trec(spec: DatasetSpec, base: Path, name: str) -> Dataset:
+    corpus_path, queries_path, qrels_path, source = _trec_files(spec, base)
     docs = read_jsonl_records(
         corpus_path,
         id_field="_id",
@@ -274,17 +288,8 @@ def _load_trec(spec: DatasetSpec, base: Path, name: str) -> Dataset:
         read_qrels(qrels_path),
         corpus_file=corpus_path,
         qrels_file=qrels_path,
-        source={
-            "source": "trec",
-            "corpus": str(corpus_path),
-            "queries": str(queries_path),
-            "qrels": str(qrels_path),
-            "use_titles": spec.use_titles,
-        },
-        options=AssemblyOptions(
-            allow_empty_texts=spec.allow_empty_texts,
-            keep_unjudged_queries=spec.keep_unjudged_queries,
-        ),
+        source=source,
+        options=_assembly(spec),
     )
 
 
@@ -295,13 +300,8 @@ def _open_streamed(spec: DatasetSpec, base: Path, name: str, max_queries: int | 
 
     assert spec.stream is not None
     if spec.source == "trec":
-        assert spec.trec is not None
-        corpus_path = _resolve(base, spec.trec.corpus)
-        queries_path = _resolve(base, spec.trec.queries)
-        qrels_path = _resolve(base, spec.trec.qrels)
+        corpus_path, queries_path, qrels_path, source = _trec_files(spec, base)
         queries = _read_queries_file(queries_path)
-        source = {"source": "trec", "corpus": str(corpus_path), "queries": str(queries_path),
-                  "qrels": str(qrels_path), "use_titles": spec.use_titles}
     else:
         assert spec.path is not None
         folder = _resolve(base, spec.path)
@@ -312,9 +312,7 @@ def _open_streamed(spec: DatasetSpec, base: Path, name: str, max_queries: int | 
                   "use_titles": spec.use_titles}
     return open_streamed(
         name, corpus_path, queries, read_qrels(qrels_path), qrels_file=qrels_path,
-        use_titles=spec.use_titles, options=spec.stream,
-        assembly=AssemblyOptions(allow_empty_texts=spec.allow_empty_texts,
-                                 keep_unjudged_queries=spec.keep_unjudged_queries),
+        use_titles=spec.use_titles, options=spec.stream, assembly=_assembly(spec),
         source=source, max_queries=max_queries, max_docs=max_docs)
 
 

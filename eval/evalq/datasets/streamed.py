@@ -107,6 +107,15 @@ def is_streamed(dataset: Dataset) -> bool:
     return isinstance(dataset.corpus, StreamedCorpus)
 
 
+def sample_texts(dataset: Dataset, title_separator: str | None) -> list[str]:
+    """Corpus texts to encode for what samples them (parity texts, load-test pools): all
+    of a loaded corpus, the first block of a streamed one, which is never read whole."""
+    corpus = dataset.corpus
+    if isinstance(corpus, StreamedCorpus):
+        return corpus.head_texts(title_separator, corpus.options.block_rows)
+    return corpus.texts_for_encoding(title_separator)
+
+
 def open_streamed(
     name: str, corpus_path: Path, queries: Sequence[TextRecord], qrels: Qrels, *,
     qrels_file: Path, use_titles: bool, options: StreamOptions, assembly: AssemblyOptions,

@@ -245,7 +245,7 @@ def token_counter(model_path: Path, settings: Any) -> Any:
 
 
 def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]:
-    from evalq.datasets.streamed import is_streamed
+    from evalq.datasets.streamed import sample_texts
     from evalq.runner import _load_datasets, _parity_texts, _settings_for, _variant_model_path
 
     datasets = _load_datasets(recipe, recipe_path, recipe.max_queries, recipe.max_docs)
@@ -253,10 +253,8 @@ def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]
     model_path = _variant_model_path(recipe, recipe.reference, recipe_path)
     settings = _settings_for(recipe, recipe.reference, model_path, recipe_path)
     queries = [settings.query_prefix + q for q in ds.queries.texts]
-    # A streamed corpus lends its first block: load tests sample texts, they need no more.
-    corpus_texts = (ds.corpus.head_texts(recipe.title_separator, ds.corpus.options.block_rows)
-                    if is_streamed(ds) else ds.corpus.texts_for_encoding(recipe.title_separator))
-    documents = [settings.document_prefix + d for d in corpus_texts]
+    documents = [settings.document_prefix + d
+                 for d in sample_texts(ds, recipe.title_separator)]
     counter = token_counter(model_path, settings)
     pool = TextPool(queries, counter(queries), documents, counter(documents))
     return pool, _parity_texts(datasets, recipe.parity.texts), settings
