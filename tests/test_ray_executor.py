@@ -100,18 +100,10 @@ def test_streamed_corpus_on_ray_matches_local_and_shares_the_cache(cluster, tmp_
     """A dataset with ``stream:``: each block's missing chunks are computed on the actors,
     and a local run on that cache computes nothing and gives the same values."""
     from evalq.datasets.manifest import load_dataset
+    from trec_files import write_trec_copy
 
     ds = load_dataset("pydocs", max_queries=10, max_docs=40)
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": i, "title": t, "text": x}) + "\n"
-        for i, t, x in zip(ds.corpus.ids, ds.corpus.titles, ds.corpus.texts)))
-    (data / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": i, "text": x}) + "\n" for i, x in zip(ds.queries.ids,
-                                                                   ds.queries.texts)))
-    (data / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q}\t{d}\t{r}\n" for q, docs in ds.qrels.judgments.items() for d, r in docs.items()))
+    data = write_trec_copy(ds, tmp_path / "data")
     spec = ("[{name: sd, source: trec, stream: {block_rows: 20, shard_rows: 24}, trec: "
             f"{{corpus: {data}/corpus.jsonl, queries: {data}/queries.jsonl, "
             f"qrels: {data}/qrels.tsv}}}}]")

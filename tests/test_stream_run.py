@@ -22,6 +22,7 @@ from evalq.datasets.streamed import StreamedCorpus, is_streamed
 from evalq.errors import InputError
 from evalq.results import RunFolder
 from evalq.runner import run_recipe_file
+from trec_files import write_trec_copy
 
 STREAM = {"block_rows": 40, "shard_rows": 70}
 
@@ -48,19 +49,8 @@ stats: {{resamples: 500}}
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A TREC-style copy of a pydocs slice: corpus.jsonl, queries.jsonl, qrels.tsv."""
-    folder = tmp_path_factory.mktemp("streamdata")
     ds = load_dataset("pydocs", max_queries=30, max_docs=150)
-    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as fh:
-        for i, title, text in zip(ds.corpus.ids, ds.corpus.titles, ds.corpus.texts):
-            fh.write(json.dumps({"_id": i, "title": title, "text": text}) + "\n")
-    with open(folder / "queries.jsonl", "w", encoding="utf-8") as fh:
-        for i, text in zip(ds.queries.ids, ds.queries.texts):
-            fh.write(json.dumps({"_id": i, "text": text}) + "\n")
-    with open(folder / "qrels.tsv", "w", encoding="utf-8") as fh:
-        fh.write("query-id\tcorpus-id\tscore\n")
-        for qid, docs in ds.qrels.judgments.items():
-            fh.writelines(f"{qid}\t{d}\t{r}\n" for d, r in docs.items())
-    return folder
+    return write_trec_copy(ds, tmp_path_factory.mktemp("streamdata"))
 
 
 def _spec(data: Path, stream: bool, corpus: str = "corpus.jsonl") -> dict[str, Any]:
