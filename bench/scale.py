@@ -102,28 +102,39 @@ def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
 def memory_part(n: int, block: int) -> bool:
     """N and 10·N, each in a fresh process, with the same block and shard sizes (N rows a
     shard), so the only thing that changes is how many of them stream through."""
-    rows = []
-    for size in (n, 10 * n):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = subprocess.run([sys.executable, __file__, "--child", str(size), tmp,
-                                  str(block), str(n)],
-                                 capture_output=True, text=True)
-            if out.returncode:
-                sys.exit(f"memory child for N={size} failed:\n{out.stderr[-4000:]}")
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    small, big = rows
-    vector_growth_mb = (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
-    rss_growth = big["peak_rss_mb"] - small["peak_rss_mb"]
+    small, big = _children("--child", n, block)
     print(f"memory: {small['method']}; blocks of {block} rows, shards of {n} rows")
-    for r in rows:
+    for r in (small, big):
         print(f"N={r['n']:>8,}  shards {r['shards']:>3}  encode {r['encode_s']:7.1f}s  "
               f"search {r['search_s']:.2f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB "
               f"(encoding {r['encode_peak_mb']:.1f}, search {r['search_peak_mb']:.1f})")
+    return _growth_verdict(small, big, variants=1, what="the vectors alone grew",
+                           target="target < 1, memory does not follow corpus size")
+
+
+def _children(flag: str, n: int, block: int) -> tuple[dict, dict]:
+    """The child of ``flag`` at N and at 10·N documents, each in a fresh process (so each
+    peak RSS is its own), with shards of N rows."""
+    rows = []
+    for size in (n, 10 * n):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run([sys.executable, __file__, flag, str(size), tmp,
+                                  str(block), str(n)], capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"{flag} child for N={size} failed:\n{out.stderr[-4000:]}")
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows[0], rows[1]
+
+
+def _growth_verdict(small: dict, big: dict, *, variants: int, what: str, target: str) -> bool:
+    """PASS when peak RSS grew less than the vectors (of ``variants`` variants) did."""
+    vector_growth_mb = variants * (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
+    rss_growth = big["peak_rss_mb"] - small["peak_rss_mb"]
     passed = rss_growth < vector_growth_mb
     print(f"peak RSS {small['peak_rss_mb']:.1f} -> {big['peak_rss_mb']:.1f} MiB: "
-          f"{rss_growth:+.1f} MiB for 10x the documents; the vectors alone grew "
+          f"{rss_growth:+.1f} MiB for 10x the documents; {what} "
           f"{vector_growth_mb:.1f} MiB -> ratio {rss_growth / vector_growth_mb:.2f} "
-          f"({'PASS' if passed else 'FAIL'}: target < 1, memory does not follow corpus size)")
+          f"({'PASS' if passed else 'FAIL'}: {target})")
     return passed
 
 
@@ -175,28 +186,14 @@ def run_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
 
 def run_part(n: int, block: int) -> bool:
     """`evalq run` at N and 10·N streamed documents, each in a fresh process."""
-    rows = []
-    for size in (n, 10 * n):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = subprocess.run([sys.executable, __file__, "--run-child", str(size), tmp,
-                                  str(block), str(n)], capture_output=True, text=True)
-            if out.returncode:
-                sys.exit(f"run child for N={size} failed:\n{out.stderr[-4000:]}")
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    small, big = rows
-    vector_growth_mb = 2 * (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
-    rss_growth = big["peak_rss_mb"] - small["peak_rss_mb"]
+    small, big = _children("--run-child", n, block)
     print(f"evalq run, streamed: blocks of {block} rows, shards of {n} rows, 2 variants; "
           "peak RSS = the process's ru_maxrss")
-    for r in rows:
+    for r in (small, big):
         print(f"N={r['n']:>8,}  wall {r['wall_s']:7.1f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB"
               f"  nDCG@10 {r['nDCG@10']:.4f}  trunc8 cosine {r['cosine_mean']:.4f}")
-    passed = rss_growth < vector_growth_mb
-    print(f"peak RSS {small['peak_rss_mb']:.1f} -> {big['peak_rss_mb']:.1f} MiB: "
-          f"{rss_growth:+.1f} MiB for 10x the documents; both variants' vectors grew "
-          f"{vector_growth_mb:.1f} MiB -> ratio {rss_growth / vector_growth_mb:.2f} "
-          f"({'PASS' if passed else 'FAIL'}: target < 1)")
-    return passed
+    return _growth_verdict(small, big, variants=2, what="both variants' vectors grew",
+                           target="target < 1")
 
 
 RECIPE = """\
