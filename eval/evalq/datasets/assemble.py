@@ -160,6 +160,47 @@ def check_judgments(qrels: Qrels, query_ids: Container[str], doc_ids: Container[
     return CheckedJudgments(judgments, len(unknown_queries), len(unknown_docs))
 
 
+class KeptQueries(NamedTuple):
+    """The queries a dataset keeps, their judgments in query order, and how many queries
+    had no judgment."""
+
+    records: list[TextRecord]
+    queries: Queries
+    qrels: Qrels
+    unjudged: int
+
+
+def keep_queries(queries: Sequence[TextRecord], judged: CheckedJudgments,
+                 options: AssemblyOptions) -> KeptQueries:
+    """Judged queries only, unless ``keep_unjudged_queries`` (loaded and streamed alike)."""
+    judgments = judged.judgments
+    records = (list(queries) if options.keep_unjudged_queries
+               else [r for r in queries if r.id in judgments])
+    return KeptQueries(
+        records,
+        Queries(ids=tuple(r.id for r in records), texts=tuple(r.text for r in records)),
+        Qrels(judgments={r.id: judgments[r.id] for r in records if r.id in judgments}),
+        len(queries) - sum(1 for r in queries if r.id in judgments),
+    )
+
+
+def assembly_record(documents: int, kept: KeptQueries, judged: CheckedJudgments,
+                    options: AssemblyOptions, empty_documents: int, empty_queries: int,
+                    notes: list[str]) -> dict[str, Any]:
+    """The counts and warnings a dataset's ``source`` records about its assembly."""
+    return {
+        "documents": documents,
+        "queries": len(kept.queries),
+        "judged_queries": len(kept.qrels.judgments),
+        "queries_without_judgments": kept.unjudged if not options.keep_unjudged_queries else 0,
+        "empty_documents": empty_documents,
+        "empty_queries": empty_queries,
+        "unknown_qrels_queries": judged.unknown_queries,
+        "unknown_qrels_documents": judged.unknown_documents,
+        "warnings": notes,
+    }
+
+
 def assemble_dataset(
     name: str,
     docs: Sequence[TextRecord],
@@ -183,37 +224,19 @@ def assemble_dataset(
 
     judged = check_judgments(qrels, {r.id for r in queries}, {r.id for r in docs},
                              qrels_file, notes)
-    judgments = judged.judgments
-    if options.keep_unjudged_queries:
-        kept_queries = list(queries)
-    else:
-        kept_queries = [r for r in queries if r.id in judgments]
-    unjudged = len(queries) - sum(1 for r in queries if r.id in judgments)
-
+    kept = keep_queries(queries, judged, options)
     empty_docs = check_empty(docs, doc_fields, "document", options, notes)
-    empty_queries = check_empty(kept_queries, query_fields, "query", options, notes)
+    empty_queries = check_empty(kept.records, query_fields, "query", options, notes)
 
     corpus = Corpus(
         ids=tuple(r.id for r in docs),
         titles=tuple(r.title for r in docs),
         texts=tuple(r.text for r in docs),
     )
-    query_values = Queries(
-        ids=tuple(r.id for r in kept_queries), texts=tuple(r.text for r in kept_queries)
-    )
-    ordered = Qrels(judgments={r.id: judgments[r.id] for r in kept_queries if r.id in judgments})
+    query_values, ordered = kept.queries, kept.qrels
     full_source = dict(source)
-    full_source.update(
-        documents=len(corpus),
-        queries=len(query_values),
-        judged_queries=len(ordered.judgments),
-        queries_without_judgments=unjudged if not options.keep_unjudged_queries else 0,
-        empty_documents=empty_docs,
-        empty_queries=empty_queries,
-        unknown_qrels_queries=judged.unknown_queries,
-        unknown_qrels_documents=judged.unknown_documents,
-        warnings=notes,
-    )
+    full_source.update(assembly_record(len(corpus), kept, judged, options, empty_docs,
+                                       empty_queries, notes))
     return Dataset(
         name=name,
         corpus=corpus,

@@ -33,9 +33,11 @@ from evalq.datasets.assemble import (
     BEIR_FIELDS,
     AssemblyOptions,
     TextRecord,
+    assembly_record,
     check_empty,
     check_judgments,
     check_unique,
+    keep_queries,
 )
 from evalq.datasets.fingerprint import DatasetDigest
 from evalq.datasets.slicing import check_limit, choose_documents, restrict_judgments, slice_record
@@ -142,16 +144,11 @@ def open_streamed(
     del first
     check_unique(queries, BEIR_FIELDS, "query")
     judged = check_judgments(qrels, {r.id for r in queries}, set(doc_ids), qrels_file, notes)
-    kept_queries = (list(queries) if assembly.keep_unjudged_queries
-                    else [r for r in queries if r.id in judged.judgments])
-    unjudged = len(queries) - sum(1 for r in queries if r.id in judged.judgments)
+    kept = keep_queries(queries, judged, assembly)
     empty_docs = check_empty(empty, BEIR_FIELDS, "document", assembly, notes,
                              total=len(doc_ids))
-    empty_queries = check_empty(kept_queries, BEIR_FIELDS, "query", assembly, notes)
-    all_queries = Queries(ids=tuple(r.id for r in kept_queries),
-                          texts=tuple(r.text for r in kept_queries))
-    all_qrels = Qrels(judgments={r.id: judged.judgments[r.id] for r in kept_queries
-                                 if r.id in judged.judgments})
+    empty_queries = check_empty(kept.records, BEIR_FIELDS, "query", assembly, notes)
+    all_queries, all_qrels = kept.queries, kept.qrels
 
     n_queries = len(all_queries) if max_queries is None else min(max_queries, len(all_queries))
     n_docs = len(doc_ids) if max_docs is None else min(max_docs, len(doc_ids))
@@ -172,15 +169,9 @@ def open_streamed(
                                      kept_ids, all_queries, all_qrels, queries_kept,
                                      qrels_kept)
     full_source = dict(source)
-    full_source.update(
-        documents=len(doc_ids), queries=len(all_queries),
-        judged_queries=len(all_qrels.judgments),
-        queries_without_judgments=unjudged if not assembly.keep_unjudged_queries else 0,
-        empty_documents=empty_docs, empty_queries=empty_queries,
-        unknown_qrels_queries=judged.unknown_queries,
-        unknown_qrels_documents=judged.unknown_documents, warnings=notes,
-        stream={"block_rows": options.block_rows, "shard_rows": options.shard_rows},
-    )
+    full_source.update(assembly_record(len(doc_ids), kept, judged, assembly, empty_docs,
+                                       empty_queries, notes))
+    full_source["stream"] = {"block_rows": options.block_rows, "shard_rows": options.shard_rows}
     if slice_info is not None:
         full_source["slice"] = slice_record(name, max_queries, max_docs, len(queries_kept),
                                             len(kept_ids), full_fp, *slice_info)
