@@ -68,7 +68,8 @@ def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
     from evalq.memsample import PeakRss
     from evalq.modelinfo import default_settings
     from evalq.shardsearch import search_shards
-    from evalq.streaming import encode_to_shards, iter_blocks
+    from evalq.streaming import iter_blocks
+    from evalq.streamrun import encode_to_shards
     from evalq.vectorstore import open_shards
 
     interval = 0.02

@@ -11,7 +11,8 @@ import pytest
 from evalq.errors import InputError
 from evalq.search import search
 from evalq.shardsearch import search_shards
-from evalq.streaming import encode_to_shards, iter_blocks
+from evalq.streaming import iter_blocks
+from evalq.streamrun import encode_to_shards
 from evalq.vectorstore import ShardWriter, open_shards
 
 ROWS = [{"_id": f"d{i}", "title": "T" if i % 3 == 0 else "", "text": f"text number {i}"}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from evalq.version import __version__
+
 __all__ = ["Results", "__version__", "load_results", "run"]
 
 _API = ("run", "load_results", "Results")

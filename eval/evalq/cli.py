@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = _parser().parse_args(argv)
     if args.version:
-        from evalq import __version__
+        from evalq.version import __version__
 
         print(f"evalq {__version__}")
         return EXIT_OK

@@ -69,3 +69,18 @@ class PerQuery:
 
 
 __all__ = ["EncodingSettings", "PerQuery", "Pooling", "QuantizationRecord", "TruncationSide"]
+
+
+def vector_problem(array: np.ndarray) -> str | None:
+    """What makes a matrix of embeddings unusable (NaN, Inf, all-zero rows), or None."""
+    if array.ndim != 2 or array.size == 0:
+        return None
+    finite = np.isfinite(array)
+    if not finite.all():
+        rows = np.flatnonzero(~finite.all(axis=1))
+        kind = "NaN" if np.isnan(array).any() else "Inf"
+        return f"holding {kind} values in {len(rows)} row(s) (first: row {int(rows[0])})"
+    zero = np.flatnonzero(~array.any(axis=1))
+    if len(zero):
+        return f"holding {len(zero)} all-zero vector(s) (first: row {int(zero[0])})"
+    return None

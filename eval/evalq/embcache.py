@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from evalq import atomicio
+from evalq.core import vector_problem
 
 DEFAULT_ROOT = Path(".evalq-cache/embeddings")
 
@@ -143,21 +144,6 @@ class EmbeddingCache:
             stacklevel=3,
         )
         return None
-
-
-def vector_problem(array: np.ndarray) -> str | None:
-    """What makes a matrix of embeddings unusable (NaN, Inf, all-zero rows), or None."""
-    if array.ndim != 2 or array.size == 0:
-        return None
-    finite = np.isfinite(array)
-    if not finite.all():
-        rows = np.flatnonzero(~finite.all(axis=1))
-        kind = "NaN" if np.isnan(array).any() else "Inf"
-        return f"holding {kind} values in {len(rows)} row(s) (first: row {int(rows[0])})"
-    zero = np.flatnonzero(~array.any(axis=1))
-    if len(zero):
-        return f"holding {len(zero)} all-zero vector(s) (first: row {int(zero[0])})"
-    return None
 
 
 def _validate(array: np.ndarray, *, rows: int | None, dim: int | None) -> str | None:

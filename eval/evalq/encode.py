@@ -320,7 +320,7 @@ def _compute_chunk(
 def _refuse_invalid(encoder: Encoder, vectors: np.ndarray, number: int, total: int,
                     role: str, texts: list[str]) -> None:
     """NaN/Inf or all-zero vectors end the variant (exit 2), never reach the cache."""
-    from evalq.embcache import vector_problem
+    from evalq.core import vector_problem
     from evalq.errors import InputError
 
     problem = vector_problem(vectors)

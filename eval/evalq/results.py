@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from evalq import __version__, atomicio
+from evalq import atomicio
 from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
 from evalq.ranking import Ranking
+from evalq.version import __version__
 
 SCHEMA_VERSION = 1
 _PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",

@@ -41,14 +41,6 @@ class TextBlock:
     texts: list[str]
 
 
-@dataclass(frozen=True)
-class StreamedCorpus:
-    ids: list[str]
-    shards_dir: Path
-    encode_seconds: float
-    texts: int
-
-
 def iter_records(
     path: str | Path, *, id_field: str = "_id", text_field: str = "text",
     title_field: str | None = "title", block_rows: int = 10_000,
@@ -103,30 +95,6 @@ def blocks_of(records: Iterator[TextRecord], block_rows: int,
             ids, texts = [], []
     if ids:
         yield TextBlock(ids, texts)
-
-
-def encode_to_shards(
-    encoder: Any, blocks: Iterator[TextBlock], out_dir: str | Path, *, role: str = "document",
-    shard_rows: int = 100_000, cache: Any = None, **encode_options: Any,
-) -> StreamedCorpus:
-    """Encode every block (cached per chunk) and append its vectors to sharded files."""
-    from evalq.encode import encode_texts
-    from evalq.vectorstore import ShardWriter
-
-    writer = ShardWriter(out_dir, shard_rows=shard_rows)
-    ids: list[str] = []
-    seconds = 0.0
-    for block in blocks:
-        encoded = encode_texts(encoder, block.texts, role=role, cache=cache,  # type: ignore[arg-type]
-                               progress=False, **encode_options)
-        writer.append(encoded.vectors)
-        seconds += encoded.stats.seconds_computing
-        ids.extend(block.ids)
-        del encoded, block
-        return_freed_memory()
-    writer.close()
-    return StreamedCorpus(ids=ids, shards_dir=Path(out_dir), encode_seconds=seconds,
-                          texts=len(ids))
 
 
 def return_freed_memory() -> bool:

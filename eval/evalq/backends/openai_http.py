@@ -179,7 +179,7 @@ class OpenAIEncoder:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
         out = self.embed_raw(texts)
         if self.settings.normalize:
-            from evalq.embcache import vector_problem
+            from evalq.core import vector_problem
 
             problem = vector_problem(out)
             if problem is not None:  # before normalizing hides NaN behind a division
