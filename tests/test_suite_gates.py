@@ -148,7 +148,7 @@ def test_pooled_needs_an_allowed_drop() -> None:
 
 
 def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
-    from evalq.calibration import results_populations
+    from evalq.calibrate_command import results_populations
 
     populations = results_populations(suite["out"])
     names = {p.name for p in populations}

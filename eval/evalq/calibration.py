@@ -25,7 +25,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,36 +126,6 @@ def synthetic_panel(seed: int = 20261130, size: int = 5000) -> list[Population]:
     ties[0] = -1.0
     panel.append(Population("all-ties-but-one", "panel", ties, PANEL_MARGIN))
     return panel
-
-
-def results_populations(folder: str | Path) -> list[Population]:
-    """Per-query differences of every candidate × dataset × allowed-drop gate of a results
-    folder, with the margin that gate used."""
-    from evalq.config import Recipe
-    from evalq.gate import gate_spec, paired_values
-    from evalq.regate import _stored_recipe
-    from evalq.results import RunFolder
-
-    run = RunFolder(folder)
-    manifest = run.read_manifest()
-    recipe = Recipe.model_validate(_stored_recipe(manifest["recipe"], None))
-    reference = recipe.reference.name
-    specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
-    specs = [s for s in specs if s.max_drop is not None]
-    populations = []
-    for ds in manifest["variants"][reference]["datasets"]:
-        ref = run.read_per_query(ds, reference)
-        for name in manifest["variants"]:
-            if name == reference:
-                continue
-            cand = run.read_per_query(ds, name)
-            for spec in specs:
-                c, r = paired_values(spec, cand, ref)
-                assert spec.max_drop is not None
-                margin = spec.max_drop * float(r.mean()) if spec.relative else spec.max_drop
-                populations.append(Population(f"{name}/{ds}/{spec.metric}", str(folder),
-                                              c - r, margin))
-    return populations
 
 
 def _count_matrix(rng: np.random.Generator, resamples: int, n: int) -> np.ndarray:
@@ -303,31 +272,3 @@ def report(cells: Sequence[Cell]) -> dict[str, Any]:
     return {"cells": [asdict(c) for c in cells],
             "default_rule": DEFAULT_RULE.name,
             "sizes": sorted({c.n for c in cells})}
-
-
-def calibrate_command(results: Path | None, *, trials: int = 2000,
-                      json_path: Path | None = None) -> int:
-    """`evalq calibrate [RESULTS_DIR]`: print the table (and write JSON)."""
-    if trials < 50:
-        from evalq.errors import InputError
-
-        raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
-                         field="--trials", fix="use --trials 2000 (the default) or at least 50")
-    populations = synthetic_panel()
-    if results is not None:
-        populations = results_populations(results) + populations
-    cells = calibrate(populations, trials=trials)
-    print(f"false-pass = pass rate with the true mean exactly at −margin (nominal "
-          f"{cells[0].bound - 3 * math.sqrt(0.025 * 0.975 / trials):.3f} one-sided; bound "
-          f"allows 3 Monte Carlo sd: {cells[0].bound:.4f}); {trials} trials per cell")
-    print(table(cells))
-    print()
-    print(detail(cells, ["percentile", DEFAULT_RULE.name]))
-    if json_path is not None:
-        from evalq import atomicio
-
-        atomicio.write_json(json_path, report(cells))
-    default_ok = all(c.within_bound for c in cells if c.rule == DEFAULT_RULE.name and c.n >= 50)
-    print(f"default {DEFAULT_RULE.name} within bound on every population for n >= 50: "
-          f"{default_ok}")
-    return 0

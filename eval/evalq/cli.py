@@ -237,7 +237,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                         method=args.method)
         return EXIT_OK if passed else EXIT_GATE_FAILED
     if args.command == "calibrate":
-        from evalq.calibration import calibrate_command
+        from evalq.calibrate_command import calibrate_command
 
         return calibrate_command(args.results, trials=args.trials, json_path=args.json)
     if args.command == "report":

@@ -20,7 +20,7 @@ from evalq.results import RunFolder
 from evalq.scoring import build_summary
 
 
-def _stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
+def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
     """The recipe as it decided: results written before ``stats.method`` existed were
     decided by the percentile bootstrap without the sparse-data rule, so that is what
     re-decides them. ``method`` (``evalq gate --method``) overrides, for comparison."""
@@ -45,7 +45,7 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
     manifest = folder.read_manifest()
     stored = folder.read_summary()
     try:
-        recipe = Recipe.model_validate(_stored_recipe(manifest["recipe"], method))
+        recipe = Recipe.model_validate(stored_recipe(manifest["recipe"], method))
     except Exception as exc:  # a hand-edited manifest is bad input, not our bug
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=folder.root / "manifest.json", field="recipe",
