@@ -99,7 +99,7 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
 
 def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run):
     from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
-    from evalq.ranking import read_trec_run
+    from evalq.datasets.trec import read_trec_run
     from evalq.rerank_fixture import build_minilm_cross_encoder
 
     tmp, _, outcome = pipeline_run

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evalq.datasets.trec import read_trec_run, write_trec_run
 from evalq.errors import InputError
-from evalq.ranking import Ranking, read_trec_run, trec_score, write_trec_run
+from evalq.ranking import Ranking, trec_score
 
 DOCS = [f"d{i}" for i in range(12)]
 

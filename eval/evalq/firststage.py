@@ -1,4 +1,5 @@
-"""First stages of a pipeline: BM25 (bm25s), a dense variant's search, or a TREC run file.
+"""First stages of a pipeline that rank texts: BM25 (bm25s). Rankings already on disk (a
+dense variant's run, a user's TREC run file) are read by :mod:`evalq.given_runs`.
 
 Each returns a :class:`~evalq.ranking.Ranking` over the dataset's corpus order plus a
 record of how it was made (parameters, versions, seconds per query), which goes into the
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -82,49 +82,3 @@ def bm25(corpus_texts: list[str], doc_ids: tuple[str, ...], queries: list[str],
                 **options.model_dump(), "vocabulary": len(vocab), "index_s": index_s,
                 "search_s": search_s},
         seconds_per_query=search_s / max(1, len(queries)), forward_passes_per_query=0)
-
-
-def dense(folder_runs: Path, name: str, doc_ids: tuple[str, ...],
-          encode_seconds_per_query: float | None) -> FirstStageRun:
-    """A recipe variant's ranking, as ``evalq run`` searched and wrote it."""
-    from evalq.ranking import read_trec_run
-
-    path = folder_runs / f"{name}.trec"
-    if not path.is_file():
-        raise InputError(message=f"dense first stage '{name}' has no ranking in this run "
-                         f"({path} is missing)", field="first_stage",
-                         fix="run the variant too (check --only)")
-    return FirstStageRun(name=name, ranking=read_trec_run(path, doc_ids=doc_ids),
-                         record={"kind": "dense", "variant": name, "run_file": str(path)},
-                         seconds_per_query=encode_seconds_per_query,
-                         forward_passes_per_query=1)
-
-
-def run_file(path: Path, doc_ids: tuple[str, ...], query_ids: tuple[str, ...],
-             field_name: str) -> FirstStageRun:
-    """A user's production first stage: its documents outside the (sliced) corpus and
-    queries outside the dataset are dropped and counted."""
-    from evalq.datasets.trec import read_run
-
-    if not path.is_file():
-        raise InputError(message=f"run file {path} does not exist", field=field_name,
-                         fix="give the path of a TREC run file (qid Q0 docid rank score tag), "
-                         "relative to the recipe")
-    raw = read_run(path)
-    known_docs, known_queries = set(doc_ids), set(query_ids)
-    dropped_docs = 0
-    run: dict[str, dict[str, float]] = {}
-    for qid in query_ids:
-        row = raw.get(qid, {})
-        kept = {d: s for d, s in row.items() if d in known_docs}
-        dropped_docs += len(row) - len(kept)
-        run[qid] = kept
-    ranking = Ranking.from_dict(run, doc_ids=doc_ids) if any(run.values()) else None
-    if ranking is None:
-        raise InputError(message=f"run file {path} ranks none of the dataset's documents for "
-                         "its queries", field=field_name,
-                         fix="check that query and document ids match the dataset's")
-    return FirstStageRun(name="run", ranking=ranking,
-                         record={"kind": "run", "path": str(path),
-                                 "dropped_documents": dropped_docs,
-                                 "dropped_queries": len(set(raw) - known_queries)})

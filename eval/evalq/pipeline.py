@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from evalq import stats
+from evalq import given_runs, stats
 from evalq.errors import InputError
 from evalq.firststage import FirstStageRun
 from evalq.memsample import PeakRss
@@ -168,7 +168,7 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
         path = Path(fs.run or "")
         if not path.is_absolute():
             path = recipe_path.resolve().parent / path
-        return [firststage.run_file(path, ds.corpus.ids, ds.queries.ids, f"{field_base}.run")]
+        return [given_runs.run_file(path, ds.corpus.ids, ds.queries.ids, f"{field_base}.run")]
     names = [fs.reference or recipe.reference.name, *fs.candidates]
     runs = []
     for name in names:
@@ -185,7 +185,7 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
         per_query = None
         if enc.get("texts_per_s"):
             per_query = 1.0 / enc["texts_per_s"]
-        runs.append(firststage.dense(out_dir / "runs" / ds.name, name, ds.corpus.ids,
+        runs.append(given_runs.dense(out_dir / "runs" / ds.name, name, ds.corpus.ids,
                                      per_query))
     return runs
 

@@ -3,8 +3,9 @@
 Row ``i`` holds the ranked documents of ``query_ids[i]`` as indices into ``doc_ids``,
 best first, in trec_eval's order: score descending, then document id descending for
 equal scores. Empty slots (fewer than ``depth`` results) hold index ``-1`` and score
-``nan``. Arrays make metrics vectorizable over all queries at once; dict and TREC-file
-conversions exist for interoperability with peers.
+``nan``. Arrays make metrics vectorizable over all queries at once; dict conversions exist for
+interoperability with peers, and TREC run files are read and written by
+:mod:`evalq.datasets.trec` (a value type does no file I/O).
 
 Why trec_eval's order matters: trec_eval ignores the rank column of a run and re-sorts by
 score, breaking ties by document id *descending*. A quantized model produces more equal
@@ -22,19 +23,16 @@ are unchanged by it).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, count, repeat
 from operator import methodcaller
-from pathlib import Path
 
 import numpy as np
 
 from evalq.errors import InputError
 
-_WHITESPACE = re.compile(r"\s")
 _VALUES = methodcaller("values")  # C-level ``m.values()`` for map()
 
 
@@ -222,43 +220,3 @@ def _order_equal_scores(idx: np.ndarray, sc: np.ndarray, doc_ids: Sequence[str])
     new_order = np.lexsort((-name_rank.ravel(), group))
     idx.ravel()[flat_pos] = tied_docs[new_order]
     sc.ravel()[flat_pos] = sc.ravel()[flat_pos][new_order]
-
-
-def read_trec_run(path: str | Path, doc_ids: Sequence[str] | None = None) -> Ranking:
-    """Read a TREC run file (``qid Q0 docid rank score tag``) into a :class:`Ranking`.
-
-    The rank column is checked but not trusted: rows are re-sorted the way trec_eval reads
-    them. Malformed lines raise :class:`InputError` with the file, line and fix.
-    """
-    from evalq.datasets.trec import read_run
-
-    return Ranking.from_dict(read_run(path), doc_ids=doc_ids)
-
-
-def write_trec_run(ranking: Ranking, path: str | Path, tag: str = "evalq") -> None:
-    """Write ``qid Q0 docid rank score tag`` lines (rank 1-based), atomically.
-
-    Scores are written with ``repr`` precision, so reading the file back gives the same
-    floats and therefore the same trec_eval order.
-    """
-    from evalq.atomicio import write_text
-
-    path = Path(path)
-    for what, values in (("run tag", [tag]), ("query id", ranking.query_ids),
-                         ("document id", ranking.doc_ids)):
-        if not all(values) or _WHITESPACE.search("".join(values)):
-            raise InputError(
-                f"a {what} is empty or contains whitespace, which a TREC run cannot hold",
-                file=path,
-                fix="use ids and tags without spaces, tabs or newlines",
-            )
-    doc_ids = ranking.doc_ids
-    lines: list[str] = []
-    for qid, row_idx, row_sc in zip(ranking.query_ids, ranking.indices.tolist(),
-                                    ranking.scores.tolist(), strict=True):
-        lines.extend(
-            f"{qid} Q0 {doc_ids[i]} {rank} {s!r} {tag}"
-            for rank, (i, s) in enumerate(zip(row_idx, row_sc, strict=True), start=1)
-            if i >= 0
-        )
-    write_text(path, "\n".join(lines) + ("\n" if lines else ""))

@@ -144,7 +144,7 @@ class RunFolder:
                             clean_json(cosines))
 
     def write_run(self, dataset: str, variant: str, ranking: Ranking) -> Path:
-        from evalq.ranking import write_trec_run
+        from evalq.datasets.trec import write_trec_run
 
         path = self.root / "runs" / dataset / f"{variant}.trec"
         path.parent.mkdir(parents=True, exist_ok=True)

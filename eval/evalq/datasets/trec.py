@@ -18,14 +18,16 @@ score, then document id descending), so the ``rank`` column is checked but not t
 from __future__ import annotations
 
 import math
+import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 from evalq.atomicio import write_text
 from evalq.datasets.types import Qrels
 from evalq.errors import InputError
+from evalq.ranking import Ranking
 
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -283,4 +285,43 @@ def write_run(
         for rank, (docid, score) in enumerate(ranked, start=1):
             _check_writable_id(docid, "document id", path)
             lines.append(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}")
+    write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+
+
+_WHITESPACE = re.compile(r"\s")
+
+
+def read_trec_run(path: str | Path, doc_ids: Sequence[str] | None = None) -> Ranking:
+    """Read a TREC run file (``qid Q0 docid rank score tag``) into a :class:`Ranking`.
+
+    The rank column is checked but not trusted: rows are re-sorted the way trec_eval reads
+    them. Malformed lines raise :class:`InputError` with the file, line and fix.
+    """
+    return Ranking.from_dict(read_run(path), doc_ids=doc_ids)
+
+
+def write_trec_run(ranking: Ranking, path: str | Path, tag: str = "evalq") -> None:
+    """Write ``qid Q0 docid rank score tag`` lines (rank 1-based), atomically.
+
+    Scores are written with ``repr`` precision, so reading the file back gives the same
+    floats and therefore the same trec_eval order.
+    """
+    path = Path(path)
+    for what, values in (("run tag", [tag]), ("query id", ranking.query_ids),
+                         ("document id", ranking.doc_ids)):
+        if not all(values) or _WHITESPACE.search("".join(values)):
+            raise InputError(
+                f"a {what} is empty or contains whitespace, which a TREC run cannot hold",
+                file=path,
+                fix="use ids and tags without spaces, tabs or newlines",
+            )
+    doc_ids = ranking.doc_ids
+    lines: list[str] = []
+    for qid, row_idx, row_sc in zip(ranking.query_ids, ranking.indices.tolist(),
+                                    ranking.scores.tolist(), strict=True):
+        lines.extend(
+            f"{qid} Q0 {doc_ids[i]} {rank} {s!r} {tag}"
+            for rank, (i, s) in enumerate(zip(row_idx, row_sc, strict=True), start=1)
+            if i >= 0
+        )
     write_text(path, "\n".join(lines) + ("\n" if lines else ""))
