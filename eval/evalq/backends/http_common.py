@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from evalq.backends.server_routes import ServerRoutes, not_found_error, server_routes
 from evalq.errors import BackendUnavailableError, InputError
 
 T = TypeVar("T")
@@ -175,10 +176,8 @@ class HttpJsonClient:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
             return list(pool.map(fn, items))
 
-    def server_routes(self) -> Any:
-        """The routes and models the server lists (``http_probe.ServerRoutes``)."""
-        from evalq.backends.http_probe import server_routes
-
+    def server_routes(self) -> ServerRoutes:
+        """The routes and models the server lists."""
         return server_routes(self._client)
 
     def close(self) -> None:
@@ -242,8 +241,6 @@ class HttpJsonClient:
                 fix="check the API key in the environment variable the recipe names",
             )
         if response.status_code == 404:  # say which routes the server does answer
-            from evalq.backends.http_probe import not_found_error
-
             raise not_found_error(self._client, url, path, _body_excerpt(response, 120))
         if response.status_code >= 400:
             raise InputError(
