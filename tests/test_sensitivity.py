@@ -18,7 +18,8 @@ from evalq.errors import InputError
 from evalq.gate import GateCheck, VariantGate
 from evalq.metrics.values import PerQuery
 from evalq.results import RunFolder
-from evalq.sensitivity import BatchSensitivity, apply_sensitivity, compositions
+from evalq.sensitivity import apply_sensitivity, compositions
+from evalq.sensitivity_config import BatchSensitivity
 
 RECIPE = """\
 name: sens

@@ -20,7 +20,7 @@ from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
 from evalq.pipeline_config import PipelineSpec
 from evalq.scaleconfig import ExecutorSpec, IndexSpec
-from evalq.sensitivity import BatchSensitivity
+from evalq.sensitivity_config import BatchSensitivity
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
 # Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
