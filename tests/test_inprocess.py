@@ -20,10 +20,10 @@ from evalq.backends.inprocess import InProcessEncoder, pool
 from evalq.errors import InputError
 from evalq.modelinfo import (
     default_settings,
-    model_fingerprint,
     resolve_model_path,
     resolve_settings,
 )
+from evalq.weights import model_fingerprint
 
 
 def embed_sorted(encoder: InProcessEncoder, texts: list[str], batch: int = 16) -> np.ndarray:

@@ -77,10 +77,10 @@ def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, 
     from scipy.stats import kendalltau, spearmanr
 
     from evalq.backends.reranker import served_fingerprint
-    from evalq.modelinfo import model_fingerprint
     from evalq.pipeline_config import RerankerSpec, RerankerVariant
-    from evalq.quantize.w8a8 import checkpoint_for
+    from evalq.quantize import w8a8_checkpoint
     from evalq.rerank import build_reranker, score_pairs
+    from evalq.weights import model_fingerprint
 
     queries = [t[:50] for t in mixed_texts[:4]]
     qs = [queries[i // 8] for i in range(32)]
@@ -117,5 +117,5 @@ def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, 
     # The head stays float: classifier and pooler are in the checkpoint's ignore list.
     config = json.loads((Path(described["model_path"]) / "config.json").read_text())
     assert {"classifier", "bert.pooler.dense"} <= set(config["quantization_config"]["ignore"])
-    again = checkpoint_for(quant, cross_encoder, tmp_path / "checkpoints")
+    again = w8a8_checkpoint(quant, cross_encoder, tmp_path / "checkpoints")
     assert again.reused and str(again.path) == described["model_path"]

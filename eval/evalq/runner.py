@@ -130,10 +130,10 @@ def run_recipe(
     from evalq.embcache import EmbeddingCache
     from evalq.memsample import PeakRss
     from evalq.metrics.judged import JudgedIndex
-    from evalq.modelinfo import model_fingerprint
     from evalq.report.console import print_run_table
     from evalq.scoring import build_summary
     from evalq.snippets import write_snippets
+    from evalq.weights import model_fingerprint
 
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from evalq.backends.base import EncodingSettings, QuantizationRecord
-from evalq.modelinfo import model_fingerprint
+from evalq.weights import model_fingerprint
 
 BACKEND_NAME = "inprocess"
 

@@ -32,7 +32,7 @@ import numpy as np
 from evalq.backends.base import EncodingSettings, QuantizationRecord
 from evalq.backends.inprocess import input_device
 from evalq.errors import InputError
-from evalq.modelinfo import model_fingerprint
+from evalq.weights import model_fingerprint
 
 Activation = Literal["sigmoid", "none", "softmax"]
 PairTruncation = Literal["longest_first", "only_second"]

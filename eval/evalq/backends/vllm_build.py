@@ -29,9 +29,9 @@ def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
     model_path, settings = ctx.model_path, ctx.settings
     record: QuantizationRecord | None = None
     if variant.quantization and variant.quantization["method"] == "w8a8-int8":
-        from evalq.quantize.w8a8 import checkpoint_for
+        from evalq.quantize import w8a8_checkpoint
 
-        ckpt = checkpoint_for(variant.quantization, model_path, ctx.cache_dir / "checkpoints")
+        ckpt = w8a8_checkpoint(variant.quantization, model_path, ctx.cache_dir / "checkpoints")
         # The checkpoint carries the original sentence-transformers files, so the settings
         # resolved for the original model (ctx.settings) hold for it unchanged.
         model_path, record = ckpt.path, ckpt.record

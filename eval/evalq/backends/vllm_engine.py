@@ -54,7 +54,7 @@ def _on_cpu() -> bool:
 
 
 def _model_fingerprint(model_path: Path) -> str:
-    from evalq.modelinfo import model_fingerprint
+    from evalq.weights import model_fingerprint
 
     return model_fingerprint(model_path)
 

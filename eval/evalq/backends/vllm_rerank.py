@@ -44,7 +44,7 @@ class VllmEngineReranker:
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
         from evalq.backends.capability import check_current_device
-        from evalq.modelinfo import model_fingerprint
+        from evalq.weights import model_fingerprint
 
         if settings.activation == "softmax":
             raise InputError(message="vLLM's score API applies a sigmoid or nothing; it has "

@@ -69,7 +69,7 @@ class VllmServerReranker:
                  record: QuantizationRecord | None = None) -> None:
         from evalq.backends.rerank_http import HttpReranker
         from evalq.backends.vllm_server import VllmServer
-        from evalq.modelinfo import model_fingerprint
+        from evalq.weights import model_fingerprint
 
         if route not in ROUTES:
             raise InputError(message=f"vLLM answers scores at {', '.join(ROUTES)}, not "

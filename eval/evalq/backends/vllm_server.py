@@ -306,7 +306,7 @@ class VllmServerEncoder:
         backoff_s: float = 0.5,
         extra_args: Sequence[str] = (),
     ) -> None:
-        from evalq.modelinfo import model_fingerprint
+        from evalq.weights import model_fingerprint
 
         fields = vllm_request_fields(settings)  # refuses what the server cannot do, first
         self.settings = settings

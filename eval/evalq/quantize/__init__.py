@@ -146,4 +146,16 @@ __all__ = [
     "register",
     "split_spec",
     "validate_quantization",
+    "w8a8_checkpoint",
 ]
+
+
+def w8a8_checkpoint(quantization: dict[str, Any], model_path: Path,
+                    cache_dir: Path) -> w8a8.W8A8Checkpoint:
+    """The checkpoint a recipe variant's ``quantization: {method: w8a8-int8, ...}`` names
+    (parameters validated here, so embedding and reranker variants read them alike)."""
+    raw = {k: v for k, v in quantization.items() if k != "method"}
+    params = validate_quantization(w8a8.NAME, raw)
+    assert isinstance(params, w8a8.Params)
+    return w8a8.quantize_w8a8(model_path, cache_dir=cache_dir, scheme=params.scheme,
+                              targets=params.targets, ignore=params.ignore)

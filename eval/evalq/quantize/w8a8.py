@@ -195,7 +195,7 @@ def _params(model_class: str, scheme: str, targets: str,
 
 
 def checkpoint_dir(model_path: Path, cache_dir: Path, params: dict[str, Any]) -> Path:
-    from evalq.modelinfo import model_fingerprint
+    from evalq.weights import model_fingerprint
 
     key = hashlib.sha256(
         json.dumps({"model": model_fingerprint(model_path), **params}, sort_keys=True).encode()
@@ -245,19 +245,6 @@ def quantize_w8a8(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return W8A8Checkpoint(final, record, reused=False)
-
-
-def checkpoint_for(quantization: dict[str, Any], model_path: Path,
-                   cache_dir: Path) -> W8A8Checkpoint:
-    """The checkpoint a recipe variant's ``quantization: {method: w8a8-int8, ...}`` names
-    (parameters validated here, so embedding and reranker variants read them alike)."""
-    from evalq.quantize import validate_quantization
-
-    raw = {k: v for k, v in quantization.items() if k != "method"}
-    params = validate_quantization(NAME, raw)
-    assert isinstance(params, Params)
-    return quantize_w8a8(model_path, cache_dir=cache_dir, scheme=params.scheme,
-                         targets=params.targets, ignore=params.ignore)
 
 
 def _run_script(
