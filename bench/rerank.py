@@ -40,7 +40,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 def bm25_pairs(queries: int, depth: int) -> tuple[list[str], list[str]]:
     from evalq.datasets.pydocs import load_pydocs
     from evalq.firststage import bm25
-    from evalq.pipeline_config import Bm25Options
+    from evalq.retrieve_options import Bm25Options
 
     ds = load_pydocs()
     texts = ds.corpus.texts_for_encoding()

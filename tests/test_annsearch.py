@@ -11,8 +11,8 @@ import pytest
 from evalq.annsearch import ann_search, recall_at
 from evalq.cli import main
 from evalq.errors import InputError
+from evalq.retrieve_options import IndexSpec
 from evalq.runner import run_recipe_file
-from evalq.scaleconfig import IndexSpec
 from evalq.search import search
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from evalq.errors import InputError
 from evalq.ranking import Ranking
-from evalq.scaleconfig import IndexSpec
+from evalq.retrieve_options import IndexSpec
 from evalq.search import _id_ranks, _order
 
 # Rows of the corpus used for training when the recipe does not say: FAISS wants at

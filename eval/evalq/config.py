@@ -13,13 +13,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from evalq.encode_options import ExecutorSpec
 from evalq.errors import InputError
 from evalq.load.config import CapacitySection, LoadSection
 from evalq.modelinfo import SettingsOverrides
+from evalq.options import StrictOptions
 from evalq.pipeline_config import PipelineSpec
-from evalq.scaleconfig import ExecutorSpec, IndexSpec
+from evalq.retrieve_options import IndexSpec
 from evalq.sensitivity_config import BatchSensitivity
 from evalq.yamlsource import KeyPath, Located, load_yaml
 
@@ -28,27 +30,7 @@ from evalq.yamlsource import KeyPath, Located, load_yaml
 MAX_RESAMPLES = 1_000_000
 
 
-def _is_number_field(annotation: Any) -> bool:
-    args = {annotation, *getattr(annotation, "__args__", ())}
-    return bool(args & {int, float}) and bool not in args
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bools_as_numbers(cls, data: Any) -> Any:
-        # pydantic reads true as 1; in a recipe that is always a slip (max_queries: true).
-        if isinstance(data, dict):
-            for name, value in data.items():
-                info = cls.model_fields.get(name) if isinstance(name, str) else None
-                if isinstance(value, bool) and info and _is_number_field(info.annotation):
-                    raise ValueError(f"'{name}' must be a number, not {str(value).lower()}")
-        return data
-
-
-class ModelSpec(_Strict):
+class ModelSpec(StrictOptions):
     """The model every variant serves: a folder, ``pkg:<module>`` or a locally cached HF id."""
 
     path: str
@@ -81,7 +63,7 @@ class EncodingOverrides(SettingsOverrides):
                                     **over.model_dump(exclude_none=True)})
 
 
-class VectorSpec(_Strict):
+class VectorSpec(StrictOptions):
     """Quantization of the output vectors (what the index stores), with optional rescoring
     of the top ``depth × rescore`` candidates with the float query."""
 
@@ -89,7 +71,7 @@ class VectorSpec(_Strict):
     rescore: int | None = Field(default=None, ge=1)
 
 
-class VllmOptions(_Strict):
+class VllmOptions(StrictOptions):
     mode: Literal["engine", "server"] = "engine"
     quantization: str | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
@@ -102,7 +84,7 @@ class VllmOptions(_Strict):
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
-class HttpOptions(_Strict):
+class HttpOptions(StrictOptions):
     url: str
     # The embeddings path under url: openai default /v1/embeddings (Infinity without
     # --url-prefix /v1 serves /embeddings), tei default /embed (backends.http_probe).
@@ -121,7 +103,7 @@ class HttpOptions(_Strict):
 Backend = Literal["inprocess", "vllm", "openai", "tei"]
 
 
-class Variant(_Strict):
+class Variant(StrictOptions):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
     backend: Backend = "inprocess"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
@@ -160,7 +142,7 @@ class Variant(_Strict):
         return self
 
 
-class StatsOptions(_Strict):
+class StatsOptions(StrictOptions):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
     seed: int = 0
@@ -172,7 +154,7 @@ class StatsOptions(_Strict):
     min_nonzero: int = Field(default=10, ge=0)
 
 
-class GateConfig(_Strict):
+class GateConfig(StrictOptions):
     metric: str
     against: Literal["qrels", "reference"] = "qrels"
     max_drop: str | float | None = None
@@ -190,13 +172,13 @@ class GateConfig(_Strict):
         return self
 
 
-class ParityOptions(_Strict):
+class ParityOptions(StrictOptions):
     enabled: bool = True
     texts: int = Field(default=32, ge=1)
     min_cosine: float = 0.9999
 
 
-class ReportOptions(_Strict):
+class ReportOptions(StrictOptions):
     """What reports read from the recipe: which cost the recommendation minimizes, and how
     many words of each shown document the run stores for them (0 = no texts stored)."""
 
@@ -204,7 +186,7 @@ class ReportOptions(_Strict):
     snippet_words: int = Field(default=30, ge=0)
 
 
-class Recipe(_Strict):
+class Recipe(StrictOptions):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
     description: str = ""
     model: ModelSpec

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from evalq.errors import InputError, MissingExtraError
-from evalq.pipeline_config import Bm25Options
 from evalq.ranking import Ranking
+from evalq.retrieve_options import Bm25Options
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ def run_pipelines(recipe: Any, recipe_path: Path, datasets: list[Any], out_dir: 
 def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path, ds: Any,
                   out_dir: Path, variant_records: dict[str, Any]) -> list[FirstStageRun]:
     from evalq import firststage
-    from evalq.pipeline_config import Bm25Options
+    from evalq.retrieve_options import Bm25Options
 
     fs = spec.first_stage
     field_base = f"pipelines.{index}.first_stage"

@@ -29,9 +29,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from evalq.errors import InputError
+from evalq.options import StrictOptions
+from evalq.retrieve_options import Bm25Options
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,22 +44,7 @@ if TYPE_CHECKING:
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._\-]*$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Bm25Options(_Strict):
-    """bm25s parameters; all of them go into the manifest."""
-
-    k1: float = Field(default=1.2, gt=0)
-    b: float = Field(default=0.75, ge=0, le=1)
-    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
-    stemmer: str | None = "english"  # a PyStemmer (Snowball) language, or null
-    stopwords: str | None = "en"  # bm25s stopword list name, or null
-    lower: bool = True
-
-
-class FirstStageSpec(_Strict):
+class FirstStageSpec(StrictOptions):
     kind: Literal["bm25", "dense", "run"]
     name: str | None = Field(default=None, pattern=_NAME)
     bm25: Bm25Options | None = None
@@ -85,7 +72,7 @@ class FirstStageSpec(_Strict):
         return self.name or self.kind
 
 
-class RerankHttpOptions(_Strict):
+class RerankHttpOptions(StrictOptions):
     url: str
     model: str | None = None
     api_key_env: str | None = None
@@ -94,7 +81,7 @@ class RerankHttpOptions(_Strict):
     max_batch: int = Field(default=64, ge=1)
 
 
-class RerankVllmOptions(_Strict):
+class RerankVllmOptions(StrictOptions):
     """``mode: engine``: ``LLM.score()`` in-process (backends/vllm_rerank.py); ``mode:
     server``: evalq starts vLLM's OpenAI server and scores through ``route``
     (backends/vllm_rerank_server.py)."""
@@ -109,7 +96,7 @@ class RerankVllmOptions(_Strict):
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
-class RerankerVariant(_Strict):
+class RerankerVariant(StrictOptions):
     name: str = Field(pattern=_NAME)
     backend: Literal["inprocess", "vllm", "tei", "rerank-api"] = "inprocess"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
@@ -134,7 +121,7 @@ class RerankerVariant(_Strict):
         return self
 
 
-class RerankerSpec(_Strict):
+class RerankerSpec(StrictOptions):
     model: str  # folder | pkg:<module> | fixture:minilm-cross-encoder | cached HF id
     kind: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     activation: Literal["sigmoid", "none", "softmax"] = "sigmoid"
@@ -159,7 +146,7 @@ class RerankerSpec(_Strict):
         return [self.reference, *self.candidates]
 
 
-class PipelineGate(_Strict):
+class PipelineGate(StrictOptions):
     """A gate on one stage of a pipeline or on the whole of it.
 
     ``stage: pipeline`` applies to every candidate combination, ``retriever`` to the
@@ -186,7 +173,7 @@ class PipelineGate(_Strict):
         return self
 
 
-class PipelineSpec(_Strict):
+class PipelineSpec(StrictOptions):
     name: str = Field(pattern=_NAME)
     first_stage: FirstStageSpec
     depths: list[int] = Field(default_factory=lambda: [50], min_length=1)

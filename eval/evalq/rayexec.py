@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from evalq.encode_options import ExecutorSpec
 from evalq.errors import InputError
-from evalq.scaleconfig import ExecutorSpec
 
 INSTALL = "pip install 'evalq[ray]'"
 _SUPPORTED_BACKENDS = ("inprocess", "openai", "tei")

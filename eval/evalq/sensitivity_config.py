@@ -9,19 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from evalq.errors import InputError
+from evalq.options import StrictOptions
 
 if TYPE_CHECKING:
     from evalq.config import Recipe
     from evalq.yamlsource import Located
 
 
-class BatchSensitivity(BaseModel):
+class BatchSensitivity(StrictOptions):
     """The recipe block. Presence turns the measurement on."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     batch_tokens: list[int] = Field(default_factory=lambda: [512, 2048, 8192], min_length=1)
     shuffles: int = Field(default=2, ge=0, le=64)

@@ -14,11 +14,9 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from evalq.options import StrictOptions
 
 
 def _ascending(values: list[float] | list[int], what: str) -> None:
@@ -27,7 +25,7 @@ def _ascending(values: list[float] | list[int], what: str) -> None:
                          f"step that breaks the SLO), got {values}")
 
 
-class OpenLoop(_Strict):
+class OpenLoop(StrictOptions):
     """Poisson arrivals at each rate in turn (requests/s): queueing shows, the generator
     never waits for the server."""
 
@@ -42,7 +40,7 @@ class OpenLoop(_Strict):
         return value
 
 
-class ClosedLoop(_Strict):
+class ClosedLoop(StrictOptions):
     """A fixed number of clients, each sending its next request when the last answered."""
 
     concurrency: list[int] = Field(min_length=1)
@@ -59,7 +57,7 @@ class ClosedLoop(_Strict):
 WorkloadKind = Literal["query", "ingest", "rerank"]
 
 
-class Workload(_Strict):
+class Workload(StrictOptions):
     """One traffic shape: what a request carries and how the sweep offers it."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
@@ -108,7 +106,7 @@ class Workload(_Strict):
         return [float(c) for c in self.closed_loop.concurrency]
 
 
-class Launch(_Strict):
+class Launch(StrictOptions):
     """A server evalq starts for an ``openai`` / ``tei`` variant (e.g. Infinity) and stops
     afterwards. ``{model_path}``, ``{port}`` and ``{host}`` in the command are filled from
     the variant (its model folder and its ``http.url``)."""
@@ -119,7 +117,7 @@ class Launch(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class LoadSection(_Strict):
+class LoadSection(StrictOptions):
     """``load:`` — how ``evalq load`` drives the served variants."""
 
     workloads: list[Workload] = Field(min_length=1)
@@ -145,7 +143,7 @@ class LoadSection(_Strict):
         return self
 
 
-class CapacitySection(_Strict):
+class CapacitySection(StrictOptions):
     """``capacity:`` — the demand a deployment must carry, and what a replica costs."""
 
     target_qps: float = Field(gt=0)

@@ -1,8 +1,8 @@
-"""Recipe keys of the scale-out work: a variant's ANN ``index:`` and the run's ``executor:``.
+"""Options that search and first stages declare: a variant's ANN ``index:`` and a
+pipeline's BM25 first stage.
 
-They live here rather than in :mod:`evalq.config` so that module only gains two fields;
-both models are strict like every other recipe block (unknown keys stop the run with the
-file, the line and the allowed keys).
+The recipe composes these models (a part declares its options, the recipe does not define
+them for it), so search code reads its own options and never imports the recipe.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator
+
+from evalq.options import StrictOptions
 
 # FAISS search-time parameters we pass through ParameterSpace ("efSearch=64,nprobe=16").
 # Only names FAISS understands for the index families we document; a typo is caught here.
@@ -19,7 +21,7 @@ SEARCH_PARAMS = ("efSearch", "nprobe", "max_codes", "ht", "k_factor")
 _FACTORY = re.compile(r"^[A-Za-z0-9_,.=+\-x]+$")
 
 
-class IndexSpec(BaseModel):
+class IndexSpec(StrictOptions):
     """``index:`` of a variant: what the deployment's vector index is.
 
     ``factory`` is a FAISS ``index_factory`` string (``Flat``, ``HNSW32``, ``IVF1024,PQ32``,
@@ -29,8 +31,6 @@ class IndexSpec(BaseModel):
     ``deterministic`` builds with one thread: HNSW insertion in parallel depends on thread
     timing, so two runs would otherwise judge two different graphs.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     factory: str = Field(min_length=1)
     train_size: int | None = Field(default=None, ge=1)
@@ -64,31 +64,12 @@ class IndexSpec(BaseModel):
         return self.factory == "Flat"
 
 
-class ExecutorSpec(BaseModel):
-    """``executor:`` of a recipe: where corpus encoding runs.
+class Bm25Options(StrictOptions):
+    """bm25s parameters; all of them go into the manifest."""
 
-    ``local`` (default) encodes in this process. ``ray`` cuts the texts into the embedding
-    cache's chunks and encodes the missing ones with Ray Data ``map_batches`` on an actor
-    pool, ``replicas`` actors each holding one model replica on ``cpus_per_replica`` CPUs
-    and ``gpus_per_replica`` GPUs; ``batch_size`` is cache chunks per actor call.
-    ``address`` is a running cluster (``ray://host:10001`` or ``auto``); unset starts a
-    local one with ``num_cpus`` CPUs. ``max_restarts`` bounds how often Ray restarts a
-    failed actor and retries its work.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    type: Literal["local", "ray"] = "local"
-    address: str | None = None
-    replicas: int = Field(default=1, ge=1)
-    cpus_per_replica: float = Field(default=1, gt=0)
-    gpus_per_replica: float = Field(default=0, ge=0)
-    batch_size: int = Field(default=1, ge=1)
-    num_cpus: int | None = Field(default=None, ge=1)
-    max_restarts: int = Field(default=3, ge=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _short_form(cls, value: Any) -> Any:
-        """``executor: ray`` is short for ``executor: {type: ray}``."""
-        return {"type": value} if isinstance(value, str) else value
+    k1: float = Field(default=1.2, gt=0)
+    b: float = Field(default=0.75, ge=0, le=1)
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
+    stemmer: str | None = "english"  # a PyStemmer (Snowball) language, or null
+    stopwords: str | None = "en"  # bm25s stopword list name, or null
+    lower: bool = True
