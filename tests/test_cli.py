@@ -87,3 +87,10 @@ def test_metrics_command_bad_run_file_is_exit_2(tmp_path: Path,
 def test_datasets_command_lists_pydocs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["datasets"]) == 0
     assert "pydocs" in capsys.readouterr().out
+
+
+def test_a_command_name_registered_twice_is_refused() -> None:
+    from evalq.cli import register_command
+
+    with pytest.raises(ValueError, match="'run' is registered twice"):
+        register_command("run", "a second run", lambda parser: None)(lambda args: 0)

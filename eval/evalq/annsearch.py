@@ -86,8 +86,34 @@ def ann_search(
     queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
     doc_ids, query_ids = tuple(doc_ids), tuple(query_ids)
     n_docs, dim = docs.shape
+    index = _new_index(dim, spec, where)
+    train_rows, (t0, t1, t2) = _train_and_add(index, docs, spec, where)
+    if spec.search:
+        _set_search_parameters(index, spec, where)
+
+    k = min(depth, n_docs)
+    t3 = time.perf_counter()
+    scores, indices = index.search(queries, k) if len(queries) else (
+        np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
+    search_s = time.perf_counter() - t3
+    ranked_idx, ranked_sc, missing = _trec_order(scores, indices, depth, _id_ranks(doc_ids))
+    size = int(faiss.serialize_index(index).nbytes)
+    cost = IndexCost(
+        factory=spec.factory, search_params=spec.search_string(), train_rows=train_rows,
+        train_s=t1 - t0, add_s=t2 - t1, build_s=t2 - t0, bytes=size,
+        bytes_per_vector=size / max(1, n_docs), search_s=search_s,
+        queries_per_s=len(queries) / search_s if search_s > 0 and len(queries) else None,
+        missing_slots=missing,
+    )
+    return AnnResult(Ranking.from_search(query_ids, doc_ids, ranked_idx, ranked_sc), cost)
+
+
+def _new_index(dim: int, spec: IndexSpec, where: str) -> Any:
+    """The empty FAISS index ``spec.factory`` names; a factory FAISS refuses is exit 2."""
+    import faiss
+
     try:
-        index = faiss.index_factory(dim, spec.factory, faiss.METRIC_INNER_PRODUCT)
+        return faiss.index_factory(dim, spec.factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise InputError(
             message=f"FAISS cannot build index '{spec.factory}' for {dim}-wide vectors "
@@ -97,6 +123,15 @@ def ann_search(
                 f"IVF256,PQ{_pq_hint(dim)}, IVF256,SQ8",
         ) from None
 
+
+def _train_and_add(index: Any, docs: np.ndarray, spec: IndexSpec, where: str
+                   ) -> tuple[int, tuple[float, float, float]]:
+    """Train (on a seeded sample) and fill ``index``; the training rows and the clock at
+    the start, after training and after adding. With ``deterministic`` this runs on one
+    OpenMP thread; the caller's thread count is restored either way."""
+    import faiss
+
+    n_docs = len(docs)
     threads = faiss.omp_get_max_threads()
     train_rows = 0
     t0 = time.perf_counter()
@@ -122,33 +157,22 @@ def ann_search(
         t2 = time.perf_counter()
     finally:
         faiss.omp_set_num_threads(threads)
+    return train_rows, (t0, t1, t2)
 
-    if spec.search:
-        try:
-            faiss.ParameterSpace().set_index_parameters(index, spec.search_string())
-        except RuntimeError as exc:
-            raise InputError(
-                message=f"index '{spec.factory}' does not take search parameters "
-                        f"'{spec.search_string()}' ({_first_line(exc)})",
-                field=f"{where}.search",
-                fix="efSearch applies to HNSW indexes, nprobe to IVF ones",
-            ) from None
 
-    k = min(depth, n_docs)
-    t3 = time.perf_counter()
-    scores, indices = index.search(queries, k) if len(queries) else (
-        np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-    search_s = time.perf_counter() - t3
-    ranked_idx, ranked_sc, missing = _trec_order(scores, indices, depth, _id_ranks(doc_ids))
-    size = int(faiss.serialize_index(index).nbytes)
-    cost = IndexCost(
-        factory=spec.factory, search_params=spec.search_string(), train_rows=train_rows,
-        train_s=t1 - t0, add_s=t2 - t1, build_s=t2 - t0, bytes=size,
-        bytes_per_vector=size / max(1, n_docs), search_s=search_s,
-        queries_per_s=len(queries) / search_s if search_s > 0 and len(queries) else None,
-        missing_slots=missing,
-    )
-    return AnnResult(Ranking.from_search(query_ids, doc_ids, ranked_idx, ranked_sc), cost)
+def _set_search_parameters(index: Any, spec: IndexSpec, where: str) -> None:
+    """Apply ``spec.search`` (efSearch, nprobe); one the index does not take is exit 2."""
+    import faiss
+
+    try:
+        faiss.ParameterSpace().set_index_parameters(index, spec.search_string())
+    except RuntimeError as exc:
+        raise InputError(
+            message=f"index '{spec.factory}' does not take search parameters "
+                    f"'{spec.search_string()}' ({_first_line(exc)})",
+            field=f"{where}.search",
+            fix="efSearch applies to HNSW indexes, nprobe to IVF ones",
+        ) from None
 
 
 def recall_at(ann: Ranking, exact: Ranking, k: int) -> np.ndarray:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -36,105 +37,43 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_Handler = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class _Command:
+    """One subcommand: its help line, the function that adds its flags, its handler."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    handler: _Handler
+
+
+# name -> command, in the order ``evalq --help`` lists them. A table instead of an
+# if/elif chain so that a command's flags and its handler sit side by side.
+_COMMANDS: dict[str, _Command] = {}
+
+
+def register_command(name: str, help: str,
+                     add_arguments: Callable[[argparse.ArgumentParser], None]
+                     ) -> Callable[[_Handler], _Handler]:
+    """Decorator: register a handler under ``name``; a second command of that name is a bug."""
+    def register(handler: _Handler) -> _Handler:
+        if name in _COMMANDS:
+            raise ValueError(f"evalq command {name!r} is registered twice")
+        _COMMANDS[name] = _Command(help=help, add_arguments=add_arguments, handler=handler)
+        return handler
+    return register
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="evalq", description="Is a quantized embedding model safe to deploy?")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-
-    run = sub.add_parser("run", help="run a recipe end to end: encode, search, score, gate")
-    run.add_argument("recipe", type=Path)
-    run.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
-    run.add_argument("--max-queries", type=_positive_int, help="evaluate the first N queries only")
-    run.add_argument("--max-docs", type=_positive_int,
-                     help="cap the corpus (judged documents kept first)")
-    run.add_argument("--only", action="append", metavar="VARIANT",
-                     help="run these variants only (the reference always runs); repeatable")
-    run.add_argument("--no-cache", action="store_true", help="recompute every embedding")
-    run.add_argument("--executor", choices=["local", "ray"],
-                     help="where encoding runs (overrides the recipe's executor)")
-    run.add_argument("--address", help="Ray cluster address for --executor ray (e.g. auto)")
-    run.add_argument("--demo", action="store_true",
-                     help="exit 0 when the run completed even if gates failed (make demo)")
-    run.add_argument("--wide", action="store_true",
-                     help="print the full metric table instead of one compact row per variant")
-
-    val = sub.add_parser("validate", help="check a recipe without running it")
-    val.add_argument("recipe", type=Path, nargs="+")
-    val.add_argument("--here", action="store_true",
-                     help="also refuse what this machine cannot run (device, capability)")
-
-    pln = sub.add_parser("plan", help="print what a run would load, encode, cache and gate")
-    pln.add_argument("recipe", type=Path)
-    pln.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
-    pln.add_argument("--only", action="append", metavar="VARIANT")
-
-    met = sub.add_parser("metrics", help="score a TREC run against qrels (like trec_eval)")
-    met.add_argument("qrels", type=Path, help="TREC qrels or BEIR qrels .tsv")
-    met.add_argument("run", type=Path, help="TREC run file")
-    met.add_argument("-m", "--measure", action="append", dest="measures", metavar="MEASURE")
-    met.add_argument("--per-query", action="store_true")
-    met.add_argument("--json", action="store_true")
-
-    gate = sub.add_parser("gate", help="re-decide the gates of a stored results folder")
-    gate.add_argument("results", type=Path)
-    gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
-    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t",
-                                           "t-and-bootstrap-t"),
-                      help="re-decide with this interval method instead of the stored one")
-    gate.add_argument("--markdown", type=Path, help="also write a markdown job summary")
-
-    cal = sub.add_parser("calibrate", help="simulate the gates' error rates on a results "
-                         "folder's per-query differences and a synthetic panel")
-    cal.add_argument("results", type=Path, nargs="?", help="results folder (optional)")
-    cal.add_argument("--trials", type=int, default=2000)
-    cal.add_argument("--json", type=Path, help="also write the table as JSON")
-
-    rep = sub.add_parser("report", help="HTML report of a results folder (several: history)")
-    rep.add_argument("results", type=Path, nargs="+")
-    rep.add_argument("-o", "--output", type=Path,
-                     help="HTML file (default RESULTS/report.html, or history.html for several)")
-
-    cmp_ = sub.add_parser("compare", help="paired differences between two runs of a recipe")
-    cmp_.add_argument("run_a", type=Path)
-    cmp_.add_argument("run_b", type=Path)
-    cmp_.add_argument("--markdown", action="store_true", help="print a pull-request comment")
-
-    sub.add_parser("datasets", help="list the dataset manifests")
-
-    ini = sub.add_parser("init", help="write a first recipe for your model and data "
-                         "(asks for what the flags leave open)")
-    ini.add_argument("-o", "--output", type=Path, help="recipe file (default <name>.yaml)")
-    ini.add_argument("--name", help="recipe name (results go to results/<name>)")
-    ini.add_argument("--model", help="model folder, pkg:<module> or Hugging Face id")
-    data = ini.add_mutually_exclusive_group()
-    data.add_argument("--beir", metavar="DIR", help="BEIR folder (corpus, queries, qrels/)")
-    data.add_argument("--trec", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"))
-    data.add_argument("--hf", metavar="DATASET", help="BEIR-layout Hugging Face dataset id")
-    data.add_argument("--dataset", metavar="NAME", help="a dataset manifest name (pydocs)")
-    ini.add_argument("--split", default="test")
-    ini.add_argument("--backend", default="inprocess",
-                     choices=["inprocess", "vllm", "openai", "tei"])
-    ini.add_argument("--quantize", help="comma-separated quantizations to try")
-    ini.add_argument("--url", help="server URL for --backend openai/tei")
-    ini.add_argument("--route", help="embeddings route on that server (e.g. /embeddings)")
-    ini.add_argument("--served-model", help="model name the server expects")
-    ini.add_argument("--margin", default="1%", help="allowed nDCG@10 drop (1%% or 0.01)")
-    ini.add_argument("--max-queries", type=int, help="slice for a quick first run")
-    ini.add_argument("--max-docs", type=int, help="cap the corpus for a quick first run")
-    ini.add_argument("--ask", action="store_true", help="prompt even without a terminal")
-    ini.add_argument("--force", action="store_true", help="overwrite an existing file")
-
-    par = sub.add_parser("parity", help="compare every variant's backend against the reference")
-    par.add_argument("recipe", type=Path)
-    par.add_argument("--texts", type=_positive_int, default=32)
-
-    load = sub.add_parser("load", help="load-test the served variants and plan capacity")
-    load.add_argument("recipe", type=Path)
-    load.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
-    load.add_argument("--only", action="append", metavar="VARIANT",
-                      help="drive these variants only; repeatable")
-    load.add_argument("--plan-only", action="store_true",
-                      help="re-plan capacity from the stored load results (no traffic)")
+    for name, command in _COMMANDS.items():
+        cmd = sub.add_parser(name, help=command.help)
+        command.add_arguments(cmd)
+        cmd.set_defaults(handler=command.handler)
     return p
 
 
@@ -204,89 +143,234 @@ def _bug(exc: BaseException, failure) -> int:  # type: ignore[no-untyped-def]
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "run":
-        from evalq.api import run  # the Python API's run: one code path for both
+    handler: _Handler = args.handler
+    return handler(args)
 
-        outcome = run(
-            args.recipe, output=args.output, max_queries=args.max_queries,
-            max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
-            wide=args.wide, executor=args.executor, address=args.address,
-        )
-        if outcome.passed:
-            return EXIT_OK
-        return EXIT_OK if args.demo else EXIT_GATE_FAILED
-    if args.command == "validate":
-        from evalq.plan import validate_files
 
-        return EXIT_OK if validate_files(args.recipe, here=args.here) else EXIT_BAD_INPUT
-    if args.command == "plan":
-        from evalq.plan import print_plan
+def _add_run(run: argparse.ArgumentParser) -> None:
+    run.add_argument("recipe", type=Path)
+    run.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
+    run.add_argument("--max-queries", type=_positive_int, help="evaluate the first N queries only")
+    run.add_argument("--max-docs", type=_positive_int,
+                     help="cap the corpus (judged documents kept first)")
+    run.add_argument("--only", action="append", metavar="VARIANT",
+                     help="run these variants only (the reference always runs); repeatable")
+    run.add_argument("--no-cache", action="store_true", help="recompute every embedding")
+    run.add_argument("--executor", choices=["local", "ray"],
+                     help="where encoding runs (overrides the recipe's executor)")
+    run.add_argument("--address", help="Ray cluster address for --executor ray (e.g. auto)")
+    run.add_argument("--demo", action="store_true",
+                     help="exit 0 when the run completed even if gates failed (make demo)")
+    run.add_argument("--wide", action="store_true",
+                     help="print the full metric table instead of one compact row per variant")
 
-        print_plan(args.recipe, output=args.output, only=args.only)
+
+@register_command("run", "run a recipe end to end: encode, search, score, gate", _add_run)
+def _run(args: argparse.Namespace) -> int:
+    from evalq.api import run  # the Python API's run: one code path for both
+
+    outcome = run(
+        args.recipe, output=args.output, max_queries=args.max_queries,
+        max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
+        wide=args.wide, executor=args.executor, address=args.address,
+    )
+    if outcome.passed:
         return EXIT_OK
-    if args.command == "metrics":
-        from evalq.metrics.cli_report import metrics_report
+    return EXIT_OK if args.demo else EXIT_GATE_FAILED
 
-        print(metrics_report(args.qrels, args.run, args.measures, per_query=args.per_query,
-                             as_json=args.json), end="")
-        return EXIT_OK
-    if args.command == "gate":
-        from evalq.regate import regate
 
-        passed = regate(args.results, junit=args.junit, markdown=args.markdown,
-                        method=args.method)
-        return EXIT_OK if passed else EXIT_GATE_FAILED
-    if args.command == "calibrate":
-        from evalq.calibrate_command import calibrate_command
+def _add_validate(val: argparse.ArgumentParser) -> None:
+    val.add_argument("recipe", type=Path, nargs="+")
+    val.add_argument("--here", action="store_true",
+                     help="also refuse what this machine cannot run (device, capability)")
 
-        return calibrate_command(args.results, trials=args.trials, json_path=args.json)
-    if args.command == "report":
-        from evalq.report.page import write_report
 
-        default = args.results[0] / "report.html" if len(args.results) == 1 else \
-            Path("history.html")
-        print(f"report written to {write_report(args.results, args.output or default)}")
-        return EXIT_OK
-    if args.command == "compare":
-        from evalq.report.compare import compare_command
+@register_command("validate", "check a recipe without running it", _add_validate)
+def _validate(args: argparse.Namespace) -> int:
+    from evalq.plan import validate_files
 
-        return compare_command(args.run_a, args.run_b, markdown=args.markdown)
-    if args.command == "datasets":
-        from evalq.datasets.manifest import list_datasets
+    return EXIT_OK if validate_files(args.recipe, here=args.here) else EXIT_BAD_INPUT
 
-        rows = list_datasets()
-        for row in rows:
-            print(f"{row.name:16s} {row.source:7s} {row.location:40s} {row.split:6s} "
-                  f"{row.description}")
-            # Where the name resolves from (evalq.locations: ./datasets first, built-ins last).
-            shadows = f"; shadows {row.shadows}" if row.shadows else ""
-            print(f"{'':16s} from {row.origin}: {row.file}{shadows}")
-        if not rows:
-            print("no dataset manifests found (looked in ./datasets)")
-        return EXIT_OK
-    if args.command == "init":
-        from evalq.scaffold import InitAnswers, init_command, parse_trec
 
-        answers = InitAnswers(
-            model=args.model, name=args.name, beir=args.beir, split=args.split,
-            trec=parse_trec(args.trec), hf=args.hf, dataset=args.dataset,
-            backend=args.backend, url=args.url, route=args.route,
-            served_model=args.served_model, margin=args.margin, max_queries=args.max_queries,
-            max_docs=args.max_docs,
-            quantizations=[q for q in (args.quantize or "").split(",") if q],
-        )
-        init_command(answers, args.output, force=args.force, ask=args.ask)
-        return EXIT_OK
-    if args.command == "parity":
-        from evalq.runner import parity_only
+def _add_plan(pln: argparse.ArgumentParser) -> None:
+    pln.add_argument("recipe", type=Path)
+    pln.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
+    pln.add_argument("--only", action="append", metavar="VARIANT")
 
-        return EXIT_OK if parity_only(args.recipe, texts=args.texts) else EXIT_GATE_FAILED
-    if args.command == "load":
-        from evalq.load.command import run_load_cli
 
-        return run_load_cli(args.recipe, output=args.output, only=args.only,
-                            plan_only=args.plan_only)
-    raise AssertionError(f"unhandled command {args.command}")
+@register_command("plan", "print what a run would load, encode, cache and gate", _add_plan)
+def _plan(args: argparse.Namespace) -> int:
+    from evalq.plan import print_plan
+
+    print_plan(args.recipe, output=args.output, only=args.only)
+    return EXIT_OK
+
+
+def _add_metrics(met: argparse.ArgumentParser) -> None:
+    met.add_argument("qrels", type=Path, help="TREC qrels or BEIR qrels .tsv")
+    met.add_argument("run", type=Path, help="TREC run file")
+    met.add_argument("-m", "--measure", action="append", dest="measures", metavar="MEASURE")
+    met.add_argument("--per-query", action="store_true")
+    met.add_argument("--json", action="store_true")
+
+
+@register_command("metrics", "score a TREC run against qrels (like trec_eval)", _add_metrics)
+def _metrics(args: argparse.Namespace) -> int:
+    from evalq.metrics.cli_report import metrics_report
+
+    print(metrics_report(args.qrels, args.run, args.measures, per_query=args.per_query,
+                         as_json=args.json), end="")
+    return EXIT_OK
+
+
+def _add_gate(gate: argparse.ArgumentParser) -> None:
+    gate.add_argument("results", type=Path)
+    gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
+    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t",
+                                           "t-and-bootstrap-t"),
+                      help="re-decide with this interval method instead of the stored one")
+    gate.add_argument("--markdown", type=Path, help="also write a markdown job summary")
+
+
+@register_command("gate", "re-decide the gates of a stored results folder", _add_gate)
+def _gate(args: argparse.Namespace) -> int:
+    from evalq.regate import regate
+
+    passed = regate(args.results, junit=args.junit, markdown=args.markdown,
+                    method=args.method)
+    return EXIT_OK if passed else EXIT_GATE_FAILED
+
+
+def _add_calibrate(cal: argparse.ArgumentParser) -> None:
+    cal.add_argument("results", type=Path, nargs="?", help="results folder (optional)")
+    cal.add_argument("--trials", type=int, default=2000)
+    cal.add_argument("--json", type=Path, help="also write the table as JSON")
+
+
+@register_command("calibrate", "simulate the gates' error rates on a results "
+                  "folder's per-query differences and a synthetic panel", _add_calibrate)
+def _calibrate(args: argparse.Namespace) -> int:
+    from evalq.calibrate_command import calibrate_command
+
+    return calibrate_command(args.results, trials=args.trials, json_path=args.json)
+
+
+def _add_report(rep: argparse.ArgumentParser) -> None:
+    rep.add_argument("results", type=Path, nargs="+")
+    rep.add_argument("-o", "--output", type=Path,
+                     help="HTML file (default RESULTS/report.html, or history.html for several)")
+
+
+@register_command("report", "HTML report of a results folder (several: history)", _add_report)
+def _report(args: argparse.Namespace) -> int:
+    from evalq.report.page import write_report
+
+    default = args.results[0] / "report.html" if len(args.results) == 1 else \
+        Path("history.html")
+    print(f"report written to {write_report(args.results, args.output or default)}")
+    return EXIT_OK
+
+
+def _add_compare(cmp_: argparse.ArgumentParser) -> None:
+    cmp_.add_argument("run_a", type=Path)
+    cmp_.add_argument("run_b", type=Path)
+    cmp_.add_argument("--markdown", action="store_true", help="print a pull-request comment")
+
+
+@register_command("compare", "paired differences between two runs of a recipe", _add_compare)
+def _compare(args: argparse.Namespace) -> int:
+    from evalq.report.compare import compare_command
+
+    return compare_command(args.run_a, args.run_b, markdown=args.markdown)
+
+
+def _add_nothing(_: argparse.ArgumentParser) -> None:
+    """A command without flags."""
+
+
+@register_command("datasets", "list the dataset manifests", _add_nothing)
+def _datasets(args: argparse.Namespace) -> int:
+    from evalq.datasets.manifest import list_datasets
+
+    rows = list_datasets()
+    for row in rows:
+        print(f"{row.name:16s} {row.source:7s} {row.location:40s} {row.split:6s} "
+              f"{row.description}")
+        # Where the name resolves from (evalq.locations: ./datasets first, built-ins last).
+        shadows = f"; shadows {row.shadows}" if row.shadows else ""
+        print(f"{'':16s} from {row.origin}: {row.file}{shadows}")
+    if not rows:
+        print("no dataset manifests found (looked in ./datasets)")
+    return EXIT_OK
+
+
+def _add_init(ini: argparse.ArgumentParser) -> None:
+    ini.add_argument("-o", "--output", type=Path, help="recipe file (default <name>.yaml)")
+    ini.add_argument("--name", help="recipe name (results go to results/<name>)")
+    ini.add_argument("--model", help="model folder, pkg:<module> or Hugging Face id")
+    data = ini.add_mutually_exclusive_group()
+    data.add_argument("--beir", metavar="DIR", help="BEIR folder (corpus, queries, qrels/)")
+    data.add_argument("--trec", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"))
+    data.add_argument("--hf", metavar="DATASET", help="BEIR-layout Hugging Face dataset id")
+    data.add_argument("--dataset", metavar="NAME", help="a dataset manifest name (pydocs)")
+    ini.add_argument("--split", default="test")
+    ini.add_argument("--backend", default="inprocess",
+                     choices=["inprocess", "vllm", "openai", "tei"])
+    ini.add_argument("--quantize", help="comma-separated quantizations to try")
+    ini.add_argument("--url", help="server URL for --backend openai/tei")
+    ini.add_argument("--route", help="embeddings route on that server (e.g. /embeddings)")
+    ini.add_argument("--served-model", help="model name the server expects")
+    ini.add_argument("--margin", default="1%", help="allowed nDCG@10 drop (1%% or 0.01)")
+    ini.add_argument("--max-queries", type=int, help="slice for a quick first run")
+    ini.add_argument("--max-docs", type=int, help="cap the corpus for a quick first run")
+    ini.add_argument("--ask", action="store_true", help="prompt even without a terminal")
+    ini.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
+@register_command("init", "write a first recipe for your model and data "
+                  "(asks for what the flags leave open)", _add_init)
+def _init(args: argparse.Namespace) -> int:
+    from evalq.scaffold import InitAnswers, init_command, parse_trec
+
+    answers = InitAnswers(
+        model=args.model, name=args.name, beir=args.beir, split=args.split,
+        trec=parse_trec(args.trec), hf=args.hf, dataset=args.dataset,
+        backend=args.backend, url=args.url, route=args.route,
+        served_model=args.served_model, margin=args.margin, max_queries=args.max_queries,
+        max_docs=args.max_docs,
+        quantizations=[q for q in (args.quantize or "").split(",") if q],
+    )
+    init_command(answers, args.output, force=args.force, ask=args.ask)
+    return EXIT_OK
+
+
+def _add_parity(par: argparse.ArgumentParser) -> None:
+    par.add_argument("recipe", type=Path)
+    par.add_argument("--texts", type=_positive_int, default=32)
+
+
+@register_command("parity", "compare every variant's backend against the reference", _add_parity)
+def _parity(args: argparse.Namespace) -> int:
+    from evalq.runner import parity_only
+
+    return EXIT_OK if parity_only(args.recipe, texts=args.texts) else EXIT_GATE_FAILED
+
+
+def _add_load(load: argparse.ArgumentParser) -> None:
+    load.add_argument("recipe", type=Path)
+    load.add_argument("-o", "--output", type=Path, help="results folder (default results/<name>)")
+    load.add_argument("--only", action="append", metavar="VARIANT",
+                      help="drive these variants only; repeatable")
+    load.add_argument("--plan-only", action="store_true",
+                      help="re-plan capacity from the stored load results (no traffic)")
+
+
+@register_command("load", "load-test the served variants and plan capacity", _add_load)
+def _load(args: argparse.Namespace) -> int:
+    from evalq.load.command import run_load_cli
+
+    return run_load_cli(args.recipe, output=args.output, only=args.only,
+                        plan_only=args.plan_only)
 
 
 if __name__ == "__main__":

@@ -177,27 +177,11 @@ def encode_texts(
     each chunk in a seeded random order instead (random neighbours; batch-sensitivity
     runs), packed to the same padded budget.
     """
-    if role not in ("query", "document"):
-        raise ValueError(f"role must be 'query' or 'document', got {role!r}")
-    if chunk_size < 1:
-        raise ValueError("chunk_size must be at least 1")
-    if batch_tokens < 1 or max_batch < 1:
-        raise ValueError("batch_tokens and max_batch must be at least 1")
-
+    _check_arguments(role, chunk_size, batch_tokens, max_batch)
     settings = encoder.settings
     prefix = settings.query_prefix if role == "query" else settings.document_prefix
     prefixed = [prefix + text for text in texts]
-    position: dict[str, int] = {}
-    inverse = np.fromiter(
-        (position.setdefault(t, len(position)) for t in prefixed), dtype=np.int64,
-        count=len(prefixed),
-    )
-    unique = list(position)
-    lengths = [int(x) for x in encoder.token_lengths(unique)] if unique else []
-    if len(lengths) != len(unique):
-        raise RuntimeError(
-            f"encoder.token_lengths returned {len(lengths)} lengths for {len(unique)} texts"
-        )
+    unique, inverse, lengths = _unique_with_lengths(encoder, prefixed)
     order = length_order(unique, lengths)
     chunks = [order[s : s + chunk_size] for s in range(0, len(order), chunk_size)]
     encoder_fp, settings_fp = encoder.fingerprint(), settings.fingerprint()
@@ -219,12 +203,7 @@ def encode_texts(
                 counters.n_cached += len(chunk)
                 advance(len(chunk))
             else:
-                # Self-batching engines get the chunk in a fixed mixed order (a hash of
-                # each text); the vectors are put back in the chunk's order.
-                send = np.arange(len(chunk)) if length_sorted else _mixed_order(chunk_texts)
-                if shuffle_seed is not None:
-                    send = np.random.default_rng([shuffle_seed, number]).permutation(
-                        len(chunk))
+                send = _send_order(chunk_texts, number, length_sorted, shuffle_seed)
                 sent = _compute_chunk(
                     encoder, [chunk_texts[i] for i in send], [lengths[chunk[i]] for i in send],
                     batch_tokens, max_batch, dim, counters, advance,
@@ -239,13 +218,60 @@ def encode_texts(
             dim = int(vectors.shape[1])
             results.append(vectors)
 
-    if results:
-        by_unique = np.empty((len(unique), dim or 0), dtype=np.float32)
-        by_unique[np.asarray(order, dtype=np.int64)] = np.concatenate(results, axis=0)
-        out = by_unique[inverse]
-    else:
-        out = np.zeros((0, 0), dtype=np.float32)
+    out = _reassemble(results, order, len(unique), dim, inverse)
     return Encoded(vectors=out, stats=counters.stats(len(texts), lengths, inverse))
+
+
+def _check_arguments(role: str, chunk_size: int, batch_tokens: int, max_batch: int) -> None:
+    """A bad call (a bug in the caller, not bad user input) is a ValueError."""
+    if role not in ("query", "document"):
+        raise ValueError(f"role must be 'query' or 'document', got {role!r}")
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1")
+    if batch_tokens < 1 or max_batch < 1:
+        raise ValueError("batch_tokens and max_batch must be at least 1")
+
+
+def _unique_with_lengths(encoder: Encoder, prefixed: Sequence[str]
+                         ) -> tuple[list[str], np.ndarray, list[int]]:
+    """The distinct texts (first-appearance order), each text's index into them, and
+    the distinct texts' token lengths: a repeated text is embedded once."""
+    position: dict[str, int] = {}
+    inverse = np.fromiter(
+        (position.setdefault(t, len(position)) for t in prefixed), dtype=np.int64,
+        count=len(prefixed),
+    )
+    unique = list(position)
+    lengths = [int(x) for x in encoder.token_lengths(unique)] if unique else []
+    if len(lengths) != len(unique):
+        raise RuntimeError(
+            f"encoder.token_lengths returned {len(lengths)} lengths for {len(unique)} texts"
+        )
+    return unique, inverse, lengths
+
+
+def _send_order(chunk_texts: list[str], number: int, length_sorted: bool,
+                shuffle_seed: int | None) -> np.ndarray:
+    """The order a chunk's texts are sent in (indices into the chunk).
+
+    Self-batching engines get the chunk in a fixed mixed order (a hash of each text); a
+    shuffle seed gives a seeded random order per chunk. The caller puts the vectors back
+    in the chunk's order.
+    """
+    send = np.arange(len(chunk_texts)) if length_sorted else _mixed_order(chunk_texts)
+    if shuffle_seed is not None:
+        send = np.random.default_rng([shuffle_seed, number]).permutation(len(chunk_texts))
+    return send
+
+
+def _reassemble(results: list[np.ndarray], order: Sequence[int], n_unique: int,
+                dim: int | None, inverse: np.ndarray) -> np.ndarray:
+    """The per-chunk vectors (in length order) back in the caller's text order."""
+    if not results:
+        return np.zeros((0, 0), dtype=np.float32)
+    by_unique = np.empty((n_unique, dim or 0), dtype=np.float32)
+    by_unique[np.asarray(order, dtype=np.int64)] = np.concatenate(results, axis=0)
+    return by_unique[inverse]
 
 
 @dataclass

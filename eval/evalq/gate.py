@@ -392,6 +392,43 @@ def _decide_drop_strata(
     n = int(cand_all.size)
     if n == 0 or any(c.size == 0 for c in cands):
         return GateCheck(label, False, "inconclusive", "no queries to compare", {"n": n})
+    ev = _drop_evidence(spec, cands, refs, resamples, seed)
+    figures = _drop_figures(spec, ev, resamples, seed)
+    if len(cands) > 1:
+        figures["over"] = "pooled"
+        figures["datasets"] = len(cands)
+    return _drop_check(spec, label, ev, figures)
+
+
+@dataclass(frozen=True)
+class _DropEvidence:
+    """What one allowed-drop gate measured; the figures and the verdict are read off it."""
+
+    n: int
+    reference_mean: float
+    candidate_mean: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    sd: float
+    margin: float
+    nonzero: int
+    constant: bool
+    sparse_low: float
+    mde: float
+    needed: int | None
+    certify: int | None
+    p_value: float | None
+
+
+def _drop_evidence(
+    spec: GateSpec, cands: Sequence[np.ndarray], refs: Sequence[np.ndarray],
+    resamples: int, seed: int,
+) -> _DropEvidence:
+    """The paired difference, its interval, the sparse-data bound and the query counts."""
+    assert spec.max_drop is not None
+    cand_all, ref_all = np.concatenate(cands), np.concatenate(refs)
+    n = int(cand_all.size)
     diffs = [c - r for c, r in zip(cands, refs)]
     delta, ci_low, ci_high, sd = _drop_interval(spec, diffs, cands, refs, resamples, seed)
     reference_mean = float(np.mean([r.mean() for r in refs]))
@@ -414,39 +451,53 @@ def _decide_drop_strata(
         certify = needed = intervals.queries_to_certify_identical(margin, alpha)
     p_value = stats.randomization_test(cand_all, ref_all, resamples, seed) \
         if len(cands) == 1 else None
-    figures: dict[str, Figure] = {
-        "n": n,
-        "reference_mean": reference_mean,
-        "candidate_mean": candidate_mean,
-        "delta": delta,
-        "ci_low": ci_low,
-        "ci_high": ci_high,
+    return _DropEvidence(
+        n=n, reference_mean=reference_mean, candidate_mean=candidate_mean, delta=delta,
+        ci_low=ci_low, ci_high=ci_high, sd=sd, margin=margin, nonzero=nonzero,
+        constant=constant, sparse_low=sparse_low, mde=mde, needed=needed, certify=certify,
+        p_value=p_value,
+    )
+
+
+def _drop_figures(spec: GateSpec, ev: _DropEvidence, resamples: int, seed: int
+                  ) -> dict[str, Figure]:
+    """The stored figures of an allowed-drop check (results contract: keys and order)."""
+    return {
+        "n": ev.n,
+        "reference_mean": ev.reference_mean,
+        "candidate_mean": ev.candidate_mean,
+        "delta": ev.delta,
+        "ci_low": ev.ci_low,
+        "ci_high": ev.ci_high,
         "confidence": spec.confidence,
         "method": spec.method,
-        "margin": margin,
+        "margin": ev.margin,
         "max_drop": spec.max_drop,
         "relative": spec.relative,
-        "p_value": p_value,
-        "sd_diff": sd,
-        "nonzero": nonzero,
+        "p_value": ev.p_value,
+        "sd_diff": ev.sd,
+        "nonzero": ev.nonzero,
         "min_nonzero": spec.min_nonzero,
-        "sparse_low": sparse_low if nonzero < spec.min_nonzero else None,
-        "mde": mde,
+        "sparse_low": ev.sparse_low if ev.nonzero < spec.min_nonzero else None,
+        "mde": ev.mde,
         "power": POWER,
-        "queries_needed": needed,
-        "queries_to_certify": certify,
+        "queries_needed": ev.needed,
+        "queries_to_certify": ev.certify,
         "resamples": resamples,
         "seed": seed,
     }
-    if len(cands) > 1:
-        figures["over"] = "pooled"
-        figures["datasets"] = len(cands)
+
+
+def _drop_check(spec: GateSpec, label: str, ev: _DropEvidence,
+                figures: dict[str, Figure]) -> GateCheck:
+    """The allowed-drop verdict (``drop_outcome``'s rule) and the sentence that explains it."""
+    n, delta, margin, nonzero, sparse_low = ev.n, ev.delta, ev.margin, ev.nonzero, ev.sparse_low
     passed, failed = drop_outcome(
-        np.array([delta]), np.array([ci_low]), np.array([n]), np.array([nonzero]),
-        np.array([constant]), margin, spec.min_nonzero, np.array([sparse_low]))
+        np.array([delta]), np.array([ev.ci_low]), np.array([n]), np.array([nonzero]),
+        np.array([ev.constant]), margin, spec.min_nonzero, np.array([sparse_low]))
     pct = f"{spec.confidence * 100:g}%"
     where = (
-        f"Δ={_fmt(delta)} ({pct} {spec.method} CI [{_fmt(ci_low)}, {_fmt(ci_high)}], "
+        f"Δ={_fmt(delta)} ({pct} {spec.method} CI [{_fmt(ev.ci_low)}, {_fmt(ev.ci_high)}], "
         f"n={n}) vs margin −{_fmt(margin)}"
     )
     sparse = nonzero < spec.min_nonzero
@@ -457,7 +508,7 @@ def _decide_drop_strata(
     )
     if passed[0]:
         head = (f"non-inferior: {sparse_text} <= {_fmt(margin)}; " if sparse else
-                f"non-inferior: lower bound {_fmt(ci_low)} >= −{_fmt(margin)}; ")
+                f"non-inferior: lower bound {_fmt(ev.ci_low)} >= −{_fmt(margin)}; ")
         return GateCheck(label, True, "pass", head + where, figures)
     if failed[0]:
         return GateCheck(
@@ -475,7 +526,7 @@ def _decide_drop_strata(
         head = "the interval reaches past the margin"
     return GateCheck(
         label, False, "inconclusive",
-        _inconclusive_text(head, where, n, mde, needed, certify), figures,
+        _inconclusive_text(head, where, n, ev.mde, ev.needed, ev.certify), figures,
     )
 
 
@@ -533,25 +584,7 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
     if n == 0:
         return GateCheck(spec.label, False, "inconclusive", "no values to check", {"n": 0})
     if spec.stat != "mean":
-        value = float(np.percentile(cand, 1.0)) if spec.stat == "p1" else float(cand.min())
-        figures: dict[str, Figure] = {"n": n, "value": value, "min": floor, "stat": spec.stat}
-        if value >= floor:
-            return GateCheck(
-                spec.label,
-                True,
-                "pass",
-                f"{spec.stat}={_fmt(value)} >= {_fmt(floor)} over {n} values",
-                figures,
-            )
-        below = int(np.count_nonzero(cand < floor))
-        figures["below_floor"] = below
-        return GateCheck(
-            spec.label,
-            False,
-            "fail",
-            f"{spec.stat}={_fmt(value)} < {_fmt(floor)} over {n} values ({below} below the floor)",
-            figures,
-        )
+        return _decide_floor_stat(spec, cand, floor)
     # Floors keep the percentile bootstrap: the calibration covers allowed-drop gates, and
     # a studentized interval opens to -inf on values that are almost all 1.0 (overlap@10
     # of a near-lossless candidate), where resamples have no spread.
@@ -562,7 +595,7 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
     if needed is not None:
         needed = max(needed, MIN_QUERIES)
     constant = bool(np.all(cand == cand[0]))
-    figures = {
+    figures: dict[str, Figure] = {
         "n": n,
         "mean": ci.mean,
         "ci_low": ci.ci_low,
@@ -604,6 +637,31 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
             f"too few queries to trust an interval (n={n} < {MIN_QUERIES})" if n < MIN_QUERIES
             else f"the interval reaches past the floor {_fmt(floor)}",
             where, n, mde, needed, None),
+        figures,
+    )
+
+
+def _decide_floor_stat(spec: GateSpec, cand: np.ndarray, floor: float) -> GateCheck:
+    """A floor on the 1st percentile or the minimum: decided by the value itself (a
+    statistic of the observed values, no interval)."""
+    n = int(cand.size)
+    value = float(np.percentile(cand, 1.0)) if spec.stat == "p1" else float(cand.min())
+    figures: dict[str, Figure] = {"n": n, "value": value, "min": floor, "stat": spec.stat}
+    if value >= floor:
+        return GateCheck(
+            spec.label,
+            True,
+            "pass",
+            f"{spec.stat}={_fmt(value)} >= {_fmt(floor)} over {n} values",
+            figures,
+        )
+    below = int(np.count_nonzero(cand < floor))
+    figures["below_floor"] = below
+    return GateCheck(
+        spec.label,
+        False,
+        "fail",
+        f"{spec.stat}={_fmt(value)} < {_fmt(floor)} over {n} values ({below} below the floor)",
         figures,
     )
 

@@ -104,6 +104,45 @@ def detect_qrels_format(path: str | Path) -> QrelsFormat:
     return "trec"
 
 
+def _qrels_fields(text: str, fmt: QrelsFormat, path: Path, number: int
+                  ) -> tuple[str, str, str, tuple[str, ...]]:
+    """One judgment line's query id, document id and level text, plus its field names.
+
+    The names are the format's own (``query-id`` ... for BEIR, ``qid`` ... for TREC) so
+    that a bad-input message names the column the user wrote.
+    """
+    if fmt == "beir":
+        fields = _split_beir(text)
+        if len(fields) != 3:
+            raise InputError(
+                f"expected 3 tab-separated fields (query-id, corpus-id, score), "
+                f"found {len(fields)}",
+                file=path,
+                line=number,
+                fix="write one judgment per line as `query-id<TAB>corpus-id<TAB>score`",
+            )
+        qid, docid, rel_text = (f.strip() for f in fields)
+        return qid, docid, rel_text, ("query-id", "corpus-id", "score")
+    fields = text.split()
+    if len(fields) != 4:
+        hint = (
+            "; a 3-column file looks like BEIR qrels, which need the header line "
+            "`query-id\tcorpus-id\tscore`"
+            if len(fields) == 3
+            else ""
+        )
+        raise InputError(
+            f"expected 4 whitespace-separated fields (qid iter docid rel), "
+            f"found {len(fields)}{hint}",
+            file=path,
+            line=number,
+            fix="write TREC qrels as `qid 0 docid rel`, or BEIR qrels with the header "
+            "`query-id corpus-id score`",
+        )
+    qid, _iteration, docid, rel_text = fields
+    return qid, docid, rel_text, ("qid", "iter", "docid", "rel")
+
+
 def read_qrels(path: str | Path) -> Qrels:
     """Read TREC (``qid 0 docid rel``) or BEIR-tsv (``query-id corpus-id score``) qrels.
 
@@ -125,37 +164,7 @@ def read_qrels(path: str | Path) -> Qrels:
                 fmt = "beir"
                 continue
             fmt = "trec"
-        if fmt == "beir":
-            fields = _split_beir(text)
-            if len(fields) != 3:
-                raise InputError(
-                    f"expected 3 tab-separated fields (query-id, corpus-id, score), "
-                    f"found {len(fields)}",
-                    file=path,
-                    line=number,
-                    fix="write one judgment per line as `query-id<TAB>corpus-id<TAB>score`",
-                )
-            qid, docid, rel_text = (f.strip() for f in fields)
-            names = ("query-id", "corpus-id", "score")
-        else:
-            fields = text.split()
-            if len(fields) != 4:
-                hint = (
-                    "; a 3-column file looks like BEIR qrels, which need the header line "
-                    "`query-id\tcorpus-id\tscore`"
-                    if len(fields) == 3
-                    else ""
-                )
-                raise InputError(
-                    f"expected 4 whitespace-separated fields (qid iter docid rel), "
-                    f"found {len(fields)}{hint}",
-                    file=path,
-                    line=number,
-                    fix="write TREC qrels as `qid 0 docid rel`, or BEIR qrels with the header "
-                    "`query-id corpus-id score`",
-                )
-            qid, _iteration, docid, rel_text = fields
-            names = ("qid", "iter", "docid", "rel")
+        qid, docid, rel_text, names = _qrels_fields(text, fmt, path, number)
         for value, name in ((qid, names[0]), (docid, names[-2])):
             if not value:
                 raise InputError("empty id", file=path, line=number, field=name,

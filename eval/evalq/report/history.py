@@ -9,7 +9,7 @@ recomputed: a run's point is what that run decided.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from markupsafe import Markup
@@ -66,9 +66,6 @@ def _gate_series(runs: list[RunView]) -> dict[tuple[str, str], dict[str, list[An
 
 
 def render_history(runs_in: Sequence[RunView]) -> str:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     runs = order_runs(runs_in)
     labels = [plot_text(f"{i}. {r.label}") for i, r in enumerate(runs, start=1)]
     page = Page(f"evalq history · {runs[0].name}")
@@ -81,7 +78,30 @@ def render_history(runs_in: Sequence[RunView]) -> str:
     def colour(name: str) -> str:
         return palette[variants.index(name) % len(palette)] if name in variants else "#333"
 
-    # runs table
+    notes = [note(f"{r.root}: {n}") for r in runs for n in r.notes]
+    gate_parts = [page.figure(_gate_figure(ds, label, by_variant, labels, colour))
+                  for (ds, label), by_variant in _gate_series(runs).items()]
+    if not gate_parts:
+        gate_parts.append(note("no stored gate figures in these runs"))
+    cost_html = page.figure(_cost_figure(runs, labels, variants, colour), height=620)
+
+    sections = [("runs", "Runs", Markup("").join([*notes, _runs_table(runs)])),
+                ("gates-history", "Gated figures over runs", Markup(
+                    "<p class=\"muted\">Each point is what that run stored for the gate "
+                    "(bars: its CI); the dashed red line is the gate's threshold "
+                    "(−margin for an allowed drop, the floor for a minimum).</p>{}").format(
+                    Markup("").join(gate_parts))),
+                ("cost-history", "Cost over runs", cost_html),
+                ("verdict-history", "Verdicts over runs", _verdict_grid(runs, variants))]
+    body = Markup("").join(Markup('<section id="{}"><h2>{}</h2>{}</section>').format(*s)
+                           for s in sections)
+    header = Markup("<header><h1>evalq history · {}</h1><p>{} runs, {} to {}</p></header>"
+                    ).format(runs[0].name, len(runs), runs[0].label, runs[-1].label)
+    return page.render(header, [(s[0], s[1]) for s in sections], body)
+
+
+def _runs_table(runs: list[RunView]) -> Markup:
+    """One row per run: its label, revision, evalq version, gate outcome and folder."""
     rows = []
     for r in runs:
         s = r.summary
@@ -89,48 +109,54 @@ def render_history(runs_in: Sequence[RunView]) -> str:
             ("passed", "pass") if s.get("passed") else ("failed", "fail"))
         rows.append([r.label, r.git_revision, str(r.manifest.get("evalq_version", "?")),
                      passed, str(len((s or {}).get("failed_gates", []))), str(r.root)])
-    runs_html = table(["run", "git revision", "evalq", "gates", "failed gates", "folder"], rows)
-    notes = [note(f"{r.root}: {n}") for r in runs for n in r.notes]
+    return table(["run", "git revision", "evalq", "gates", "failed gates", "folder"], rows)
 
-    # gated figures over runs
-    gate_parts: list[Markup] = []
-    for (ds, label), by_variant in _gate_series(runs).items():
-        fig = go.Figure()
-        what = "value"
-        thresholds: dict[int, float] = {}
-        for name, points in by_variant.items():
-            xs, ys, up, down, text = [], [], [], [], []
-            for i, (value, low, high, threshold, kind), verdict in points:
-                what = kind
-                if threshold is not None:
-                    thresholds.setdefault(i, threshold)
-                if value is None:
-                    continue
-                xs.append(labels[i])
-                ys.append(value)
-                up.append(0.0 if high is None else high - value)
-                down.append(0.0 if low is None else value - low)
-                text.append(plot_text(verdict))
-            fig.add_trace(go.Scatter(
-                x=xs, y=ys, mode="lines+markers", name=plot_text(name), text=text,
-                marker={"color": colour(name), "size": 8},
-                error_y={"type": "data", "symmetric": False, "array": up, "arrayminus": down},
-                hovertemplate="%{x}<br>%{y:.4f} (%{text})<extra>" + plot_text(name)
-                + "</extra>"))
-        if thresholds:
-            ordered = sorted(thresholds)
-            fig.add_trace(go.Scatter(
-                x=[labels[i] for i in ordered], y=[thresholds[i] for i in ordered],
-                mode="lines+markers", name="gate threshold",
-                line={"dash": "dash", "color": "#cf222e", "width": 2},
-                marker={"symbol": "line-ew-open", "size": 14, "color": "#cf222e"}))
-        fig.update_layout(title=plot_text(f"{label} · {ds}"), yaxis_title=plot_text(what),
-                          xaxis={"type": "category"})
-        gate_parts.append(page.figure(fig))
-    if not gate_parts:
-        gate_parts.append(note("no stored gate figures in these runs"))
 
-    # costs over runs
+def _gate_figure(ds: str, label: str, by_variant: dict[str, list[Any]], labels: list[str],
+                 colour: Callable[[str], str]) -> Any:
+    """One gate's stored figure over the runs, a line per variant, with its threshold."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    what = "value"
+    thresholds: dict[int, float] = {}
+    for name, points in by_variant.items():
+        xs, ys, up, down, text = [], [], [], [], []
+        for i, (value, low, high, threshold, kind), verdict in points:
+            what = kind
+            if threshold is not None:
+                thresholds.setdefault(i, threshold)
+            if value is None:
+                continue
+            xs.append(labels[i])
+            ys.append(value)
+            up.append(0.0 if high is None else high - value)
+            down.append(0.0 if low is None else value - low)
+            text.append(plot_text(verdict))
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines+markers", name=plot_text(name), text=text,
+            marker={"color": colour(name), "size": 8},
+            error_y={"type": "data", "symmetric": False, "array": up, "arrayminus": down},
+            hovertemplate="%{x}<br>%{y:.4f} (%{text})<extra>" + plot_text(name)
+            + "</extra>"))
+    if thresholds:
+        ordered = sorted(thresholds)
+        fig.add_trace(go.Scatter(
+            x=[labels[i] for i in ordered], y=[thresholds[i] for i in ordered],
+            mode="lines+markers", name="gate threshold",
+            line={"dash": "dash", "color": "#cf222e", "width": 2},
+            marker={"symbol": "line-ew-open", "size": 14, "color": "#cf222e"}))
+    fig.update_layout(title=plot_text(f"{label} · {ds}"), yaxis_title=plot_text(what),
+                      xaxis={"type": "category"})
+    return fig
+
+
+def _cost_figure(runs: list[RunView], labels: list[str], variants: list[str],
+                 colour: Callable[[str], str]) -> Any:
+    """Weights, index size, throughput and peak memory over the runs, a line per model."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
     cost_axes = [("weight_bytes", "weights (MiB)", 1 / 2**20),
                  ("index_bytes", "index (MiB)", 1 / 2**20),
                  ("throughput", "documents/s", 1.0), ("peak_rss_mb", "peak RSS (MiB)", 1.0)]
@@ -154,9 +180,11 @@ def render_history(runs_in: Sequence[RunView]) -> str:
                                          marker={"color": colour(name)}),
                               row=k // 2 + 1, col=k % 2 + 1)
     fig.update_xaxes(type="category")
-    cost_html = page.figure(fig, height=620)
+    return fig
 
-    # verdict grid
+
+def _verdict_grid(runs: list[RunView], variants: list[str]) -> Markup:
+    """Runs down, variants across: each variant's status in each run."""
     grid_rows = []
     for r in runs:
         statuses = {v.name: v.status for v in candidate_verdicts(r)}
@@ -165,18 +193,4 @@ def render_history(runs_in: Sequence[RunView]) -> str:
             status = statuses.get(name, "absent")
             row.append((status, _STATUS_CSS.get(status, "muted")))
         grid_rows.append(row)
-    grid_html = table(["run", *variants], grid_rows)
-
-    sections = [("runs", "Runs", Markup("").join([*notes, runs_html])),
-                ("gates-history", "Gated figures over runs", Markup(
-                    "<p class=\"muted\">Each point is what that run stored for the gate "
-                    "(bars: its CI); the dashed red line is the gate's threshold "
-                    "(−margin for an allowed drop, the floor for a minimum).</p>{}").format(
-                    Markup("").join(gate_parts))),
-                ("cost-history", "Cost over runs", cost_html),
-                ("verdict-history", "Verdicts over runs", grid_html)]
-    body = Markup("").join(Markup('<section id="{}"><h2>{}</h2>{}</section>').format(*s)
-                           for s in sections)
-    header = Markup("<header><h1>evalq history · {}</h1><p>{} runs, {} to {}</p></header>"
-                    ).format(runs[0].name, len(runs), runs[0].label, runs[-1].label)
-    return page.render(header, [(s[0], s[1]) for s in sections], body)
+    return table(["run", *variants], grid_rows)
