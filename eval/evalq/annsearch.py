@@ -34,7 +34,7 @@ import numpy as np
 from evalq.errors import InputError
 from evalq.ranking import Ranking
 from evalq.retrieve_options import IndexSpec
-from evalq.search import _id_ranks, _order
+from evalq.search import id_ranks, order_topk
 
 # Rows of the corpus used for training when the recipe does not say: FAISS wants at
 # least 39 points per centroid and warns past 256 per centroid; 256 × 4096 lists covers
@@ -96,7 +96,7 @@ def ann_search(
     scores, indices = index.search(queries, k) if len(queries) else (
         np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
     search_s = time.perf_counter() - t3
-    ranked_idx, ranked_sc, missing = _trec_order(scores, indices, depth, _id_ranks(doc_ids))
+    ranked_idx, ranked_sc, missing = _trec_order(scores, indices, depth, id_ranks(doc_ids))
     size = int(faiss.serialize_index(index).nbytes)
     cost = IndexCost(
         factory=spec.factory, search_params=spec.search_string(), train_rows=train_rows,
@@ -237,14 +237,14 @@ def _trec_order(
         return out_idx, out_sc, missing
     valid = indices >= 0
     if valid.all():
-        sc, idx = _order(scores, indices, k, tie_key)
+        sc, idx = order_topk(scores, indices, k, tie_key)
         out_idx[:, :k], out_sc[:, :k] = idx, sc
         return out_idx, out_sc, missing
     for row in range(n_q):
         keep = valid[row]
         if not keep.any():
             continue
-        sc, idx = _order(scores[row : row + 1, keep], indices[row : row + 1, keep],
+        sc, idx = order_topk(scores[row : row + 1, keep], indices[row : row + 1, keep],
                          int(keep.sum()), tie_key)
         out_idx[row, : idx.shape[1]], out_sc[row, : idx.shape[1]] = idx[0], sc[0]
     return out_idx, out_sc, missing

@@ -20,6 +20,10 @@ and ids only, never of FAISS's heap internals or the collection order.
 
 Queries are processed in chunks to bound memory (``chunk × k`` results; rescoring
 gathers ``sub-chunk × candidates × dim`` floats at most ``_GATHER_FLOATS`` at a time).
+
+The tie-exact core (:func:`exact_topk`, :func:`order_topk`, :func:`float_index`,
+:func:`id_ranks`) is public because sharded search (:mod:`evalq.shardsearch`) and ANN
+search (:mod:`evalq.annsearch`) rank in the same order with it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from evalq.ranking import Ranking
 from evalq.vectorquant import QuantizedDocuments, VectorSpec, quantize_documents
 
 # (query rows, k) -> (scores (q, k) higher-is-better, indices (q, k)), ordered best first.
-_SearchFn = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+SearchFn = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 _GATHER_FLOATS = 1 << 23  # 32 MiB of float32 per rescoring sub-chunk
 
@@ -79,10 +83,10 @@ def search(
     if n_docs == 0 or queries.shape[0] == 0:
         return Ranking.from_search(query_ids, doc_ids, indices, scores)
 
-    tie_key = _id_ranks(doc_ids)
+    tie_key = id_ranks(doc_ids)
     k = min(depth, n_docs)
     if spec.quantize == "none":
-        first_stage, stored = _float_index(docs), None
+        first_stage, stored = float_index(docs), None
     else:
         stored = quantized if quantized is not None else quantize_documents(docs, spec)
         del docs  # from here on only what a deployment stores is searched
@@ -94,17 +98,17 @@ def search(
         probe = chunk if stored is None else stored.query_codes(chunk)
         if stored is not None and spec.rescore is not None:
             n_candidates = min(n_docs, k * spec.rescore)
-            _, cand_idx = _exact_topk(first_stage, probe, n_candidates, n_docs, tie_key)
+            _, cand_idx = exact_topk(first_stage, probe, n_candidates, n_docs, tie_key)
             top_sc, top_idx = _rescore(chunk, stored, cand_idx, k, tie_key)
         else:
-            top_sc, top_idx = _exact_topk(first_stage, probe, k, n_docs, tie_key)
+            top_sc, top_idx = exact_topk(first_stage, probe, k, n_docs, tie_key)
         indices[rows, :k] = top_idx
         scores[rows, :k] = top_sc
     return Ranking.from_search(query_ids, doc_ids, indices, scores)
 
 
-def _exact_topk(
-    search_fn: _SearchFn, probe: np.ndarray, k: int, n_docs: int, tie_key: np.ndarray
+def exact_topk(
+    search_fn: SearchFn, probe: np.ndarray, k: int, n_docs: int, tie_key: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` by (score desc, id desc), exact at the boundary; float64 scores."""
     margin = min(n_docs, k + max(8, k // 4))
@@ -113,14 +117,14 @@ def _exact_topk(
     out_idx = np.empty((probe.shape[0], k), dtype=np.int64)
     redo = (sc[:, -1] == sc[:, k - 1]) if margin < n_docs else np.zeros(len(sc), dtype=bool)
     keep = ~redo
-    out_sc[keep], out_idx[keep] = _order(sc[keep], idx[keep], k, tie_key)
+    out_sc[keep], out_idx[keep] = order_topk(sc[keep], idx[keep], k, tie_key)
     if redo.any():
         full_sc, full_idx = search_fn(probe[redo], n_docs)
-        out_sc[redo], out_idx[redo] = _order(full_sc, full_idx, k, tie_key)
+        out_sc[redo], out_idx[redo] = order_topk(full_sc, full_idx, k, tie_key)
     return out_sc, out_idx
 
 
-def _order(
+def order_topk(
     sc: np.ndarray, idx: np.ndarray, k: int, tie_key: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sort each row by score desc then document id desc; keep the first ``k``."""
@@ -141,10 +145,10 @@ def _rescore(
         part = slice(start, start + step)
         docs = stored.stored_vectors(candidates[part])  # (q, c, dim)
         rescored[part] = np.einsum("qd,qcd->qc", queries[part], docs)
-    return _order(rescored, candidates, k, tie_key)
+    return order_topk(rescored, candidates, k, tie_key)
 
 
-def _float_index(docs: np.ndarray) -> _SearchFn:
+def float_index(docs: np.ndarray) -> SearchFn:
     import faiss
 
     index = faiss.IndexFlatIP(docs.shape[1])
@@ -157,7 +161,7 @@ def _float_index(docs: np.ndarray) -> _SearchFn:
     return run
 
 
-def _quantized_index(stored: QuantizedDocuments) -> _SearchFn:
+def _quantized_index(stored: QuantizedDocuments) -> SearchFn:
     import faiss
 
     if stored.spec.quantize == "int8":
@@ -180,7 +184,7 @@ def _quantized_index(stored: QuantizedDocuments) -> _SearchFn:
     return run_binary
 
 
-def _id_ranks(doc_ids: tuple[str, ...]) -> np.ndarray:
+def id_ranks(doc_ids: tuple[str, ...]) -> np.ndarray:
     """Rank of each id in ascending string order (Python's order = UTF-8 byte order)."""
     order = sorted(range(len(doc_ids)), key=doc_ids.__getitem__)
     ranks = np.empty(len(doc_ids), dtype=np.int64)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evalq.ranking import Ranking
-from evalq.search import _exact_topk, _float_index, _id_ranks, _order
+from evalq.search import exact_topk, float_index, id_ranks, order_topk
 from evalq.vectorstore import release_pages
 
 
@@ -71,7 +71,7 @@ def search_shards(
     scores = np.full((n_q, depth), np.nan, dtype=np.float64)
     if n_docs == 0 or n_q == 0:
         return Ranking.from_search(query_ids, doc_ids, indices, scores)
-    tie_key = _id_ranks(doc_ids)
+    tie_key = id_ranks(doc_ids)
     k = min(depth, n_docs)
     best_sc: np.ndarray | None = None
     best_idx: np.ndarray | None = None
@@ -80,20 +80,20 @@ def search_shards(
         if size == 0:
             continue
         local_key = tie_key[offset : offset + size]
-        index = _float_index(np.ascontiguousarray(shard, dtype=np.float32))
+        index = float_index(np.ascontiguousarray(shard, dtype=np.float32))
         k_shard = min(k, size)
         sc = np.empty((n_q, k_shard), dtype=np.float64)
         idx = np.empty((n_q, k_shard), dtype=np.int64)
         for start in range(0, n_q, query_chunk):
             rows = slice(start, start + query_chunk)
-            sc[rows], idx[rows] = _exact_topk(index, queries[rows], k_shard, size, local_key)
+            sc[rows], idx[rows] = exact_topk(index, queries[rows], k_shard, size, local_key)
         idx += offset
         del index
         release_pages(shard)
         if best_sc is None or best_idx is None:
             best_sc, best_idx = sc, idx
         else:
-            best_sc, best_idx = _order(np.concatenate([best_sc, sc], axis=1),
+            best_sc, best_idx = order_topk(np.concatenate([best_sc, sc], axis=1),
                                        np.concatenate([best_idx, idx], axis=1),
                                        k, tie_key)
         offset += size

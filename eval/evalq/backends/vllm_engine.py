@@ -47,7 +47,7 @@ def vllm_pooler_config_dict(settings: EncodingSettings) -> dict[str, Any]:
     }
 
 
-def _on_cpu() -> bool:
+def on_cpu_host() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
@@ -105,7 +105,7 @@ class VllmEngineEncoder:
                 field="pooling",
                 fix=f"use one of {', '.join(VLLM_POOLING)}",
             )
-        self.on_cpu = _on_cpu()
+        self.on_cpu = on_cpu_host()
         self.enforce_eager = self.on_cpu if enforce_eager is None else enforce_eager
         self.gpu_memory_utilization = gpu_memory_utilization
         self.extra_engine_args = dict(extra_engine_args or {})

@@ -171,9 +171,9 @@ class VllmServer:
     def command(self) -> list[str]:
         enforce_eager = self.enforce_eager
         if enforce_eager is None:
-            from evalq.backends.vllm_engine import _on_cpu
+            from evalq.backends.vllm_engine import on_cpu_host
 
-            enforce_eager = _on_cpu()
+            enforce_eager = on_cpu_host()
         cmd = [
             self.python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_path),
