@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
 
 Pooling = Literal["mean", "cls", "last"]
 TruncationSide = Literal["right", "left"]
@@ -68,4 +69,32 @@ class PerQuery:
         return float(np.mean(self.values[measure])) if len(self.query_ids) else 0.0
 
 
-__all__ = ["EncodingSettings", "PerQuery", "Pooling", "QuantizationRecord", "TruncationSide"]
+def _is_number_field(annotation: Any) -> bool:
+    args = {annotation, *getattr(annotation, "__args__", ())}
+    return bool(args & {int, float}) and bool not in args
+
+
+class FrozenModel(BaseModel):
+    """A recipe section: unknown keys refused, immutable once parsed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StrictModel(FrozenModel):
+    """A recipe section that also refuses ``true``/``false`` where a number belongs
+    (pydantic reads true as 1; in a recipe that is always a slip: ``max_queries: true``).
+    The base of the recipe's own sections and of the options models backends declare."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_as_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                info = cls.model_fields.get(name) if isinstance(name, str) else None
+                if isinstance(value, bool) and info and _is_number_field(info.annotation):
+                    raise ValueError(f"'{name}' must be a number, not {str(value).lower()}")
+        return data
+
+
+__all__ = ["EncodingSettings", "FrozenModel", "PerQuery", "Pooling", "QuantizationRecord",
+           "StrictModel", "TruncationSide"]

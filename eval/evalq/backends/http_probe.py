@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from evalq.backends.registry import embedding_backend
 from evalq.errors import InputError
 
 if TYPE_CHECKING:
     from evalq.config import Recipe, Variant
 
 PROBE_TEXT = "How many queries does a one percent margin need?"
-HTTP_BACKENDS = frozenset({"openai", "tei"})
 _LISTING_TIMEOUT_S = 5.0
 _NORM_TOLERANCE = 1e-3
 
@@ -256,7 +256,7 @@ def probe_http_variants(recipe: Recipe, variants: list[Variant], recipe_path: Pa
     launches itself is probed once started (the runner calls :func:`probe_one`)."""
     reports: dict[str, dict[str, Any]] = {}
     for variant in variants:
-        if variant.backend not in HTTP_BACKENDS:
+        if not embedding_backend(variant.backend).http_probe:
             continue
         if launched_by_recipe(recipe, variant):
             reports[variant.name] = {"deferred": "started by load.launch; probed once up"}
