@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 import pytest
 
-from evalq.backends.factory import BUILDERS
+from evalq.backends.registry import BACKENDS
 from evalq.composition import (
     NEAR_INVARIANT_TOLERANCE,
     BatchDependence,
@@ -58,7 +58,7 @@ EXPECTED = {
 def test_every_method_and_backend_is_declared():
     methods = {(v.quantization or {}).get("method") for v in CASES.values()}
     assert set(METHODS) <= methods, f"no declaration case for {set(METHODS) - methods}"
-    assert set(BUILDERS) <= {v.backend for v in CASES.values()}
+    assert set(BACKENDS.names("embedding")) <= {v.backend for v in CASES.values()}
     for name, variant in CASES.items():
         declared = declared_dependence(variant)
         assert declared.level == EXPECTED[name], name

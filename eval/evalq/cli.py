@@ -4,7 +4,8 @@ Exit codes: 0 every gate passed (or the command succeeded), 1 a gate failed,
 2 bad input (recipe, dataset, arguments, server, full or read-only disk) with a
 one-paragraph message, 3 evalq itself failed (traceback in ``logs/``), 130 / 143
 interrupted by SIGINT / SIGTERM (see ``evalq.failure``). Imports are lazy so
-``evalq --help`` stays fast.
+``evalq --help`` stays fast; the backend registry (declarations only: pydantic, numpy,
+httpx, no torch or vLLM) is read for ``init --backend``'s choices.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from evalq.backends.registry import BACKENDS
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -314,8 +317,7 @@ def _add_init(ini: argparse.ArgumentParser) -> None:
     data.add_argument("--hf", metavar="DATASET", help="BEIR-layout Hugging Face dataset id")
     data.add_argument("--dataset", metavar="NAME", help="a dataset manifest name (pydocs)")
     ini.add_argument("--split", default="test")
-    ini.add_argument("--backend", default="inprocess",
-                     choices=["inprocess", "vllm", "openai", "tei"])
+    ini.add_argument("--backend", default="inprocess", choices=BACKENDS.names("embedding"))
     ini.add_argument("--quantize", help="comma-separated quantizations to try")
     ini.add_argument("--url", help="server URL for --backend openai/tei")
     ini.add_argument("--route", help="embeddings route on that server (e.g. /embeddings)")

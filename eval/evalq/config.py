@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from evalq.backends.openai_http import HttpOptions
+from evalq.backends.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
+from evalq.backends.vllm_build import VllmOptions
 from evalq.encode_options import ExecutorSpec
 from evalq.errors import InputError
 from evalq.load.config import CapacitySection, LoadSection
@@ -71,41 +74,10 @@ class VectorSpec(StrictOptions):
     rescore: int | None = Field(default=None, ge=1)
 
 
-class VllmOptions(StrictOptions):
-    mode: Literal["engine", "server"] = "engine"
-    quantization: str | None = None
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    max_model_len: int | None = Field(default=None, ge=1)
-    enforce_eager: bool | None = None
-    url: str | None = None  # server mode: connect to a running server instead of starting one
-    concurrency: int = Field(default=4, ge=1)
-    max_batch: int = Field(default=64, ge=1)
-    startup_timeout_s: float = Field(default=300, gt=0)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-
-
-class HttpOptions(StrictOptions):
-    url: str
-    # The embeddings path under url: openai default /v1/embeddings (Infinity without
-    # --url-prefix /v1 serves /embeddings), tei default /embed (backends.http_probe).
-    route: str | None = Field(default=None, pattern=r"^/")
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(default=60, gt=0)
-    retries: int = Field(default=3, ge=0)
-    concurrency: int = Field(default=4, ge=1)
-    max_batch: int = Field(default=64, ge=1)
-    dimensions: int | None = None
-    encoding_format: Literal["float", "base64"] | None = None
-    prompt_name: str | None = None
-
-
-Backend = Literal["inprocess", "vllm", "openai", "tei"]
-
-
 class Variant(StrictOptions):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
-    backend: Backend = "inprocess"
+    # a registered embedding backend (backends/registry.py); the schema lists them
+    backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     model: str | None = None  # a different checkpoint (e.g. a pre-quantized W8A8 folder)
@@ -116,6 +88,11 @@ class Variant(StrictOptions):
     vllm: VllmOptions | None = None
     http: HttpOptions | None = None
     index: IndexSpec | None = None  # an ANN index (FAISS index_factory); unset = exact
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _registered_backend(cls, value: Any) -> str:
+        return allowed_backend("embedding", value)
 
     @field_validator("quantization")
     @classmethod
@@ -128,12 +105,11 @@ class Variant(StrictOptions):
 
     @model_validator(mode="after")
     def _backend_options(self) -> Variant:
-        if self.backend in ("openai", "tei") and self.http is None:
-            raise ValueError(f"backend '{self.backend}' needs 'http: {{url: ...}}'")
-        if self.backend not in ("openai", "tei") and self.http is not None:
-            raise ValueError("'http' options apply to backends openai and tei only")
-        if self.backend != "vllm" and self.vllm is not None:
-            raise ValueError("'vllm' options apply to backend vllm only")
+        wrong = options_misplaced("embedding", self.backend,
+                                  {key: getattr(self, key, None)
+                                   for key in BACKENDS.option_keys("embedding")})
+        if wrong:
+            raise ValueError(wrong)
         if self.vectors.rescore is not None and self.vectors.quantize == "none":
             raise ValueError("vectors.rescore needs vectors.quantize int8 or binary")
         if self.index is not None and self.vectors.quantize != "none":

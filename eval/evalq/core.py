@@ -68,7 +68,8 @@ class PerQuery:
         return float(np.mean(self.values[measure])) if len(self.query_ids) else 0.0
 
 
-__all__ = ["EncodingSettings", "PerQuery", "Pooling", "QuantizationRecord", "TruncationSide"]
+__all__ = ["EncodingSettings", "PerQuery", "Pooling", "QuantizationRecord", "TruncationSide",
+           "vector_problem"]
 
 
 def vector_problem(array: np.ndarray) -> str | None:

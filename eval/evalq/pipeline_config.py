@@ -29,8 +29,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from evalq.backends.registry import (
+    BACKENDS,
+    allowed_backend,
+    backend_enum,
+    options_misplaced,
+    reranker_backend,
+)
+from evalq.backends.rerank_http import RerankHttpOptions
+from evalq.backends.vllm_rerank import RerankVllmOptions
 from evalq.errors import InputError
 from evalq.options import StrictOptions
 from evalq.retrieve_options import Bm25Options
@@ -72,33 +81,10 @@ class FirstStageSpec(StrictOptions):
         return self.name or self.kind
 
 
-class RerankHttpOptions(StrictOptions):
-    url: str
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(default=60, gt=0)
-    retries: int = Field(default=3, ge=0)
-    max_batch: int = Field(default=64, ge=1)
-
-
-class RerankVllmOptions(StrictOptions):
-    """``mode: engine``: ``LLM.score()`` in-process (backends/vllm_rerank.py); ``mode:
-    server``: evalq starts vLLM's OpenAI server and scores through ``route``
-    (backends/vllm_rerank_server.py)."""
-
-    mode: Literal["engine", "server"] = "engine"
-    route: Literal["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"] = "/score"
-    startup_timeout_s: float = Field(default=300, gt=0)
-    max_batch: int = Field(default=64, ge=1)  # server mode: texts per request
-    quantization: str | None = None
-    gpu_memory_utilization: float = Field(default=0.1, gt=0, le=1)
-    enforce_eager: bool | None = None
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-
-
 class RerankerVariant(StrictOptions):
     name: str = Field(pattern=_NAME)
-    backend: Literal["inprocess", "vllm", "tei", "rerank-api"] = "inprocess"
+    # a registered reranker backend (backends/registry.py); the schema lists them
+    backend: str = Field(default="inprocess", json_schema_extra=backend_enum("reranker"))
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     model: str | None = None  # another checkpoint of the same reranker
@@ -107,14 +93,18 @@ class RerankerVariant(StrictOptions):
     http: RerankHttpOptions | None = None
     vllm: RerankVllmOptions | None = None
 
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _registered_backend(cls, value: Any) -> str:
+        return allowed_backend("reranker", value)
+
     @model_validator(mode="after")
     def _backend_options(self) -> RerankerVariant:
-        if self.backend != "vllm" and self.vllm is not None:
-            raise ValueError("'vllm' options apply to backend vllm only")
-        if self.backend in ("tei", "rerank-api") and self.http is None:
-            raise ValueError(f"backend '{self.backend}' needs 'http: {{url: ...}}'")
-        if self.backend in ("inprocess", "vllm") and self.http is not None:
-            raise ValueError("'http' options apply to backends tei and rerank-api only")
+        wrong = options_misplaced("reranker", self.backend,
+                                  {key: getattr(self, key, None)
+                                   for key in BACKENDS.option_keys("reranker")})
+        if wrong:
+            raise ValueError(wrong)
         if self.quantization is not None and not isinstance(self.quantization.get("method"),
                                                             str):
             raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
@@ -294,7 +284,7 @@ def _check_reranker_methods(spec: PipelineSpec, base: KeyPath,
         fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
                f"remove quantization: backend {variant.backend} scores on a running server, "
                "whose quantization is chosen where it starts")
-        if variant.backend == "vllm":
+        if reranker_backend(variant.backend).quantized_by == "engine":
             fix += " (vLLM's own methods go in vllm: {quantization: ...})"
         raise fail(key, f"reranker variant '{variant.name}': quantization method '{method}' "
                    f"is applied by backend {' or '.join(backends)}, not {variant.backend}",

@@ -13,8 +13,8 @@ one :class:`PlanError` (exit 2). ``evalq validate`` and ``evalq run`` call it fi
 
 What the plan reads is declared by the things it plans for: quantization methods say
 which backends and devices they apply to (``quantize.METHODS``), backends say which
-devices, dtypes and model kinds they serve (:data:`BACKEND_SUPPORT`). Route probing of
-HTTP endpoints is not done here (the plan makes no network calls).
+devices, dtypes and model kinds they serve (their specs in ``backends/registry.py``).
+Route probing of HTTP endpoints is not done here (the plan makes no network calls).
 """
 
 from __future__ import annotations
@@ -26,38 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalq.backends.registry import BACKENDS
+from evalq.backends.spec import SERVER_CACHE_KEY
 from evalq.errors import InputError
-
-DTYPES = ("float32", "float16", "bfloat16")
-
-
-@dataclass(frozen=True)
-class BackendSupport:
-    """What one backend can serve. ``local`` backends run where evalq runs (device and
-    dtype are evalq's to choose); remote ones talk to a server that fixed them at start."""
-
-    name: str
-    local: bool
-    devices: tuple[str, ...]
-    dtypes: tuple[str, ...]
-    kinds: tuple[str, ...] = ("embedding",)
-
-
-BACKEND_SUPPORT: dict[str, BackendSupport] = {}
-
-
-def declare_backend(support: BackendSupport) -> BackendSupport:
-    """Register what a backend supports; a second declaration of a name is refused."""
-    if support.name in BACKEND_SUPPORT:
-        raise ValueError(f"backend '{support.name}' is already declared")
-    BACKEND_SUPPORT[support.name] = support
-    return support
-
-
-declare_backend(BackendSupport("inprocess", True, ("cpu", "cuda"), DTYPES))
-declare_backend(BackendSupport("vllm", True, ("cpu", "cuda"), DTYPES))
-declare_backend(BackendSupport("openai", False, (), ("float32",)))
-declare_backend(BackendSupport("tei", False, (), ("float32",)))
 
 
 class PlanError(InputError):
@@ -273,8 +244,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
 
     # -- variants ---------------------------------------------------------------------
     device_info = None
-    if any(BACKEND_SUPPORT.get(v.backend) and BACKEND_SUPPORT[v.backend].local
-           for v in selected):
+    if any(getattr(BACKENDS.get("embedding", v.backend), "local", False) for v in selected):
         from evalq.backends.capability import detect_device
 
         device_info = (detect or detect_device)()
@@ -329,12 +299,12 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
     )
     from evalq.weights import model_fingerprint
 
-    support = BACKEND_SUPPORT.get(variant.backend)
+    support = BACKENDS.get("embedding", variant.backend)
     label = f"variant '{variant.name}'"
     device, device_name = "remote", "server"
     if support is None:
         problems.add((*vpath, "backend"), f"{label}: unknown backend '{variant.backend}'",
-                     f"use one of {', '.join(BACKEND_SUPPORT)}")
+                     f"use one of {', '.join(BACKENDS.names('embedding'))}")
     elif support.local:
         assert device_info is not None
         if variant.device == "cuda" and device_info.kind != "cuda":
@@ -372,7 +342,7 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
                              f"{label}: the API key environment variable "
                              f"'{variant.http.api_key_env}' is not set or empty",
                              f"export {variant.http.api_key_env}=... before running")
-    if support is not None and recipe.model.kind not in support.kinds:
+    if support is not None and recipe.model.kind not in support.model_kinds:
         problems.add(("model", "kind"), f"{label}: backend {variant.backend} does not serve "
                      f"{recipe.model.kind} models", f"use a backend serving {recipe.model.kind}")
 
@@ -384,14 +354,14 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
             quant = dict(variant.quantization)
             if variant.backend not in spec.backends:
                 where = ("served by a running server, whose quantization is chosen where "
-                         "it starts" if support is not None and not support.local
+                         "it starts" if support is not None and support.quantized_by == "server"
                          else f"not applied by backend {variant.backend}")
                 ok = [m for m, s in methods.items() if variant.backend in s.backends
                       and m != "dtype"]
                 fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
                        "remove quantization from this variant")
                 fix += f"; {method} runs on backend {' or '.join(spec.backends)}"
-                if variant.backend == "vllm":
+                if support is not None and support.quantized_by == "engine":
                     fix += " (vLLM's own methods go in vllm: {quantization: ...})"
                 problems.add((*vpath, "quantization", "method"),
                              f"{label}: quantization method '{method}' is {where}; it would "
@@ -429,15 +399,10 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         endpoint = variant.vllm.url
     if not use_cache:
         cached = "nothing (--no-cache)"
-    elif endpoint is not None:
-        cached = ("chunks keyed by URL, model, what the server reports (/v1/models or /info) "
-                  "and its embedding of a probe text, settings, texts")
-    elif variant.backend == "vllm":
-        cached = ("chunks keyed by weights fingerprint (of the W8A8 checkpoint when "
-                  "quantized), dtype, vLLM quantization, settings, texts")
+    elif endpoint is not None or support is None:
+        cached = SERVER_CACHE_KEY
     else:
-        cached = ("chunks keyed by weights fingerprint, dtype, quantization, device, "
-                  "torch/transformers/bitsandbytes versions, settings, texts")
+        cached = support.cache_key  # what the backend declares
     gates = tuple(g.text for g in gate_plans if variant.name in g.variants)
     return VariantPlan(
         name=variant.name, role="reference" if is_reference else "candidate",

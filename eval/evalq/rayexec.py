@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from evalq.backends.registry import BACKENDS, embedding_backend
 from evalq.encode_options import ExecutorSpec
 from evalq.errors import InputError
 
 INSTALL = "pip install 'evalq[ray]'"
-_SUPPORTED_BACKENDS = ("inprocess", "openai", "tei")
 
 
 def require_ray() -> None:
@@ -187,13 +187,13 @@ class RayExecutor:
         import ray
         import ray.data
 
-        if variant.backend not in _SUPPORTED_BACKENDS:
+        if not embedding_backend(variant.backend).ray:
             raise InputError(
                 message=f"executor 'ray' does not run backend '{variant.backend}' yet "
                         "(its engine would also start on the driver)",
                 field=f"variant '{variant.name}'.backend",
-                fix=f"use one of {', '.join(_SUPPORTED_BACKENDS)} with executor ray, or the "
-                    "local executor",
+                fix=f"use one of {', '.join(BACKENDS.names('embedding', lambda s: s.ray))} "
+                    "with executor ray, or the local executor",
             )
         chunk_size = options["chunk_size"]
         jobs: list[ChunkJob] = []

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from evalq.backends.base import QuantizationRecord
-from evalq.backends.reranker import Reranker, RerankSettings
+from evalq.backends.context import RerankerContext
+from evalq.backends.registry import reranker_backend
+from evalq.backends.reranker import Reranker
 from evalq.encode import length_order, pack_batches
 from evalq.errors import InputError
 from evalq.pipeline_config import RerankerSpec, RerankerVariant
@@ -108,14 +109,6 @@ def score_pairs(reranker: Reranker, queries: Sequence[str], documents: Sequence[
     return scores[inverse], stats
 
 
-def rerank_settings(spec: RerankerSpec, model_path: Path) -> RerankSettings:
-    from evalq.modelinfo import default_settings
-
-    max_length = spec.max_length or default_settings(model_path).max_length
-    return RerankSettings(activation=spec.activation, label=spec.label, max_length=max_length,
-                          truncation=spec.truncation)
-
-
 def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field: str) -> Path:
     from evalq.modelinfo import resolve_model_path
     from evalq.rerank_fixture import is_fixture, resolve_fixture
@@ -132,93 +125,17 @@ def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field:
 def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
                    device: str, logs_dir: Path | None = None,
                    cache_dir: Path | None = None) -> tuple[Reranker, int, bool]:
-    """The reranker a variant names, its batch token budget, and whether it batches itself.
+    """The reranker a variant names (built by its backend's declared builder), its batch
+    token budget, and whether it batches itself.
 
     ``cache_dir`` holds the W8A8 checkpoints a vllm variant's ``quantization: {method:
     w8a8-int8}`` makes (``<cache_dir>/checkpoints``, the embedding variants' place too).
     """
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
-    if variant.backend == "vllm":
-        served, record = _vllm_checkpoint(variant, model_path, cache_dir)
-        if variant.vllm and variant.vllm.mode == "server":
-            return (_vllm_server_reranker(spec, variant, model_path, served, record, logs_dir),
-                    tokens, True)
-        from evalq.backends.vllm_rerank import VllmEngineReranker
-
-        opts = variant.vllm
-        return (VllmEngineReranker(
-            served, settings=rerank_settings(spec, model_path), kind=spec.kind,
-            dtype=variant.dtype, quantization=opts.quantization if opts else None,
-            gpu_memory_utilization=opts.gpu_memory_utilization if opts else 0.1,
-            enforce_eager=opts.enforce_eager if opts else None,
-            extra_engine_args=opts.engine_args if opts else None, record=record),
-            tokens, True)
-    if variant.backend != "inprocess":
-        from evalq.backends.rerank_http import build_http_reranker
-
-        return build_http_reranker(spec, variant, model_path), tokens, True
-    if spec.kind == "bi-encoder":
-        from evalq.backends.reranker import BiEncoderScorer
-        from evalq.modelinfo import resolve_settings
-
-        settings = resolve_settings(model_path, {"max_length": spec.max_length}
-                                    if spec.max_length else {})
-        return (BiEncoderScorer(model_path, settings=settings, dtype=variant.dtype,
-                                quantization=variant.quantization, device=device,
-                                batch_tokens=tokens), tokens, True)
-    from evalq.backends.reranker import CrossEncoderReranker
-
-    return (CrossEncoderReranker(model_path, settings=rerank_settings(spec, model_path),
-                                 dtype=variant.dtype, quantization=variant.quantization,
-                                 device=device), tokens, False)
-
-
-def _vllm_checkpoint(variant: RerankerVariant, model_path: Path, cache_dir: Path | None,
-                     ) -> tuple[Path, QuantizationRecord | None]:
-    """What vLLM loads for a vllm variant: the model itself, or its W8A8 int8 checkpoint
-    (made once by llm-compressor, cached by weight fingerprint, head kept in float; see
-    ``quantize.w8a8``) with the record of what was done."""
-    if variant.quantization is None:
-        return model_path, None
-    from evalq.quantize import w8a8_checkpoint
-    from evalq.quantize.w8a8 import NAME
-
-    if variant.quantization["method"] != NAME:  # the recipe check refuses this first
-        raise InputError(message=f"backend vllm applies quantization method {NAME} only, "
-                         f"not '{variant.quantization['method']}'",
-                         field="reranker.quantization.method",
-                         fix=f"use method: {NAME}, or vllm: {{quantization: ...}}")
-    ckpt = w8a8_checkpoint(variant.quantization, model_path,
-                          (cache_dir or Path(".evalq-cache")) / "checkpoints")
-    return ckpt.path, ckpt.record
-
-
-def _vllm_server_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
-                          served: Path, record: QuantizationRecord | None,
-                          logs_dir: Path | None) -> Reranker:
-    from evalq.backends.vllm_rerank_server import VllmServerReranker
-
-    opts = variant.vllm
-    assert opts is not None
-    encoding = None
-    if spec.kind == "bi-encoder":
-        from evalq.modelinfo import resolve_settings
-
-        encoding = resolve_settings(model_path, {"max_length": spec.max_length}
-                                    if spec.max_length else {})
-    settings = rerank_settings(spec, model_path)
-    if encoding is not None:  # the bi-encoder truncates each text at its own max length
-        from dataclasses import replace
-
-        settings = replace(settings, max_length=encoding.max_length)
-    extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
-    return VllmServerReranker(
-        served, settings=settings, record=record, kind=spec.kind, encoding=encoding,
-        log_dir=logs_dir or Path(".evalq-cache") / "logs", route=opts.route,
-        dtype=variant.dtype, quantization=opts.quantization,
-        gpu_memory_utilization=opts.gpu_memory_utilization,
-        enforce_eager=opts.enforce_eager, startup_timeout_s=opts.startup_timeout_s,
-        max_batch=opts.max_batch, extra_args=extra)
+    backend = reranker_backend(variant.backend)
+    ctx = RerankerContext(spec=spec, variant=variant, model_path=model_path, device=device,
+                          batch_tokens=tokens, logs_dir=logs_dir, cache_dir=cache_dir)
+    return backend.build(ctx), tokens, backend.batches_itself(spec.kind)
 
 
 def describe_stats(stats: ScoreStats) -> dict[str, Any]:

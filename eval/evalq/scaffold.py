@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from evalq.backends.registry import BACKENDS
 from evalq.errors import InputError
 
 # Quantizations a user can ask for, per serving backend: name -> candidate fields.
@@ -42,7 +43,10 @@ VLLM_CHOICES: dict[str, dict[str, Any]] = {
     "int8-vectors": {"dtype": "float32", "vllm": {"mode": "engine"},
                      "vectors": {"quantize": "int8", "rescore": 4}},
 }
-BACKENDS = ("inprocess", "vllm", "openai", "tei")
+# Presets ``evalq init`` offers per local backend; the backends it offers are the
+# registered embedding backends (:func:`backend_names`).
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {"inprocess": INPROCESS_CHOICES,
+                                                 "vllm": VLLM_CHOICES}
 DEFAULT_QUANTIZATIONS = {"inprocess": ["bf16", "bnb-int8", "int8-vectors"],
                          "vllm": ["fp32", "bf16", "w8a8-int8"]}
 # Spread of per-query nDCG@10 differences (candidate - reference) assumed in the comment
@@ -71,8 +75,18 @@ class InitAnswers:
     max_docs: int | None = None
 
 
+def backend_names() -> tuple[str, ...]:
+    """The backends ``evalq init`` offers: every registered embedding backend."""
+    return BACKENDS.names("embedding")
+
+
+def _served_over_http(backend: str) -> bool:
+    spec = BACKENDS.get("embedding", backend)
+    return spec is not None and spec.serving == "http"
+
+
 def _choices(backend: str) -> dict[str, dict[str, Any]]:
-    return VLLM_CHOICES if backend == "vllm" else INPROCESS_CHOICES
+    return PRESETS.get(backend, INPROCESS_CHOICES)
 
 
 def ask_missing(answers: InitAnswers, ask: Callable[[str], str]) -> InitAnswers:
@@ -101,15 +115,15 @@ def ask_missing(answers: InitAnswers, ask: Callable[[str], str]) -> InitAnswers:
         else:
             answers.dataset = where
     if not answers.quantizations:
-        backend = prompt(f"Backend serving the candidates ({' | '.join(BACKENDS)})",
+        backend = prompt(f"Backend serving the candidates ({' | '.join(backend_names())})",
                          answers.backend)
         answers.backend = backend
-        if backend in ("openai", "tei"):
+        if _served_over_http(backend):
             answers.url = answers.url or prompt("Server URL (root, e.g. http://host:8000)", None)
         else:
             menu = ", ".join(_choices(backend))
             picked = prompt(f"Quantizations to try ({menu})",
-                            ",".join(DEFAULT_QUANTIZATIONS[backend]))
+                            ",".join(DEFAULT_QUANTIZATIONS.get(backend, [])))
             answers.quantizations = [q.strip() for q in picked.split(",") if q.strip()]
     return answers
 
@@ -158,7 +172,7 @@ def _judged_queries(qrels: Path) -> int | None:
 
 
 def _candidates(a: InitAnswers) -> list[dict[str, Any]]:
-    if a.backend in ("openai", "tei"):
+    if _served_over_http(a.backend):
         if not a.url:
             raise InputError(message=f"backend {a.backend} needs the server's URL",
                              field="--url", fix="pass --url http://host:port")
@@ -169,7 +183,7 @@ def _candidates(a: InitAnswers) -> list[dict[str, Any]]:
             http["model"] = a.served_model
         return [{"name": f"{a.backend}-server", "backend": a.backend, "http": http}]
     choices = _choices(a.backend)
-    wanted = a.quantizations or DEFAULT_QUANTIZATIONS[a.backend]
+    wanted = a.quantizations or DEFAULT_QUANTIZATIONS.get(a.backend, [])
     unknown = [q for q in wanted if q not in choices]
     if unknown:
         raise InputError(message=f"unknown quantization(s) for backend {a.backend}: "

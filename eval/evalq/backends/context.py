@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from evalq.core import EncodingSettings
 
@@ -18,3 +19,18 @@ class BuildContext:
     logs_dir: Path
     device: str  # "cpu" or "cuda", resolved from the variant's "auto"
     cache_dir: Path  # where derived artifacts (quantized checkpoints) are kept
+
+
+@dataclass(frozen=True)
+class RerankerContext:
+    """What a reranker builder receives: the pipeline's reranker spec (model kind,
+    activation, lengths), the variant to build, and where it runs and writes.
+    ``spec``/``variant`` are ``pipeline_config.RerankerSpec``/``RerankerVariant``."""
+
+    spec: Any
+    variant: Any
+    model_path: Path
+    device: str
+    batch_tokens: int
+    logs_dir: Path | None = None
+    cache_dir: Path | None = None  # <cache_dir>/checkpoints holds W8A8 checkpoints

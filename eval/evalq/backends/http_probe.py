@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalq.backends.registry import embedding_backend
 from evalq.backends.server_routes import ServerRoutes
 from evalq.errors import InputError
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from evalq.config import Recipe, Variant
 
 PROBE_TEXT = "How many queries does a one percent margin need?"
-HTTP_BACKENDS = frozenset({"openai", "tei"})
 _NORM_TOLERANCE = 1e-3
 
 
@@ -149,7 +149,7 @@ def probe_http_variants(recipe: Recipe, variants: list[Variant], recipe_path: Pa
     launches itself is probed once started (the runner calls :func:`probe_one`)."""
     reports: dict[str, dict[str, Any]] = {}
     for variant in variants:
-        if variant.backend not in HTTP_BACKENDS:
+        if not embedding_backend(variant.backend).http_probe:
             continue
         if launched_by_recipe(recipe, variant):
             reports[variant.name] = {"deferred": "started by load.launch; probed once up"}

@@ -21,12 +21,17 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalq.backends.base import EncodingSettings, QuantizationRecord
+from evalq.backends.base import Encoder, EncodingSettings, QuantizationRecord
+from evalq.backends.context import BuildContext
+from evalq.backends.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 from evalq.weights import model_fingerprint
+
+if TYPE_CHECKING:
+    from evalq.config import Variant
 
 BACKEND_NAME = "inprocess"
 
@@ -193,3 +198,53 @@ def pool(hidden: Any, mask: Any, pooling: str) -> Any:
     else:
         raise ValueError(f"unknown pooling {pooling!r}")
     return hidden[rows, index].to(torch.float32)
+
+
+# -- the backend's declaration ------------------------------------------------------
+# Batch dependence of each quantization method this backend applies; every one is
+# checked against the real encoder by tests/test_composition.py.
+
+PADDED_FLOAT = BatchDependence(
+    "near-invariant",
+    "masked attention and per-text pooling: neighbours only change padding, so only the "
+    "rounding of differently shaped matmuls differs", NEAR_INVARIANT_TOLERANCE)
+PADDED_HALF = BatchDependence(
+    "near-invariant",
+    "16-bit weights, same masked arithmetic as float32: neighbours change padding only", 1e-2)
+LLM_INT8 = BatchDependence(
+    "dependent",
+    "LLM.int8() keeps in fp16 every activation column where any token of the batch "
+    "exceeds the outlier threshold: the batch decides which columns are int8", None)
+WEIGHT_ONLY_4BIT = BatchDependence(
+    "near-invariant",
+    "4-bit weights dequantized per block, activations left in the compute dtype: nothing "
+    "is computed across the texts of a batch", NEAR_INVARIANT_TOLERANCE)
+TORCH_DYNAMIC = BatchDependence(
+    "dependent",
+    "torch dynamic int8 scales activations per tensor: one scale per batch, set by the "
+    "batch's largest activation", None)
+
+
+def batch_dependence(variant: Variant) -> BatchDependence:
+    quant = variant.quantization or {}
+    method = quant.get("method")
+    if method is None or method == "dtype":
+        dtype = quant.get("dtype", variant.dtype) if method == "dtype" else variant.dtype
+        return PADDED_FLOAT if dtype == "float32" else PADDED_HALF
+    if method == "bitsandbytes":
+        return LLM_INT8 if quant.get("bits") == 8 else WEIGHT_ONLY_4BIT
+    if method == "torch-dynamic-int8":
+        return TORCH_DYNAMIC
+    return BatchDependence("unverified", f"no declaration for backend {BACKEND_NAME!r} "
+                           f"with quantization {method!r}", None)
+
+
+def build(variant: Variant, ctx: BuildContext) -> Encoder:
+    return InProcessEncoder(ctx.model_path, settings=ctx.settings, dtype=variant.dtype,
+                            quantization=variant.quantization, device=ctx.device)
+
+
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",
+                   batch_dependence=batch_dependence, ray=True,
+                   cache_key="chunks keyed by weights fingerprint, dtype, quantization, "
+                   "device, torch/transformers/bitsandbytes versions, settings, texts")

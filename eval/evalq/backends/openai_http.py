@@ -19,15 +19,42 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from evalq.backends.base import EncodingSettings
+from evalq.backends.base import Encoder, EncodingSettings
+from evalq.backends.context import BuildContext
 from evalq.backends.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.backends.spec import REMOTE_SERVER, BackendSpec
 from evalq.errors import BackendUnavailableError, InputError
+from evalq.options import StrictOptions
+
+if TYPE_CHECKING:
+    from evalq.config import Variant
 
 EncodingFormat = Literal["float", "base64"]
+BACKEND_NAME = "openai"
+
+
+class HttpOptions(StrictOptions):
+    """A variant's ``http:`` options (the HTTP embedding backends, openai and tei)."""
+
+    url: str
+    # The embeddings path under url: openai default /v1/embeddings (Infinity without
+    # --url-prefix /v1 serves /embeddings), tei default /embed (backends.http_probe).
+    route: str | None = Field(default=None, pattern=r"^/")
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=60, gt=0)
+    retries: int = Field(default=3, ge=0)
+    concurrency: int = Field(default=4, ge=1)
+    max_batch: int = Field(default=64, ge=1)
+    dimensions: int | None = None
+    encoding_format: Literal["float", "base64"] | None = None
+    prompt_name: str | None = None
+
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -74,7 +101,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 class OpenAIEncoder:
     """Encoder over ``POST {url}/v1/embeddings``; ``url`` is the server root (no ``/v1``)."""
 
-    backend = "openai"
+    backend = BACKEND_NAME
 
     def __init__(
         self,
@@ -226,3 +253,22 @@ class OpenAIEncoder:
                 fix="remove dimensions or use a model that supports it (Matryoshka)",
             )
         return vectors
+
+
+def build(variant: Variant, ctx: BuildContext) -> Encoder:
+    http = variant.http
+    assert http is not None  # the recipe requires it
+    return OpenAIEncoder(
+        http.url, http.model or str(ctx.model_path), settings=ctx.settings,
+        api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
+        concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
+        encoding_format=http.encoding_format, tokenizer_path=ctx.model_path, route=http.route,
+        probe_store=ctx.cache_dir / "servers",
+    )
+
+
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "http", build, quantized_by="server",
+                   options_key="http", options_model=HttpOptions, options_required=True,
+                   devices=(), dtypes=("float32",), self_batching=("embedding",),
+                   batch_dependence=lambda variant: REMOTE_SERVER, ray=True,
+                   load_api="openai", http_probe=True)

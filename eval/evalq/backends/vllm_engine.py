@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from evalq.backends.base import EncodingSettings
+from evalq.backends.devices import check_current_vllm
 from evalq.errors import InputError, MissingExtraError
 
 BACKEND_NAME = "vllm-engine"
@@ -84,9 +85,7 @@ class VllmEngineEncoder:
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
 
-        from evalq.backends.capability import check_current_device
-
-        check_current_device("vllm-engine", quantization, dtype)  # before anything loads
+        check_current_vllm(quantization, dtype)  # before anything loads
         self.model_path = Path(model_path)
         self.settings = settings
         self.dtype = dtype

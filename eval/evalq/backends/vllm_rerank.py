@@ -7,6 +7,9 @@ goes explicitly as ``PoolingParams(use_activation=...)`` (sigmoid or raw logits;
 no per-label softmax for scoring), truncation explicitly through the tokenizer
 (``tokenization_kwargs``; vLLM refuses over-length pairs otherwise), and the engine core is
 shut down explicitly in :meth:`close`, or the process aborts at exit.
+
+Declares the ``vllm`` reranker backend (:data:`SPEC`, engine or managed server) and its
+recipe options (:class:`RerankVllmOptions`).
 """
 
 from __future__ import annotations
@@ -15,16 +18,46 @@ import gc
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from evalq.backends.base import QuantizationRecord
-from evalq.backends.reranker import RerankSettings, described_quantization, served_fingerprint
+from evalq.backends.context import RerankerContext
+from evalq.backends.devices import check_current_vllm
+from evalq.backends.reranker import (
+    Reranker,
+    RerankSettings,
+    bi_encoder_settings,
+    described_quantization,
+    rerank_settings,
+    served_fingerprint,
+)
+from evalq.backends.spec import BackendSpec
+from evalq.backends.vllm_rerank_server import VllmServerReranker
 from evalq.errors import InputError, MissingExtraError
+from evalq.options import StrictOptions
+from evalq.quantize import w8a8, w8a8_checkpoint
 
 BACKEND_NAME = "vllm-engine"
+
+
+class RerankVllmOptions(StrictOptions):
+    """``mode: engine``: ``LLM.score()`` in-process (backends/vllm_rerank.py); ``mode:
+    server``: evalq starts vLLM's OpenAI server and scores through ``route``
+    (backends/vllm_rerank_server.py)."""
+
+    mode: Literal["engine", "server"] = "engine"
+    route: Literal["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"] = "/score"
+    startup_timeout_s: float = Field(default=300, gt=0)
+    max_batch: int = Field(default=64, ge=1)  # server mode: texts per request
+    quantization: str | None = None
+    gpu_memory_utilization: float = Field(default=0.1, gt=0, le=1)
+    enforce_eager: bool | None = None
+    engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
 class VllmEngineReranker:
@@ -43,14 +76,13 @@ class VllmEngineReranker:
             import vllm
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
-        from evalq.backends.capability import check_current_device
         from evalq.weights import model_fingerprint
 
         if settings.activation == "softmax":
             raise InputError(message="vLLM's score API applies a sigmoid or nothing; it has "
                              "no softmax over labels", field="reranker.activation",
                              fix="use activation: sigmoid or none with backend vllm")
-        check_current_device("vllm-engine", quantization, dtype)
+        check_current_vllm(quantization, dtype)
         self.kind = kind
         self.model_path = Path(model_path)
         self.settings, self.dtype, self.quantization = settings, dtype, quantization
@@ -123,3 +155,63 @@ class VllmEngineReranker:
         finally:
             del llm
             gc.collect()
+
+
+# -- the vllm reranker backend's declaration ------------------------------------------
+
+
+def served_checkpoint(variant: Any, model_path: Path, cache_dir: Path | None,
+                      ) -> tuple[Path, QuantizationRecord | None]:
+    """What vLLM loads for a vllm variant: the model itself, or its W8A8 int8 checkpoint
+    (made once by llm-compressor, cached by weight fingerprint, head kept in float; see
+    ``quantize.w8a8``) with the record of what was done."""
+    if variant.quantization is None:
+        return model_path, None
+    if variant.quantization["method"] != w8a8.NAME:  # the recipe check refuses this first
+        raise InputError(message=f"backend vllm applies quantization method {w8a8.NAME} "
+                         f"only, not '{variant.quantization['method']}'",
+                         field="reranker.quantization.method",
+                         fix=f"use method: {w8a8.NAME}, or vllm: {{quantization: ...}}")
+    ckpt = w8a8_checkpoint(variant.quantization, model_path,
+                           (cache_dir or Path(".evalq-cache")) / "checkpoints")
+    return ckpt.path, ckpt.record
+
+
+def _server_reranker(ctx: RerankerContext, served: Path,
+                     record: QuantizationRecord | None) -> Reranker:
+    spec, variant, model_path = ctx.spec, ctx.variant, ctx.model_path
+    opts = variant.vllm
+    assert opts is not None
+    encoding = bi_encoder_settings(spec, model_path) if spec.kind == "bi-encoder" else None
+    settings = rerank_settings(spec, model_path)
+    if encoding is not None:  # the bi-encoder truncates each text at its own max length
+        settings = replace(settings, max_length=encoding.max_length)
+    extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
+    return VllmServerReranker(
+        served, settings=settings, record=record, kind=spec.kind, encoding=encoding,
+        log_dir=ctx.logs_dir or Path(".evalq-cache") / "logs", route=opts.route,
+        dtype=variant.dtype, quantization=opts.quantization,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        enforce_eager=opts.enforce_eager, startup_timeout_s=opts.startup_timeout_s,
+        max_batch=opts.max_batch, extra_args=extra)
+
+
+def build(ctx: RerankerContext) -> Reranker:
+    variant = ctx.variant
+    served, record = served_checkpoint(variant, ctx.model_path, ctx.cache_dir)
+    opts = variant.vllm
+    if opts and opts.mode == "server":
+        return _server_reranker(ctx, served, record)
+    return VllmEngineReranker(
+        served, settings=rerank_settings(ctx.spec, ctx.model_path), kind=ctx.spec.kind,
+        dtype=variant.dtype, quantization=opts.quantization if opts else None,
+        gpu_memory_utilization=opts.gpu_memory_utilization if opts else 0.1,
+        enforce_eager=opts.enforce_eager if opts else None,
+        extra_engine_args=opts.engine_args if opts else None, record=record)
+
+
+SPEC = BackendSpec("vllm", "reranker", "engine", build, quantized_by="engine",
+                   options_key="vllm", options_model=RerankVllmOptions,
+                   model_kinds=("cross-encoder", "bi-encoder"),
+                   self_batching=("cross-encoder", "bi-encoder"),
+                   aliases=("vllm-engine", "vllm-server"))

@@ -35,6 +35,7 @@ import httpx
 import numpy as np
 
 from evalq.backends.base import EncodingSettings
+from evalq.backends.devices import check_current_vllm
 from evalq.backends.openai_http import OpenAIEncoder
 from evalq.backends.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
 from evalq.backends.vllm_engine import VLLM_POOLING, vllm_pooler_config_dict
@@ -198,9 +199,7 @@ class VllmServer:
             return self
         if self._closed:
             raise RuntimeError("VllmServer cannot restart after close()")
-        from evalq.backends.capability import check_current_device
-
-        check_current_device("vllm-server", self.quantization, self.dtype)
+        check_current_vllm(self.quantization, self.dtype)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", **self.env}

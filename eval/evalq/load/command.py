@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from evalq.backends.registry import BACKENDS, embedding_backend
+from evalq.backends.spec import or_list
 from evalq.config import Recipe, Variant, recipe_from_located
 from evalq.errors import InputError
 from evalq.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
@@ -41,7 +43,10 @@ from evalq.locations import resolve_recipe
 from evalq.results import environment, git_revision, now_iso, package_versions
 from evalq.yamlsource import Located, load_yaml
 
-SERVED_BACKENDS = ("vllm", "openai", "tei")
+
+def _served(variant: Variant) -> bool:
+    """Whether the sweep can drive it: its backend's spec names a request format."""
+    return embedding_backend(variant.backend).load_api is not None
 
 
 def _log(text: str) -> None:
@@ -90,16 +95,17 @@ def check_plan(recipe: Recipe, located: Located, file: Path,
                          fix="add load: {workloads: [{name: query, kind: query, slo_p99_ms: "
                          "100, open_loop: {rates: [5, 10, 20]}}]} (see README, 'evalq load')")
     by_name = {v.name: v for v in recipe.variants}
-    served = [v for v in recipe.variants if v.backend in SERVED_BACKENDS]
+    served = [v for v in recipe.variants if _served(v)]
     skipped = {v.name: f"backend '{v.backend}' runs inside evalq; there is no server to load"
-               for v in recipe.variants if v.backend not in SERVED_BACKENDS}
+               for v in recipe.variants if not _served(v)}
     for i, name in enumerate(section.variants or []):
         if name not in by_name:
             raise fail(f"load.variants names unknown variant '{name}'", ("load", "variants", i),
                        f"choose from {', '.join(by_name)}")
-        if by_name[name].backend not in SERVED_BACKENDS:
+        if not _served(by_name[name]):
             raise fail(f"variant '{name}' is not served over HTTP ({skipped[name]})",
-                       ("load", "variants", i), "name vllm, openai or tei variants only")
+                       ("load", "variants", i), "name " + or_list(BACKENDS.names(
+                           "embedding", lambda s: s.load_api is not None), "or") + " variants only")
     chosen = [by_name[n] for n in section.variants] if section.variants else served
     if only:
         unknown = sorted(set(only) - {v.name for v in chosen})
@@ -113,8 +119,10 @@ def check_plan(recipe: Recipe, located: Located, file: Path,
                    "add a variant with backend vllm (evalq starts its server), openai or tei")
     for name in section.launch:
         v = by_name.get(name)
-        if v is None or v.backend not in ("openai", "tei"):
-            raise fail(f"load.launch names '{name}', which is not an openai or tei variant",
+        if v is None or embedding_backend(v.backend).serving != "http":
+            raise fail(f"load.launch names '{name}', which is not an "
+                       + or_list(BACKENDS.names("embedding", lambda s: s.serving == "http"), "or")
+                       + " variant",
                        ("load", "launch", name),
                        "launch commands start servers for openai/tei variants; vLLM "
                        "variants are started by evalq itself")
@@ -166,11 +174,12 @@ def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolde
     model_path = _variant_model_path(recipe, variant, recipe_path)
     settings = _settings_for(recipe, variant, model_path, recipe_path)
     # an HTTP server's device is its own business (and resolving "auto" imports torch)
-    device = resolve_device(variant.device) if variant.backend == "vllm" else "cpu"
+    backend = embedding_backend(variant.backend)
+    device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=device, cache_dir=Path(recipe.cache_dir))
     launched = None
-    if variant.backend == "vllm":
+    if backend.serving == "engine":  # vLLM: evalq starts its OpenAI-compatible server
         from evalq.backends.vllm_build import build_vllm_encoder
         from evalq.backends.vllm_server import vllm_request_fields
         from evalq.config import VllmOptions
@@ -207,7 +216,7 @@ def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolde
             raise
         url = http.url.rstrip("/").removesuffix("/v1")
         model = http.model or str(model_path)
-        endpoint = Endpoint(variant.name, url, "tei" if variant.backend == "tei" else "openai",
+        endpoint = Endpoint(variant.name, url, backend.load_api or "openai",
                             model, {}, pid=launched.pid if launched else None,
                             alive=launched.alive if launched else None)
     try:

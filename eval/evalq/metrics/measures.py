@@ -80,14 +80,27 @@ COMPUTE: dict[str, Callable[..., Any]] = {}
 
 
 def register_family(family: Family) -> Family:
+    """Add a measure family; a second registration of a name, or an alias (any case)
+    that another family already answers to, is refused: it would silently change what
+    an existing measure string means."""
+    if family.name in FAMILIES:
+        raise ValueError(f"measure family '{family.name}' is already registered")
+    spellings = {alias.lower() for alias in (family.name, *family.aliases)}
+    taken = sorted(a for a in spellings if a in _ALIASES)
+    if taken:
+        raise ValueError(f"measure family '{family.name}': {', '.join(taken)} already "
+                         f"name(s) family {_ALIASES[taken[0]]}")
     FAMILIES[family.name] = family
-    for alias in (family.name, *family.aliases):
-        _ALIASES[alias.lower()] = family.name
+    for alias in spellings:
+        _ALIASES[alias] = family.name
     return family
 
 
 def register_pattern_alias(pattern: str, family: str) -> None:
-    """``pattern`` must have one group capturing the cutoff (``r"ndcg_cut_(\\d+)"``)."""
+    """``pattern`` must have one group capturing the cutoff (``r"ndcg_cut_(\\d+)"``); a
+    pattern registered twice is refused."""
+    if any(known.pattern == pattern for known, _ in _PATTERN_ALIASES):
+        raise ValueError(f"measure alias pattern {pattern!r} is already registered")
     _PATTERN_ALIASES.append((re.compile(pattern, re.IGNORECASE), family))
 
 

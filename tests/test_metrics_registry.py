@@ -1,0 +1,22 @@
+"""The measure registry refuses duplicates, like the backend and quantization registries:
+a second family of a name, an alias another family answers to, or a repeated alias
+pattern would silently change what an existing measure string means."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalq.metrics.measures import Family, register_family, register_pattern_alias
+from evalq.metrics.registry import FAMILIES, parse_measure
+
+
+def test_a_measure_family_cannot_be_registered_twice() -> None:
+    before = dict(FAMILIES)
+    with pytest.raises(ValueError, match="'nDCG' is already registered"):
+        register_family(Family("nDCG", "qrels", needs_cutoff=True))
+    with pytest.raises(ValueError, match="mrr already name"):
+        register_family(Family("MyRR", "qrels", needs_cutoff=True, aliases=("MRR",)))
+    with pytest.raises(ValueError, match="already registered"):
+        register_pattern_alias(r"ndcg_cut[._](\d+)", "nDCG")
+    assert before == FAMILIES
+    assert parse_measure("MRR@10").name == "RR@10"  # the alias still means what it meant
