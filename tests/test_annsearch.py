@@ -116,6 +116,8 @@ def ann_run(tmp_path_factory: pytest.TempPathFactory):
     return outcome, manifest, base
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_recipe_ann_variants_record_recall_and_loss_split(ann_run) -> None:
     outcome, manifest, base = ann_run
     for name in ("fp32-hnsw", "fp32-ivfsq8", "dyn-int8-hnsw"):

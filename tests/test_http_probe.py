@@ -19,6 +19,8 @@ from evalq.config import Recipe
 from evalq.errors import InputError
 from fake_embedding_server import FakeState, fake_server
 
+pytestmark = [pytest.mark.model]
+
 
 @pytest.fixture(scope="module")
 def st_model(minilm_path: Path):

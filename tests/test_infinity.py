@@ -26,6 +26,8 @@ from evalq.backends.http_probe import probe_http_variants
 from evalq.config import Recipe
 from evalq.errors import InputError
 
+pytestmark = [pytest.mark.process, pytest.mark.server, pytest.mark.model]
+
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "minilm"
 

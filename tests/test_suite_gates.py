@@ -57,6 +57,8 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"outcome": outcome, "out": base / "out"}
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_summary_records_the_suite(suite: dict[str, Any]) -> None:
     summary = suite["outcome"].summary
     assert summary["suite"]["datasets"] == ["pydocs", "beir-tiny"]
@@ -70,6 +72,8 @@ def test_summary_records_the_suite(suite: dict[str, Any]) -> None:
                           f"overlap@10 vs reference min 0.8 on {ds}"]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_pooled_gate_is_the_macro_average(suite: dict[str, Any]) -> None:
     folder = RunFolder(suite["out"])
     checks = suite["outcome"].summary["variants"]["dyn-int8"]["suite_checks"]
@@ -89,6 +93,8 @@ def test_pooled_gate_is_the_macro_average(suite: dict[str, Any]) -> None:
     assert check["figures"]["method"] == intervals.DEFAULT_METHOD
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_parity_once_per_variant_and_junit_names_unique(suite: dict[str, Any],
                                                        tmp_path: Path) -> None:
     summary = suite["outcome"].summary
@@ -106,6 +112,8 @@ def test_parity_once_per_variant_and_junit_names_unique(suite: dict[str, Any],
     assert any(n and "pooled over pydocs, beir-tiny" in n for _, n in names)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_old_results_are_redecided_with_their_historical_method(
         suite: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     manifest_path = suite["out"] / "manifest.json"
@@ -147,6 +155,8 @@ def test_pooled_needs_an_allowed_drop() -> None:
         GateSpec(metric="overlap@10", against="reference", min=0.9, over="pooled")
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
     from evalq.calibration import results_populations
 
@@ -159,6 +169,8 @@ def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
     assert pop.margin == pytest.approx(0.02 * ref.mean())
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_vs_reference_shows_the_interval_the_gate_used(suite: dict[str, Any]) -> None:
     metrics = suite["outcome"].summary["datasets"]["pydocs"]["variants"]["dyn-int8"]["metrics"]
     assert metrics["RR@10"]["vs_reference"]["confidence"] == 0.9  # the gate's own

@@ -84,6 +84,8 @@ def test_malformed_replies_are_refused_and_never_cached(case: str, tmp_path: Pat
     assert cache.size().files == 0
 
 
+@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("case", ["mixed dimensions", "NaN values"])
 def test_malformed_replies_mid_run_are_exit_2_and_keep_the_reference(
         case: str, tmp_path: Path, shared_cache: Path,
@@ -111,6 +113,8 @@ def test_malformed_replies_mid_run_are_exit_2_and_keep_the_reference(
 SECRET = "sk-evalq-fault-suite-0123456789abcdef"
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_api_key_echoed_by_the_server_appears_nowhere(
         tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
