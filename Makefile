@@ -1,4 +1,5 @@
-# The two commands a fresh machine needs: `make demo` and `make test`.
+# The two commands a fresh machine needs: `make demo` and `make test`. Between edits,
+# `make test-fast` runs the tier that loads no model and starts no process or server.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
+.PHONY: install test test-fast demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
 
 install: $(STAMP)
 
@@ -65,6 +66,13 @@ chromium:
 test: install llmcompressor-venv infinity-venv chromium
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests
+
+# Markers are registered in pyproject.toml; this tier needs neither the extra venvs nor chromium.
+FAST_TIER := not model and not process and not server and not vllm and not slow
+
+test-fast: install
+	$(BIN)/ruff check eval tests bench
+	$(BIN)/python -m pytest tests -m "$(FAST_TIER)"
 
 demo: install
 	$(BIN)/evalq run recipes/quickstart.yaml --demo

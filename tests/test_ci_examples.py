@@ -20,6 +20,7 @@ def _validate(path: Path, schema: str) -> subprocess.CompletedProcess[str]:
                            str(path)], capture_output=True, text=True, check=False)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", sorted(FILES))
 def test_ci_example_validates(name: str, tmp_path: Path) -> None:
     path = CI / name

@@ -13,6 +13,7 @@ import pytest
 from evalq.cli import main
 
 
+@pytest.mark.process
 def test_help_imports_no_heavy_library() -> None:
     code = ("import sys\nfrom evalq.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"

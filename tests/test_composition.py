@@ -98,6 +98,7 @@ def texts(mixed_texts):
     return mixed_texts[::3] + mixed_texts[-4:]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("case", ["fp32", "bf16", "bnb-int8", "bnb-nf4", "bnb-fp4",
                                   "dyn-int8"])
 def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
@@ -118,6 +119,7 @@ def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
 
 # W8A8 before fp32: the float32 engine the fp32 test starts is the one the parity and
 # engine tests reuse next.
+@pytest.mark.process
 @pytest.mark.vllm
 def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_w8a8, texts):
     from evalq.modelinfo import default_settings
@@ -163,6 +165,7 @@ def test_pack_batches_keeps_the_padded_budget_in_any_order():
         (0, 2), (2, 5)]
 
 
+@pytest.mark.model
 def test_cache_recomputes_dependent_variant_under_other_batching(
         minilm_path, minilm_settings, texts, tmp_path):
     from evalq.backends.inprocess import InProcessEncoder

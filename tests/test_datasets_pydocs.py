@@ -65,6 +65,7 @@ def test_documents_start_with_the_signature(pydocs: Dataset) -> None:
     assert "Serialize ``obj``" not in doc["json.dumps"]
 
 
+@pytest.mark.process
 def test_fingerprint_matches_content_and_is_stable_across_processes(pydocs: Dataset) -> None:
     assert pydocs.fingerprint == fingerprint(pydocs.corpus, pydocs.queries, pydocs.qrels)
     # a second collection in this process bypasses the cache (fresh worker run)

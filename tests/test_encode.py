@@ -309,6 +309,7 @@ def sample_texts() -> list[str]:
     return [*[d[:400] for d in docs if d][:6], "short", "a b c", "short"]
 
 
+@pytest.mark.model
 def test_minilm_vectors_independent_of_batching(minilm: Any, sample_texts: list[str]) -> None:
     packed = encode_texts(minilm, sample_texts, role="document", cache=None, progress=False,
                           batch_tokens=300)
@@ -318,6 +319,7 @@ def test_minilm_vectors_independent_of_batching(minilm: Any, sample_texts: list[
     assert cos.min() > 0.99999
 
 
+@pytest.mark.model
 def test_minilm_second_run_makes_no_forward_calls(
     minilm: Any, sample_texts: list[str], tmp_path: Path
 ) -> None:

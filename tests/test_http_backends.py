@@ -52,6 +52,7 @@ def _fast(**kw):
 # --------------------------------------------------------------------------- TEI
 
 
+@pytest.mark.model
 def test_tei_matches_sentence_transformers_within_client_batch(
     st_model, minilm_path, minilm_settings, texts, reference
 ):
@@ -73,6 +74,7 @@ def test_tei_matches_sentence_transformers_within_client_batch(
     assert max(enc.token_lengths(texts)) == minilm_settings.max_length
 
 
+@pytest.mark.model
 def test_tei_left_truncation_is_sent_and_changes_long_texts(
     st_model, minilm_settings, texts, reference
 ):
@@ -89,6 +91,7 @@ def test_tei_left_truncation_is_sent_and_changes_long_texts(
     assert cos[over].max() < 0.999  # long texts: a different window of tokens
 
 
+@pytest.mark.model
 def test_tei_refuses_mismatched_pooling_and_length(st_model, minilm_settings):
     with fake_server(FakeState(st_model, pooling="cls")) as server, \
             pytest.raises(InputError) as err:
@@ -103,6 +106,7 @@ def test_tei_refuses_mismatched_pooling_and_length(st_model, minilm_settings):
 # --------------------------------------------------------------------------- OpenAI
 
 
+@pytest.mark.model
 def test_openai_orders_by_index_and_decodes_base64(st_model, minilm_settings, texts,
                                                    reference):
     with fake_server(FakeState(st_model)) as server:
@@ -117,6 +121,7 @@ def test_openai_orders_by_index_and_decodes_base64(st_model, minilm_settings, te
     assert any(p.get("encoding_format") == "base64" for p in sent)
 
 
+@pytest.mark.model
 def test_openai_retries_429_and_5xx_then_succeeds(st_model, minilm_settings):
     state = FakeState(st_model, fail_next=[429, 503, 502])
     with fake_server(state) as server:
@@ -163,6 +168,7 @@ def test_tei_unreachable_at_start_is_input_error():
     assert f"{url}/info" in str(err.value)
 
 
+@pytest.mark.model
 def test_server_dying_mid_run_is_backend_unavailable_and_rerun_resumes(
     st_model, minilm_settings, texts, reference, tmp_path
 ):
@@ -192,6 +198,7 @@ def test_server_dying_mid_run_is_backend_unavailable_and_rerun_resumes(
 # --------------------------------------------------------------------------- secrets
 
 
+@pytest.mark.model
 def test_api_key_is_sent_but_never_written(st_model, minilm_settings, texts, tmp_path,
                                            monkeypatch, caplog):
     monkeypatch.setenv("EVALQ_TEST_KEY", SECRET)

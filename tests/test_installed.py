@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Using evalq in your own project"
 TIMEOUT_S = 1200

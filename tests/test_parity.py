@@ -33,6 +33,7 @@ def test_pick_parity_texts_is_deterministic_and_keeps_the_longest(mixed_texts):
     assert set(longest) <= set(picked)
 
 
+@pytest.mark.model
 def test_mismatched_setting_is_named(minilm_path, minilm_settings, inprocess, parity_texts):
     cls_settings = dataclasses.replace(minilm_settings, pooling="cls")
     twin = InProcessEncoder(minilm_path, settings=cls_settings, dtype="float32")
@@ -49,6 +50,7 @@ def test_mismatched_setting_is_named(minilm_path, minilm_settings, inprocess, pa
     assert any("FAIL cls" in line for line in report.summary_lines())
 
 
+@pytest.mark.model
 def test_identical_settings_but_different_weights_blame_the_engine(
     minilm_path, minilm_settings, inprocess, parity_texts
 ):

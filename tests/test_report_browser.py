@@ -24,6 +24,8 @@ from evalq.cli import main
 from evalq.report.sections import registered
 from report_runs import HOSTILE_VARIANT, PAYLOADS
 
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]
+
 CHROMIUM_ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-dev-shm-usage"]
 

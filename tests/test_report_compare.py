@@ -7,9 +7,12 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from evalq.cli import main
 from evalq.report.compare import compare_runs, render_markdown, render_text
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 
 def test_compare_of_a_run_with_itself_shows_zero_differences(report_runs, capsys) -> None:

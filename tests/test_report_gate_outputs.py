@@ -25,6 +25,8 @@ def _checks(summary: dict) -> list[tuple[str, dict]]:
                 "checks", [])]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_junit_validates_and_counts_the_stored_verdicts(report_runs, tmp_path: Path) -> None:
     run = report_runs.small
     junit, summary_md = tmp_path / "junit.xml", tmp_path / "summary.md"
@@ -50,6 +52,8 @@ def test_junit_validates_and_counts_the_stored_verdicts(report_runs, tmp_path: P
     assert not schema.is_valid(broken)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_markdown_job_summary_names_verdicts_and_recommendation(report_runs,
                                                                tmp_path: Path) -> None:
     run = report_runs.small
@@ -68,6 +72,8 @@ def test_markdown_job_summary_names_verdicts_and_recommendation(report_runs,
             assert check["gate"] in text
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_compact_terminal_summary_fits_100_columns(report_runs, capsys) -> None:
     run = report_runs.small
     manifest = json.loads((run / "manifest.json").read_text())
@@ -92,6 +98,8 @@ def test_compact_terminal_summary_fits_100_columns(report_runs, capsys) -> None:
     assert "RBO@100" in wide
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_bracketed_labels_reach_the_terminal_verbatim(report_runs, capsys) -> None:
     """Batch-composition checks are labelled "[batch composition tokens-8192 on 40
     queries]"; rich read that as a markup tag and printed nothing in its place."""

@@ -21,6 +21,8 @@ from evalq.report.sections import section
 from evalq.report.verdict import candidate_verdicts, costs, recommend
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_verdicts_and_recommendation_follow_the_stored_results(report_runs) -> None:
     run = RunView.load(report_runs.small)
     summary = json.loads((report_runs.small / "summary.json").read_text())
@@ -42,6 +44,8 @@ def test_verdicts_and_recommendation_follow_the_stored_results(report_runs) -> N
     assert costs(run, "int8-vectors").index_bytes == entry["index"]["bytes"]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_page_is_self_contained(report_runs) -> None:
     html = render_run(RunView.load(report_runs.small))
     assert "Plotly" in html and "<script src" not in html and "<link" not in html
@@ -67,6 +71,8 @@ def test_section_registry_refuses_a_second_registration() -> None:
         section("verdict", "again", kind="retrieval", order=1)(lambda run, page: "")
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_history_refuses_runs_of_different_recipes(report_runs, tmp_path: Path,
                                                    capsys) -> None:
     other = tmp_path / "other"

@@ -53,6 +53,7 @@ def fp32_reranker(cross_encoder_path):
     reranker.close()
 
 
+@pytest.mark.model
 def test_fixture_is_built_once_and_is_a_sequence_classifier(cross_encoder_path, tmp_path):
     from evalq.rerank_fixture import build_minilm_cross_encoder
 
@@ -66,6 +67,7 @@ def test_fixture_is_built_once_and_is_a_sequence_classifier(cross_encoder_path, 
         (cross_encoder_path / "model.safetensors").read_bytes()
 
 
+@pytest.mark.model
 def test_inprocess_equals_sentence_transformers_cross_encoder(cross_encoder_path, pairs,
                                                               fp32_reranker):
     from sentence_transformers import CrossEncoder
@@ -79,6 +81,7 @@ def test_inprocess_equals_sentence_transformers_cross_encoder(cross_encoder_path
     assert np.ptp(ours) > 0.01  # the seeded head spreads scores, so orders are meaningful
 
 
+@pytest.mark.model
 def test_activation_none_and_softmax_head_checks(cross_encoder_path, pairs, fp32_reranker):
     qs, ds = pairs
     raw = CrossEncoderReranker(cross_encoder_path, settings=RerankSettings(activation="none"))
@@ -96,6 +99,7 @@ def test_activation_none_and_softmax_head_checks(cross_encoder_path, pairs, fp32
     check_head(3, RerankSettings(activation="softmax", label=2), cross_encoder_path)
 
 
+@pytest.mark.model
 def test_unexpected_label_count_is_refused_before_loading(cross_encoder_path, tmp_path):
     bad = tmp_path / "three-labels"
     shutil.copytree(cross_encoder_path, bad)
@@ -108,6 +112,7 @@ def test_unexpected_label_count_is_refused_before_loading(cross_encoder_path, tm
     assert "3 labels" in info.value.message and info.value.field == "reranker.label"
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("kwargs", [
     {"dtype": "bfloat16"},
     {"quantization": {"method": "torch-dynamic-int8"}},
@@ -129,6 +134,7 @@ def test_quantized_rerankers_differ_measurably(cross_encoder_path, pairs, fp32_r
     assert np.corrcoef(scores, reference)[0, 1] > 0.8
 
 
+@pytest.mark.model
 def test_bi_encoder_scorer_is_cosine_of_sentence_transformers(minilm_path, minilm_settings,
                                                               pairs):
     from sentence_transformers import SentenceTransformer
@@ -170,6 +176,7 @@ class _Flaky:
         return self.inner.score(q, d)
 
 
+@pytest.mark.model
 def test_score_cache_resumes_an_interrupted_scoring(fp32_reranker, pairs, tmp_path):
     qs, ds = pairs
     cache = ScoreCache(tmp_path)
@@ -186,6 +193,7 @@ def test_score_cache_resumes_an_interrupted_scoring(fp32_reranker, pairs, tmp_pa
     cache.close()
 
 
+@pytest.mark.model
 def test_short_answer_from_a_reranker_is_an_input_error(fp32_reranker, pairs):
     class Short(_Flaky):
         def score(self, q, d):
@@ -196,6 +204,7 @@ def test_short_answer_from_a_reranker_is_an_input_error(fp32_reranker, pairs):
         score_pairs(Short(fp32_reranker, 99), qs, ds)
 
 
+@pytest.mark.model
 def test_pipeline_order_equals_sorting_the_scores_directly(fp32_reranker, pairs):
     qs, ds = pairs
     docs = np.array([[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, -1, -1]])
@@ -274,6 +283,7 @@ def rerank_server(cross_encoder_path):
         yield server
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("style", ["tei", "rerank-api"])
 def test_http_rerank_clients_match_inprocess(rerank_server, cross_encoder_path, pairs,
                                              fp32_reranker, style):
@@ -302,6 +312,7 @@ def test_http_rerank_clients_match_inprocess(rerank_server, cross_encoder_path, 
         assert payload["return_documents"] is False
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("style", ["tei", "rerank-api"])
 def test_server_returning_fewer_scores_is_exit_2(rerank_server, pairs, style):
     from evalq.backends.rerank_http import HttpReranker

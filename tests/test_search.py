@@ -183,6 +183,7 @@ def minilm_vectors() -> tuple[np.ndarray, np.ndarray]:
     return q.vectors, d.vectors
 
 
+@pytest.mark.model
 def test_quantized_fidelity_on_minilm_vectors(minilm_vectors: tuple[np.ndarray, ...]) -> None:
     queries, docs = minilm_vectors
     assert docs.shape == (300, 384) and queries.shape == (100, 384)

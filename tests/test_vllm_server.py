@@ -22,7 +22,7 @@ from evalq.encode import encode_texts
 from evalq.errors import BackendUnavailableError, InputError
 from fake_embedding_server import FakeState, fake_server
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:

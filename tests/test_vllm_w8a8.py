@@ -11,7 +11,7 @@ import pytest
 from evalq.modelinfo import default_settings
 from evalq.quantize.w8a8 import RECORD_FILE, quantize_w8a8
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.process]
 
 
 @pytest.fixture

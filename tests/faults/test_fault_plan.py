@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faultkit import no_traceback, run_cli, write_recipe
+from faultkit import no_traceback, recipe_data, run_cli, write_recipe
 
 from evalq.backends.capability import DeviceInfo
 from evalq.config import load_recipe
 from evalq.plan import PlanError, build_plan
+from support import recipes
 
 
 @pytest.fixture(autouse=True)
@@ -26,34 +27,33 @@ def _no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 CASES = {
     "gate metric not computed": (
-        dict(gates="  - {metric: RR@10, against: qrels, max_drop: 1%}"),
+        dict(gates=[recipes.gate("RR@10", "qrels", max_drop="1%")]),
         ["gates.0.metric", "add RR@10 to metrics"]),
     "quantization on openai": (
-        dict(candidates="  - {name: remote, backend: openai, http: {url: 'http://127.0.0.1:9'},"
-                        " quantization: {method: bitsandbytes, bits: 8}}"),
+        dict(candidates=[{"name": "remote", "backend": "openai",
+                          "http": {"url": "http://127.0.0.1:9"},
+                          "quantization": {"method": "bitsandbytes", "bits": 8}}]),
         ["candidates.0.quantization.method", "running server"]),
     "quantization on tei": (
-        dict(candidates="  - {name: remote, backend: tei, http: {url: 'http://127.0.0.1:9'},"
-                        " quantization: {method: torch-dynamic-int8}}"),
+        dict(candidates=[{"name": "remote", "backend": "tei",
+                          "http": {"url": "http://127.0.0.1:9"},
+                          "quantization": {"method": "torch-dynamic-int8"}}]),
         ["candidates.0.quantization.method", "running server"]),
     "bitsandbytes method on vllm": (
-        dict(candidates="  - {name: v, backend: vllm, quantization: {method: bitsandbytes, "
-                        "bits: 8}}"),
+        dict(candidates=[{"name": "v", "backend": "vllm",
+                          "quantization": {"method": "bitsandbytes", "bits": 8}}]),
         ["'v'", "not applied by backend vllm", "w8a8-int8"]),
     "w8a8 on inprocess": (
-        dict(candidates="  - {name: w, quantization: {method: w8a8-int8}}"),
+        dict(candidates=[{"name": "w", "quantization": {"method": "w8a8-int8"}}]),
         ["'w'", "w8a8-int8", "runs on backend vllm"]),
     "candidates empty with gates": (
-        dict(candidates="  []"), ["candidates", "pass vacuously"]),
+        dict(candidates=[]), ["candidates", "pass vacuously"]),
 }
 
 
 def _recipe_text(tmp_path: Path, case: str) -> Path:
     kwargs, _ = CASES[case]
-    path = write_recipe(tmp_path, **kwargs)
-    if case == "candidates empty with gates":
-        path.write_text(path.read_text().replace("candidates:\n  []", "candidates: []"))
-    return path
+    return write_recipe(tmp_path, **kwargs)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -74,12 +74,11 @@ def test_every_problem_is_reported_at_once(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     path = write_recipe(
         tmp_path,
-        candidates="\n".join([
-            "  - {name: remote, backend: openai, http: {url: 'http://127.0.0.1:9'},"
-            " quantization: {method: bitsandbytes, bits: 8}}",
-            "  - {name: w, quantization: {method: w8a8-int8}}",
-            "  - {name: gpu, device: cuda}"]),
-        gates="  - {metric: RR@10, against: qrels, max_drop: 1%}")
+        candidates=[{"name": "remote", "backend": "openai", "http": {"url": "http://127.0.0.1:9"},
+                     "quantization": {"method": "bitsandbytes", "bits": 8}},
+                    {"name": "w", "quantization": {"method": "w8a8-int8"}},
+                    {"name": "gpu", "device": "cuda"}],
+        gates=[recipes.gate("RR@10", "qrels", max_drop="1%")])
     result = run_cli(capsys, "run", str(path))
     assert result.code == 2
     count = 3 + ("cuda" in result.err and "no CUDA GPU" in result.err)
@@ -90,7 +89,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path,
 
 
 def test_device_cuda_without_cuda_names_the_variant(tmp_path: Path) -> None:
-    path = write_recipe(tmp_path, candidates="  - {name: gpu-bf16, device: cuda}")
+    path = write_recipe(tmp_path, candidates=[{"name": "gpu-bf16", "device": "cuda"}])
     with pytest.raises(PlanError) as err:
         build_plan(load_recipe(path), path, detect=lambda: DeviceInfo("cpu"))
     text = str(err.value)
@@ -110,12 +109,11 @@ def test_device_cuda_without_cuda_names_the_variant(tmp_path: Path) -> None:
 ])
 def test_validation_details(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
                             needles: list[str]) -> None:
-    path = write_recipe(tmp_path)
-    body = path.read_text()
+    data = recipe_data(tmp_path)
     if text.startswith(("stats", "metrics")):
-        key = text.split(":")[0]
-        body = "\n".join(line for line in body.splitlines() if not line.startswith(key + ":"))
-    path.write_text(body + "\n" + text)
+        del data[text.split(":")[0]]  # the appended line gives it again
+    path = tmp_path / "recipe.yaml"
+    path.write_text(recipes.text(data) + "\n" + text)
     result = run_cli(capsys, "validate", str(path))
     assert result.code == 2 and no_traceback(result.err)
     for needle in needles:

@@ -19,6 +19,8 @@ from faultkit import no_traceback, run_cli, write_recipe
 
 from evalq.cli import main
 
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from faultkit import ROOT, write_recipe
+
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]
 
 SLOW_ENCODER = """
 import time, sys
