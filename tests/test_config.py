@@ -10,7 +10,7 @@ import pytest
 from evalq.cli import main
 from evalq.config import load_recipe
 from evalq.errors import InputError
-from evalq.locations import BUILTIN_RECIPES
+from evalq.locations import BUILTIN_RECIPES, builtin_recipe, resolve_include, resolve_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,8 +32,23 @@ def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
     return path
 
 
-# Example recipes ship in the package (evalq/recipes); a root recipes/ may hold more.
-_RECIPES = sorted([*BUILTIN_RECIPES.glob("*.yaml"), *(ROOT / "recipes").glob("*.yaml")])
+# The example recipes live in the repository's recipes/ (the wheel ships them as evalq/_recipes).
+_RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+
+
+def test_a_checkout_reads_the_top_level_recipes_folder(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    assert BUILTIN_RECIPES == ROOT / "recipes"
+    assert "quickstart.yaml" in {p.name for p in _RECIPES}
+    # A root folder holds no __init__.py (DESIGN.md): it must never become an import package.
+    assert not list((ROOT / "recipes").rglob("__init__.py"))
+    monkeypatch.chdir(tmp_path)  # the built-in names resolve from any folder
+    for name in ("quickstart", "quickstart.yaml", "recipes/quickstart.yaml"):
+        assert builtin_recipe(name) == ROOT / "recipes" / "quickstart.yaml"
+        assert resolve_recipe(name) == ROOT / "recipes" / "quickstart.yaml"
+    assert resolve_include(tmp_path, "base/minilm-pydocs.yaml") == (
+        ROOT / "recipes" / "base" / "minilm-pydocs.yaml")
+    assert builtin_recipe("../pyproject.toml") is None
 
 
 @pytest.mark.parametrize("recipe", _RECIPES, ids=lambda p: p.name)
