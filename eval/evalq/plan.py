@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalq.config import load_recipe_source
 from evalq.errors import InputError
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -467,14 +468,8 @@ def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: _Problems,
 
 
 def plan_file(path: str | Path, **kwargs: Any) -> Plan:
-    from evalq.config import recipe_from_located
-    from evalq.locations import resolve_recipe
-    from evalq.yamlsource import load_yaml
-
-    path = resolve_recipe(path)  # a file, or a built-in recipe's name
-    located = load_yaml(path)
-    recipe = recipe_from_located(located, path)
-    return build_plan(recipe, path, located=located, **kwargs)
+    loaded = load_recipe_source(path)  # a file, or a built-in recipe's name
+    return build_plan(loaded.recipe, loaded.path, located=loaded.located, **kwargs)
 
 
 def validate_files(paths: Sequence[Path], *, here: bool = False) -> bool:
