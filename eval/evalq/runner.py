@@ -217,7 +217,7 @@ def run_recipe(
             from evalq.pipeline import run_pipelines
 
             pipelines = run_pipelines(recipe, recipe_path, datasets, out_dir, judged,
-                                      manifest["variants"])
+                                      manifest["variants"], cache)
             manifest["pipelines"] = pipelines.manifest
         # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
         summary, _ = build_summary(recipe, manifest["variants"], folder)

@@ -216,15 +216,36 @@ class CrossEncoderReranker:
             gc.collect()
 
 
+class Embeddings(Protocol):
+    """How a bi-encoder scorer gets vectors: ``texts`` (and possibly more) embedded by
+    ``encoder`` for ``role``, as ``{text: float32 vector}``. ``evalq.rerank`` supplies
+    one that goes through the run's embedding cache."""
+
+    def __call__(self, encoder: Any, role: str, texts: Sequence[str]
+                 ) -> Mapping[str, np.ndarray]: ...
+
+
+def _uncached_embeddings(batch_tokens: int) -> Embeddings:
+    def embed(encoder: Any, role: str, texts: Sequence[str]) -> Mapping[str, np.ndarray]:
+        from evalq.encode import encode_texts
+
+        vectors = encode_texts(encoder, texts, role=role,  # type: ignore[arg-type]
+                               batch_tokens=batch_tokens, progress=False).vectors
+        return dict(zip(texts, vectors))
+
+    return embed
+
+
 class BiEncoderScorer:
     """An embedding model as a pair scorer: cosine of the query's and document's vectors.
 
-    Texts are embedded once each (token-budget batches through ``encode_texts``) and the
-    pairs are scored from the vectors, so a pair list with N documents per query costs
-    the unique texts, not 2N passes. The vectors are kept for the scorer's lifetime:
-    ``score_pairs`` calls it once per cache chunk, and a document proposed for many
-    queries lands in many chunks (measured on the rerank-pipeline recipe: 1,700 pairs in
-    4 chunks embedded ~3.5x the unique texts before, which made bf16 take minutes).
+    Texts are embedded once each (token-budget batches through ``encode_texts``, by
+    ``embeddings``; in a run, through the embedding cache) and the pairs are scored from
+    the vectors, so a pair list with N documents per query costs the unique texts, not
+    2N passes. The vectors are kept for the scorer's lifetime: ``score_pairs`` calls it
+    once per cache chunk, and a document proposed for many queries lands in many chunks
+    (measured on the rerank-pipeline recipe: 1,700 pairs in 4 chunks embedded ~3.5x the
+    unique texts before, which made bf16 take minutes).
     """
 
     kind = "bi-encoder"
@@ -232,7 +253,8 @@ class BiEncoderScorer:
 
     def __init__(self, model_path: str | Path, *, settings: EncodingSettings,
                  dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
-                 device: str = "cpu", batch_tokens: int = 2048) -> None:
+                 device: str = "cpu", batch_tokens: int = 2048,
+                 embeddings: Embeddings | None = None) -> None:
         from evalq.backends.inprocess import InProcessEncoder
 
         if not settings.normalize:
@@ -242,6 +264,7 @@ class BiEncoderScorer:
         self._encoder = InProcessEncoder(model_path, settings=settings, dtype=dtype,
                                          quantization=quantization, device=device)
         self.record = self._encoder.record
+        self._embed = embeddings or _uncached_embeddings(batch_tokens)
         self._vectors: dict[tuple[str, str], np.ndarray] = {}  # (role, text) -> unit vector
 
     @property
@@ -263,21 +286,17 @@ class BiEncoderScorer:
         return [a + b for a, b in zip(q, d)]
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
-        from evalq.encode import encode_texts
-
         if len(queries) != len(documents):
             raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
         if not queries:
             return np.zeros(0, dtype=np.float64)
-        options = {"batch_tokens": self.batch_tokens, "progress": False, "cache": None}
         for role, texts in (("query", queries), ("document", documents)):
             new = list(dict.fromkeys(t for t in texts if (role, t) not in self._vectors))
-            if new:
-                vectors = encode_texts(self._encoder, new, role=role, **options).vectors
-                self._vectors.update(((role, t), v.astype(np.float64))
-                                     for t, v in zip(new, vectors))
-        q = np.stack([self._vectors[("query", t)] for t in queries])
-        d = np.stack([self._vectors[("document", t)] for t in documents])
+            if new:  # float32 as encoded; scored in float64 below
+                self._vectors.update(((role, t), v)
+                                     for t, v in self._embed(self._encoder, role, new).items())
+        q = np.stack([self._vectors[("query", t)] for t in queries]).astype(np.float64)
+        d = np.stack([self._vectors[("document", t)] for t in documents]).astype(np.float64)
         return np.einsum("ij,ij->i", q, d)
 
     def close(self) -> None:
