@@ -15,7 +15,7 @@ export VLLM_CPU_KVCACHE_SPACE ?= 1
 install: $(STAMP)
 
 # Idempotent: reinstalls only when the package definition changes.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[cpu,test,ray]'

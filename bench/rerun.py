@@ -48,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="evalq-rerun-") as tmp:
         from evalq.locations import resolve_recipe
 
-        args.recipe = str(resolve_recipe(args.recipe))  # built-ins live in the package
+        args.recipe = str(resolve_recipe(args.recipe))  # a path, or a built-in recipe name
         data = yaml.safe_load(Path(args.recipe).read_text())
         data["cache_dir"] = str(Path(tmp) / "cache")
         data.pop("output", None)

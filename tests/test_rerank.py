@@ -21,12 +21,18 @@ from evalq.backends.reranker import (
     RerankSettings,
     check_head,
 )
+from evalq.embcache import EmbeddingCache
 from evalq.errors import InputError
 from evalq.metrics.fidelity import ScorePair, evaluate_fidelity, pooled_drift, tie_rate
 from evalq.metrics.registry import parse_measures
 from evalq.pipeline import attribution, rerank
-from evalq.rerank import score_pairs
+from evalq.rerank import CachedEmbeddings, score_pairs
 from evalq.scorecache import ScoreCache
+
+
+def _uncached() -> CachedEmbeddings:
+    """The scorer on its own: the texts it is asked for, batched among themselves."""
+    return CachedEmbeddings(None, batch_tokens=2048, composition=None, layout=None)
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +146,7 @@ def test_bi_encoder_scorer_is_cosine_of_sentence_transformers(minilm_path, minil
     from sentence_transformers import SentenceTransformer
 
     qs, ds = pairs
-    scorer = BiEncoderScorer(minilm_path, settings=minilm_settings)
+    scorer = BiEncoderScorer(minilm_path, settings=minilm_settings, embeddings=_uncached())
     try:
         ours = scorer.score(qs, ds)
         calls = scorer.forward_calls
@@ -154,6 +160,118 @@ def test_bi_encoder_scorer_is_cosine_of_sentence_transformers(minilm_path, minil
     q = model.encode(qs, normalize_embeddings=True)
     d = model.encode(ds, normalize_embeddings=True)
     assert np.abs(ours - (q * d).sum(axis=1)).max() <= 1e-4
+
+
+def _dense_stage_cache(minilm_path, texts, root, chunk_size):
+    """What a run's fp32 in-process reference leaves in the embedding cache for a dataset
+    (the runner's options for it: 2,048-token batches of at most 256, length-sorted)."""
+    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.encode import encode_texts
+    from evalq.modelinfo import resolve_settings
+
+    encoder = InProcessEncoder(minilm_path, settings=resolve_settings(minilm_path, {}))
+    try:
+        for role, role_texts in texts.items():
+            encode_texts(encoder, role_texts, role=role, cache=EmbeddingCache(root),
+                         chunk_size=chunk_size, batch_tokens=2048, max_batch=256,
+                         progress=False)
+        return encoder.fingerprint()
+    finally:
+        encoder.close()
+
+
+def _bi_encoder(minilm_path, variant, cache, layout):
+    from evalq.pipeline_config import RerankerSpec
+    from evalq.rerank import build_reranker
+
+    spec = RerankerSpec(model=str(minilm_path), kind="bi-encoder")
+    scorer, _, _ = build_reranker(spec, variant, minilm_path, "cpu", embedding_cache=cache,
+                                  layout=layout)
+    return scorer
+
+
+def _scored(scorer, qs, ds):
+    try:
+        return scorer.score(qs, ds), scorer.forward_calls
+    finally:
+        scorer.close()
+
+
+def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_settings, pairs,
+                                                         tmp_path):
+    from evalq.composition import NEAR_INVARIANT_TOLERANCE
+    from evalq.pipeline_config import RerankerVariant
+    from evalq.rerank import DenseLayout
+
+    qs, ds = pairs
+    texts = {"document": [*dict.fromkeys(ds), "a document no query proposed"],
+             "query": list(dict.fromkeys(qs))}
+    fingerprint = _dense_stage_cache(minilm_path, texts, tmp_path, chunk_size=8)
+    layout = DenseLayout(texts, 8, frozenset({fingerprint}))
+    cache = EmbeddingCache(tmp_path)
+    shared, calls = _scored(_bi_encoder(minilm_path, RerankerVariant(name="fp32"), cache,
+                                        layout), qs, ds)
+    # Every document and query comes from the dense stage's chunks: nothing is encoded.
+    assert calls == 0
+    assert cache.stats().writes == 0 and cache.stats().hits == 4 + 1  # 4 doc + 1 query chunk
+    # The same layout without a cache computes it: the scores never depend on the cache.
+    uncached, calls = _scored(_bi_encoder(minilm_path, RerankerVariant(name="fp32"), None,
+                                          layout), qs, ds)
+    assert calls > 0
+    np.testing.assert_array_equal(shared, uncached)
+    # The scorer on its own (the texts of these pairs only, batched among themselves):
+    # fp32 vectors differ only by the rounding of other batch shapes.
+    alone = BiEncoderScorer(minilm_path, settings=minilm_settings, embeddings=_uncached())
+    own, _ = _scored(alone, qs, ds)
+    assert np.abs(shared - own).max() <= NEAR_INVARIANT_TOLERANCE
+
+
+def test_a_batch_dependent_bi_encoder_keeps_its_own_batches_and_caches_them(
+        minilm_path, minilm_settings, pairs, tmp_path):
+    from evalq.pipeline_config import RerankerVariant
+    from evalq.rerank import DenseLayout
+
+    qs, ds = pairs
+    quant = {"method": "torch-dynamic-int8"}
+    variant = RerankerVariant(name="dyn-int8", quantization=quant)
+    alone = BiEncoderScorer(minilm_path, settings=minilm_settings, quantization=quant,
+                            embeddings=_uncached())
+    before, _ = _scored(alone, qs, ds)  # what the scorer always computed, without a cache
+    texts = {"document": list(dict.fromkeys(ds)), "query": list(dict.fromkeys(qs))}
+    scorer = _bi_encoder(minilm_path, variant, EmbeddingCache(tmp_path), None)
+    # Even a layout naming its fingerprint is not adopted: its vectors depend on batching.
+    layout = DenseLayout(texts, 8, frozenset({scorer.fingerprint()}))
+    scorer.close()
+    first, calls = _scored(_bi_encoder(minilm_path, variant, EmbeddingCache(tmp_path),
+                                       layout), qs, ds)
+    assert calls > 0
+    np.testing.assert_array_equal(first, before)
+    cache = EmbeddingCache(tmp_path)  # a second scorer: the same texts computed nothing
+    again, calls = _scored(_bi_encoder(minilm_path, variant, cache, layout), qs, ds)
+    assert calls == 0 and cache.stats().hits > 0 and cache.stats().writes == 0
+    np.testing.assert_array_equal(again, before)
+
+
+def test_dense_layout_names_the_batch_invariant_variants_that_ran():
+    from types import SimpleNamespace
+
+    from evalq.config import load_recipe
+    from evalq.rerank import dense_layout
+
+    recipe = load_recipe({
+        "name": "t", "model": {"path": "m"}, "datasets": ["pydocs"], "cache_chunk": 64,
+        "reference": {"name": "fp32"},
+        "candidates": [{"name": "dyn-int8", "quantization": {"method": "torch-dynamic-int8"}},
+                       {"name": "int8-vectors", "vectors": {"quantize": "int8"}},
+                       {"name": "fp16", "dtype": "float16"}]})
+    records = {"fp32": {"backend": {"fingerprint": "a"}},
+               "dyn-int8": {"backend": {"fingerprint": "b"}},  # batch-dependent
+               "int8-vectors": {"backend": {"fingerprint": "a"}}}  # fp16: did not run
+    corpus = SimpleNamespace(texts_for_encoding=lambda sep: [f"title{sep}body"])
+    dataset = SimpleNamespace(corpus=corpus, queries=SimpleNamespace(texts=("q",)))
+    layout = dense_layout(recipe, records, dataset)
+    assert layout.fingerprints == {"a"} and layout.chunk_size == 64
+    assert layout.texts == {"document": ["title body"], "query": ["q"]}
 
 
 class _Flaky:

@@ -10,7 +10,6 @@ recomputes a figure the run did not store.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 # Keyword arguments of :func:`run` that steer the run rather than change the recipe.
 RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress", "wide",
                "executor", "address")
-_INLINE = Path("<python recipe>")  # a recipe given as a dict: paths resolve from the cwd
 
 
 @dataclass(frozen=True)
@@ -174,26 +172,6 @@ def load_results(folder: str | Path) -> Results:
     return Results(folder)
 
 
-def _recipe_with_overrides(recipe_or_path: Any, overrides: Mapping[str, Any]
-                           ) -> tuple[Recipe, Path]:
-    from evalq.config import Recipe, recipe_from_located
-    from evalq.locations import resolve_recipe
-    from evalq.yamlsource import Located, load_yaml
-
-    if isinstance(recipe_or_path, Recipe):
-        data = recipe_or_path.model_dump(mode="json", exclude_unset=True)
-        located, path = Located({**data, **overrides}), _INLINE
-    elif isinstance(recipe_or_path, Mapping):
-        located, path = Located({**json.loads(json.dumps(recipe_or_path)), **overrides}), _INLINE
-    else:
-        path = resolve_recipe(recipe_or_path)
-        located = load_yaml(path)
-        if overrides:  # keep the file's line numbers for the keys not overridden
-            located = Located({**located.data, **overrides},
-                              {k: v for k, v in located.lines.items() if k[0] not in overrides})
-    return recipe_from_located(located, path), path
-
-
 def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: Any) -> Results:
     """Run a recipe end to end and return its :class:`Results`.
 
@@ -206,11 +184,12 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     gate is a finding, not an exception: check ``results.passed``. Bad input raises
     ``evalq.errors.InputError`` naming the file, the field and the fix.
     """
+    from evalq.config import load_recipe_source
     from evalq.runner import run_recipe
 
     options = {k: overrides.pop(k) for k in RUN_OPTIONS if k in overrides}
     if options.get("output") is not None:
         options["output"] = Path(options["output"])
-    recipe, path = _recipe_with_overrides(recipe_or_path, overrides)
-    outcome = run_recipe(recipe, path, **options)
+    loaded = load_recipe_source(recipe_or_path, overrides)
+    outcome = run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **options)
     return Results(outcome.output)

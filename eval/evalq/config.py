@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +23,7 @@ from evalq.backends.vllm_build import VllmOptions
 from evalq.encode_options import ExecutorSpec
 from evalq.errors import InputError
 from evalq.load.config import CapacitySection, LoadSection
+from evalq.locations import resolve_recipe
 from evalq.modelinfo import SettingsOverrides
 from evalq.options import StrictOptions
 from evalq.pipeline_config import PipelineSpec
@@ -349,10 +352,60 @@ def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
                              fix=exc.fix) from None
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Load and validate a recipe file; a name of a built-in recipe works too
-    (``quickstart``: see :mod:`evalq.locations`)."""
-    from evalq.locations import resolve_recipe
+# What a recipe given as a dict or a Recipe is called in messages; its paths resolve from
+# the working folder.
+INLINE_RECIPE = Path("<python recipe>")
 
-    path = resolve_recipe(path)
-    return recipe_from_located(load_yaml(path), path)
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy with tuples as lists, as YAML would give: the caller's dict is never
+    shared with the recipe, and a value YAML cannot hold (a Path, a date) reaches
+    validation, which names its key (exit 2), instead of failing a JSON round trip."""
+    if isinstance(value, Mapping):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_copy(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class RecipeSource:
+    """A validated recipe and where it came from. The plan stage needs the YAML's line
+    numbers (``located``) to point each problem at its line, and the resolved ``path``
+    (a built-in name becomes its file) to name the file and find the recipe folder."""
+
+    recipe: Recipe
+    path: Path
+    located: Located
+
+
+def load_recipe_source(source: str | Path | Mapping[str, Any] | Recipe,
+                       overrides: Mapping[str, Any] | None = None, *,
+                       file: Path | None = None) -> RecipeSource:
+    """The one way a recipe is read: resolve the name, load the YAML (with ``include:``),
+    apply ``overrides`` (top-level keys replaced), validate.
+
+    ``source``: a recipe file, a built-in recipe's name (``quickstart``: see
+    :mod:`evalq.locations`), a dict with a recipe's keys, or a loaded ``Recipe``.
+    ``file`` names a dict or ``Recipe`` in messages (default ``<python recipe>``)."""
+    overrides = dict(overrides or {})
+    if isinstance(source, Recipe):
+        data = source.model_dump(mode="json", exclude_unset=True)
+        located, path = Located({**data, **overrides}), file or INLINE_RECIPE
+    elif isinstance(source, Mapping):
+        located, path = Located({**_plain_copy(source), **overrides}), file or INLINE_RECIPE
+    else:
+        path = resolve_recipe(source)
+        located = load_yaml(path)
+        if overrides:  # keep the file's line numbers for the keys not overridden
+            located = Located({**located.data, **overrides},
+                              {k: v for k, v in located.lines.items() if k[0] not in overrides})
+    return RecipeSource(recipe_from_located(located, path), path, located)
+
+
+def load_recipe(source: str | Path | Mapping[str, Any] | Recipe,
+                overrides: Mapping[str, Any] | None = None, *,
+                file: Path | None = None) -> Recipe:
+    """Load and validate a recipe (see :func:`load_recipe_source`, which also keeps the
+    resolved path and the YAML's line numbers)."""
+    return load_recipe_source(source, overrides, file=file).recipe

@@ -2,8 +2,11 @@
 
 evalq is used from a user's own project, a notebook or its own checkout. What ships with
 the package (the built-in ``pydocs`` manifest, the example recipes and their shared
-bases) lives inside it, so an installed evalq finds it by name from any folder. The
-user's own files come first, so a project can shadow a built-in name deliberately:
+bases) is found by name from any folder. The example recipes live in the repository's
+top-level ``recipes/``; the wheel carries that folder as the data package
+``evalq/_recipes`` (setup.py maps it), so a checkout reads ``recipes/`` and an installed
+evalq reads its own copy. The user's own files come first, so a project can shadow a
+built-in name deliberately:
 
 dataset manifests, by name, first hit wins
   1. ``./datasets`` (the working folder)
@@ -15,7 +18,7 @@ recipes, for ``evalq run X``
   1. ``X`` as a path, when that file exists
   2. a built-in recipe: ``quickstart``, ``quickstart.yaml`` or ``recipes/quickstart.yaml``
      (the last keeps the README's ``evalq run recipes/quickstart.yaml`` working from
-     the repository root, where the example recipes moved into the package)
+     any folder, not only the repository root where it is a plain path)
 
 ``include:`` resolves relative to the including file first, then against the built-in
 recipes, so a user's recipe can ``include: base/minilm-pydocs.yaml``.
@@ -27,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
-BUILTIN_RECIPES = PACKAGE_ROOT / "recipes"
+# Where the wheel puts the repository's recipes/ (setup.py: package_dir "evalq._recipes").
+SHIPPED_RECIPES = PACKAGE_ROOT / "_recipes"
 BUILTIN_DATASETS = PACKAGE_ROOT / "datasets" / "manifests"
 
 ORIGIN_CWD = "./datasets"
@@ -44,13 +48,32 @@ class SearchDir:
     origin: str
 
 
-def checkout_datasets() -> Path | None:
-    """The source tree's ``datasets/`` when evalq is imported from a checkout (editable
-    install or PYTHONPATH), else None: an installed wheel has no checkout above it."""
+def _checkout_folder(name: str) -> Path | None:
+    """The source tree's top-level folder ``name`` when evalq is imported from a checkout
+    (editable install or PYTHONPATH), else None: an installed wheel has no checkout above
+    it."""
     for parent in PACKAGE_ROOT.parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "datasets").is_dir():
-            return parent / "datasets"
+        if (parent / "pyproject.toml").is_file() and (parent / name).is_dir():
+            return parent / name
     return None
+
+
+def checkout_datasets() -> Path | None:
+    """The checkout's ``datasets/`` (test manifests such as beir-tiny), or None."""
+    return _checkout_folder("datasets")
+
+
+def _builtin_recipes() -> Path:
+    """The example recipes: the wheel's own copy when evalq is installed (checked first,
+    so a wheel installed in a venv inside some checkout still reads what it shipped),
+    else the checkout's ``recipes/``. Falls back to the shipped path, which then simply
+    holds no recipes."""
+    if SHIPPED_RECIPES.is_dir():
+        return SHIPPED_RECIPES
+    return _checkout_folder("recipes") or SHIPPED_RECIPES
+
+
+BUILTIN_RECIPES = _builtin_recipes()
 
 
 def dataset_search_dirs(recipe_path: str | Path | None = None) -> list[SearchDir]:
@@ -79,7 +102,7 @@ def dataset_search_dirs(recipe_path: str | Path | None = None) -> list[SearchDir
 
 
 def builtin_recipe_names() -> list[str]:
-    """Names of the example recipes shipped in the package (``quickstart``, ...)."""
+    """Names of the example recipes (``quickstart``, ...)."""
     return sorted(p.stem for p in BUILTIN_RECIPES.glob("*.yaml"))
 
 

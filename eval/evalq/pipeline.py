@@ -133,9 +133,11 @@ def _memory_figures(figures: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_pipelines(recipe: Any, recipe_path: Path, datasets: list[Any], out_dir: Path,
-                  judged: dict[str, Any], variant_records: dict[str, Any]) -> PipelineOutcome:
+                  judged: dict[str, Any], variant_records: dict[str, Any],
+                  embedding_cache: Any = None) -> PipelineOutcome:
     """Every pipeline of ``recipe`` on every dataset (called by ``runner`` after the
-    embedding variants ran; ``variant_records`` is the manifest's per-variant entries)."""
+    embedding variants ran; ``variant_records`` is the manifest's per-variant entries,
+    ``embedding_cache`` the run's, which bi-encoder scorers embed through)."""
     from evalq.scorecache import ScoreCache
 
     outcome = PipelineOutcome()
@@ -143,7 +145,7 @@ def run_pipelines(recipe: Any, recipe_path: Path, datasets: list[Any], out_dir: 
     try:
         for i, spec in enumerate(recipe.pipelines):
             result = _run_one(recipe, i, spec, recipe_path, datasets, out_dir, judged,
-                              variant_records, cache)
+                              variant_records, cache, embedding_cache)
             outcome.manifest[spec.name] = result["manifest"]
             outcome.summary[spec.name] = result["summary"]
             outcome.passed = outcome.passed and result["summary"]["passed"]
@@ -192,9 +194,16 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
 
 def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
              datasets: list[Any], out_dir: Path, judged: dict[str, Any],
-             variant_records: dict[str, Any], cache: Any) -> dict[str, Any]:
+             variant_records: dict[str, Any], cache: Any,
+             embedding_cache: Any = None) -> dict[str, Any]:
     from evalq.backends.factory import resolve_device
-    from evalq.rerank import build_reranker, describe_stats, resolve_reranker_model, score_pairs
+    from evalq.rerank import (
+        build_reranker,
+        dense_layout,
+        describe_stats,
+        resolve_reranker_model,
+        score_pairs,
+    )
 
     folder = RunFolder(out_dir / "pipelines" / spec.name)
     cache_dir = Path(recipe.cache_dir)
@@ -238,7 +247,9 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
             with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's
                 reranker, tokens, self_batching = build_reranker(
                     spec.reranker, variant, rr_paths[variant.name], device,
-                    logs_dir=out_dir / "logs", cache_dir=cache_dir)
+                    logs_dir=out_dir / "logs", cache_dir=cache_dir,
+                    embedding_cache=embedding_cache,
+                    layout=dense_layout(recipe, variant_records, ds))
                 try:
                     startup_s = time.perf_counter() - began
                     flat, score_stats = score_pairs(

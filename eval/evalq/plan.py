@@ -28,6 +28,7 @@ from typing import Any
 
 from evalq.backends.registry import BACKENDS
 from evalq.backends.spec import SERVER_CACHE_KEY
+from evalq.config import load_recipe_source
 from evalq.errors import InputError
 
 
@@ -432,14 +433,8 @@ def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: _Problems,
 
 
 def plan_file(path: str | Path, **kwargs: Any) -> Plan:
-    from evalq.config import recipe_from_located
-    from evalq.locations import resolve_recipe
-    from evalq.yamlsource import load_yaml
-
-    path = resolve_recipe(path)  # a file, or a built-in recipe's name
-    located = load_yaml(path)
-    recipe = recipe_from_located(located, path)
-    return build_plan(recipe, path, located=located, **kwargs)
+    loaded = load_recipe_source(path)  # a file, or a built-in recipe's name
+    return build_plan(loaded.recipe, loaded.path, located=loaded.located, **kwargs)
 
 
 def validate_files(paths: Sequence[Path], *, here: bool = False) -> bool:

@@ -6,12 +6,18 @@ are scored in chunks; each finished chunk is committed to the score cache at onc
 interrupted pipeline resumes at the last chunk. Rerankers that batch themselves (the
 bi-encoder scorer embeds unique texts, HTTP servers schedule their own batches) get the
 whole chunk in one call.
+
+The bi-encoder scorer's embeddings go through the run's embedding cache like every other
+embedding (:class:`CachedEmbeddings`). When it is batch-invariant and its encoder is one a
+dense variant already encoded the dataset with (the usual case: the reranker is the dense
+reference's model and settings), it asks for exactly what that variant encoded, so every
+chunk is one the dense stage wrote and no document is encoded twice.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,9 @@ import numpy as np
 from evalq.backends.context import RerankerContext
 from evalq.backends.registry import reranker_backend
 from evalq.backends.reranker import Reranker
-from evalq.encode import length_order, pack_batches
+from evalq.composition import cache_composition
+from evalq.embcache import EmbeddingCache
+from evalq.encode import EncodeStats, encode_texts, length_order, pack_batches
 from evalq.errors import InputError
 from evalq.pipeline_config import RerankerSpec, RerankerVariant
 from evalq.scorecache import ScoreCache, pair_key
@@ -109,6 +117,80 @@ def score_pairs(reranker: Reranker, queries: Sequence[str], documents: Sequence[
     return scores[inverse], stats
 
 
+# The bi-encoder scorer's texts per encode_texts call and batch cap: encode_texts'
+# defaults, which it always used (and the dense stage's in-process batch cap).
+_SCORER_CHUNK, _SCORER_MAX_BATCH = 512, 256
+
+
+@dataclass(frozen=True)
+class DenseLayout:
+    """One dataset's texts as the run's dense stage encoded them (``role`` -> texts, in
+    its order, cut into ``chunk_size`` chunks), and the encoder fingerprints of the
+    batch-invariant dense variants that did: their chunks are keyed by encoder and texts
+    alone."""
+
+    texts: Mapping[str, Sequence[str]]
+    chunk_size: int
+    fingerprints: frozenset[str]
+
+
+def dense_layout(recipe: Any, variant_records: Mapping[str, Any], dataset: Any
+                 ) -> DenseLayout:
+    """The layout of ``dataset`` that this run's dense variants (``variant_records``,
+    the manifest's entries) encoded through the embedding cache."""
+    fingerprints = set()
+    for variant in recipe.variants:
+        record = variant_records.get(variant.name) or {}
+        fingerprint = record.get("backend", {}).get("fingerprint")
+        if fingerprint is not None and cache_composition(variant) is None:
+            fingerprints.add(fingerprint)
+    texts = {"document": dataset.corpus.texts_for_encoding(recipe.title_separator),
+             "query": list(dataset.queries.texts)}
+    return DenseLayout(texts, recipe.cache_chunk, frozenset(fingerprints))
+
+
+class CachedEmbeddings:
+    """The bi-encoder scorer's embeddings (:class:`evalq.backends.reranker.Embeddings`),
+    through the run's embedding cache.
+
+    A batch-invariant scorer whose encoder is a dense variant's (same fingerprint: weights,
+    quantization, settings, device, versions) encodes that variant's whole layout for the
+    role: the same texts in the same chunks give the same keys, so every chunk is a cache
+    hit and nothing is computed. Without a cache it computes that layout itself, so its
+    scores never depend on the cache. Any other scorer encodes the texts it is asked for,
+    as it always did, and caches them under their own keys; a batch-dependent one keeps
+    its own batches (its vectors depend on them) and keys them by its batching.
+    """
+
+    def __init__(self, cache: EmbeddingCache | None, *, batch_tokens: int,
+                 composition: Mapping[str, Any] | None, layout: DenseLayout | None) -> None:
+        self.cache, self.batch_tokens, self.layout = cache, batch_tokens, layout
+        self.composition = composition
+        self.calls: list[EncodeStats] = []  # each encode_texts call's counts, in order
+
+    def shares_layout(self, encoder: Any) -> bool:
+        return (self.layout is not None and self.composition is None
+                and encoder.fingerprint() in self.layout.fingerprints)
+
+    def __call__(self, encoder: Any, role: str, texts: Sequence[str]
+                 ) -> Mapping[str, np.ndarray]:
+        if self.layout is None or not self.shares_layout(encoder):
+            return self._encode(encoder, role, texts, _SCORER_CHUNK)
+        out = self._encode(encoder, role, self.layout.texts[role], self.layout.chunk_size)
+        missing = [t for t in texts if t not in out]  # not the dataset's: encoded alone
+        return {**out, **self._encode(encoder, role, missing, _SCORER_CHUNK)} if missing \
+            else out
+
+    def _encode(self, encoder: Any, role: str, texts: Sequence[str], chunk_size: int
+                ) -> dict[str, np.ndarray]:
+        encoded = encode_texts(encoder, texts, role=role,  # type: ignore[arg-type]
+                               batch_tokens=self.batch_tokens, max_batch=_SCORER_MAX_BATCH,
+                               cache=self.cache, progress=False, chunk_size=chunk_size,
+                               composition=self.composition)
+        self.calls.append(encoded.stats)
+        return dict(zip(texts, encoded.vectors))
+
+
 def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field: str) -> Path:
     from evalq.modelinfo import resolve_model_path
     from evalq.rerank_fixture import is_fixture, resolve_fixture
@@ -124,17 +206,25 @@ def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field:
 
 def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
                    device: str, logs_dir: Path | None = None,
-                   cache_dir: Path | None = None) -> tuple[Reranker, int, bool]:
+                   cache_dir: Path | None = None, embedding_cache: EmbeddingCache | None = None,
+                   layout: DenseLayout | None = None) -> tuple[Reranker, int, bool]:
     """The reranker a variant names (built by its backend's declared builder), its batch
     token budget, and whether it batches itself.
 
     ``cache_dir`` holds the W8A8 checkpoints a vllm variant's ``quantization: {method:
     w8a8-int8}`` makes (``<cache_dir>/checkpoints``, the embedding variants' place too).
+    An in-process bi-encoder scorer embeds through ``embedding_cache`` and reuses the
+    dense stage's chunks where ``layout`` says they are its own (:class:`CachedEmbeddings`).
     """
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
     backend = reranker_backend(variant.backend)
+    # Batch-dependent variants key their chunks by batching, as dense variants do (a
+    # reranker variant carries the backend, dtype and quantization it is judged by).
+    embeddings = CachedEmbeddings(embedding_cache, batch_tokens=tokens, layout=layout,
+                                  composition=cache_composition(variant))  # type: ignore[arg-type]
     ctx = RerankerContext(spec=spec, variant=variant, model_path=model_path, device=device,
-                          batch_tokens=tokens, logs_dir=logs_dir, cache_dir=cache_dir)
+                          batch_tokens=tokens, logs_dir=logs_dir, cache_dir=cache_dir,
+                          embeddings=embeddings)
     return backend.build(ctx), tokens, backend.batches_itself(spec.kind)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from evalq.backends.base import Encoder, EncodingSettings
-from evalq.config import Recipe, Variant, load_recipe
+from evalq.config import Recipe, Variant, load_recipe_source
 from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
 from evalq.plan import build_plan
@@ -102,13 +102,8 @@ def _variant_model_path(recipe: Recipe, variant: Variant, file: Path) -> Path:
 
 
 def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
-    from evalq.config import recipe_from_located
-    from evalq.locations import resolve_recipe
-    from evalq.yamlsource import load_yaml
-
-    path = resolve_recipe(path)
-    located = load_yaml(path)
-    return run_recipe(recipe_from_located(located, path), path, _located=located, **kwargs)
+    loaded = load_recipe_source(path)
+    return run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **kwargs)
 
 
 def run_recipe(
@@ -222,7 +217,7 @@ def run_recipe(
             from evalq.pipeline import run_pipelines
 
             pipelines = run_pipelines(recipe, recipe_path, datasets, out_dir, judged,
-                                      manifest["variants"])
+                                      manifest["variants"], cache)
             manifest["pipelines"] = pipelines.manifest
         # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
         summary, _ = build_summary(recipe, manifest["variants"], folder)
@@ -526,12 +521,11 @@ def _align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray
 def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
     """`evalq parity`: the parity preflight alone, one backend alive at a time."""
     from evalq.backends.factory import BuildContext, create_encoder, resolve_device
-    from evalq.locations import resolve_recipe
     from evalq.parity import compare_vectors
 
-    path = resolve_recipe(recipe_path)
-    recipe = load_recipe(path)
-    build_plan(recipe, path, use_cache=False)
+    loaded = load_recipe_source(recipe_path)
+    recipe, path = loaded.recipe, loaded.path
+    build_plan(recipe, path, use_cache=False, located=loaded.located)
     datasets = _load_datasets(recipe, path, max_queries=texts, max_docs=texts)
     sample = _parity_texts(datasets, texts)
     ref: tuple[np.ndarray, EncodingSettings] | None = None

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from evalq.backends.registry import BACKENDS
+from evalq.config import load_recipe
 from evalq.errors import InputError
 
 # Quantizations a user can ask for, per serving backend: name -> candidate fields.
@@ -290,12 +291,9 @@ def validate_scaffold(text: str, recipe_file: Path) -> Any:
     The single place to call the plan stage from once ``evalq.plan`` exists: it will also
     resolve the model and check capabilities without loading anything.
     """
-    from evalq.config import recipe_from_located
     from evalq.datasets.manifest import DatasetSpec, parse_spec
-    from evalq.yamlsource import Located
 
-    data = yaml.safe_load(text)
-    recipe = recipe_from_located(Located(data), recipe_file)
+    recipe = load_recipe(yaml.safe_load(text), file=recipe_file)
     base = recipe_file.resolve().parent
     for entry in recipe.datasets:
         if isinstance(entry, str):

@@ -34,3 +34,6 @@ class RerankerContext:
     batch_tokens: int
     logs_dir: Path | None = None
     cache_dir: Path | None = None  # <cache_dir>/checkpoints holds W8A8 checkpoints
+    # How a bi-encoder scorer gets its vectors (backends.reranker.Embeddings): the
+    # encoding layer supplies one that goes through the run's embedding cache.
+    embeddings: Any = None

@@ -222,15 +222,25 @@ class CrossEncoderReranker:
             gc.collect()
 
 
+class Embeddings(Protocol):
+    """How a bi-encoder scorer gets vectors: ``texts`` (and possibly more) embedded by
+    ``encoder`` for ``role``, as ``{text: float32 vector}``. ``evalq.rerank`` supplies
+    one that goes through the run's embedding cache."""
+
+    def __call__(self, encoder: Any, role: str, texts: Sequence[str]
+                 ) -> Mapping[str, np.ndarray]: ...
+
+
 class BiEncoderScorer:
     """An embedding model as a pair scorer: cosine of the query's and document's vectors.
 
-    Texts are embedded once each (token-budget batches through ``encode_texts``) and the
-    pairs are scored from the vectors, so a pair list with N documents per query costs
-    the unique texts, not 2N passes. The vectors are kept for the scorer's lifetime:
-    ``score_pairs`` calls it once per cache chunk, and a document proposed for many
-    queries lands in many chunks (measured on the rerank-pipeline recipe: 1,700 pairs in
-    4 chunks embedded ~3.5x the unique texts before, which made bf16 take minutes).
+    Texts are embedded once each (token-budget batches through ``encode_texts``, by
+    ``embeddings``; in a run, through the embedding cache) and the pairs are scored from
+    the vectors, so a pair list with N documents per query costs the unique texts, not
+    2N passes. The vectors are kept for the scorer's lifetime: ``score_pairs`` calls it
+    once per cache chunk, and a document proposed for many queries lands in many chunks
+    (measured on the rerank-pipeline recipe: 1,700 pairs in 4 chunks embedded ~3.5x the
+    unique texts before, which made bf16 take minutes).
     """
 
     kind = "bi-encoder"
@@ -238,7 +248,8 @@ class BiEncoderScorer:
 
     def __init__(self, model_path: str | Path, *, settings: EncodingSettings,
                  dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
-                 device: str = "cpu", batch_tokens: int = 2048) -> None:
+                 device: str = "cpu", batch_tokens: int = 2048,
+                 embeddings: Embeddings) -> None:
         from evalq.backends.inprocess import InProcessEncoder
 
         if not settings.normalize:
@@ -248,6 +259,7 @@ class BiEncoderScorer:
         self._encoder = InProcessEncoder(model_path, settings=settings, dtype=dtype,
                                          quantization=quantization, device=device)
         self.record = self._encoder.record
+        self._embed = embeddings
         self._vectors: dict[tuple[str, str], np.ndarray] = {}  # (role, text) -> unit vector
 
     @property
@@ -269,21 +281,17 @@ class BiEncoderScorer:
         return [a + b for a, b in zip(q, d)]
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
-        from evalq.encode import encode_texts
-
         if len(queries) != len(documents):
             raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
         if not queries:
             return np.zeros(0, dtype=np.float64)
-        options = {"batch_tokens": self.batch_tokens, "progress": False, "cache": None}
         for role, texts in (("query", queries), ("document", documents)):
             new = list(dict.fromkeys(t for t in texts if (role, t) not in self._vectors))
-            if new:
-                vectors = encode_texts(self._encoder, new, role=role, **options).vectors
-                self._vectors.update(((role, t), v.astype(np.float64))
-                                     for t, v in zip(new, vectors))
-        q = np.stack([self._vectors[("query", t)] for t in queries])
-        d = np.stack([self._vectors[("document", t)] for t in documents])
+            if new:  # float32 as encoded; scored in float64 below
+                self._vectors.update(((role, t), v)
+                                     for t, v in self._embed(self._encoder, role, new).items())
+        q = np.stack([self._vectors[("query", t)] for t in queries]).astype(np.float64)
+        d = np.stack([self._vectors[("document", t)] for t in documents]).astype(np.float64)
         return np.einsum("ij,ij->i", q, d)
 
     def close(self) -> None:
@@ -313,7 +321,8 @@ def build(ctx: RerankerContext) -> Reranker:
     if spec.kind == "bi-encoder":
         return BiEncoderScorer(ctx.model_path, settings=bi_encoder_settings(spec, ctx.model_path),
                                dtype=variant.dtype, quantization=variant.quantization,
-                               device=ctx.device, batch_tokens=ctx.batch_tokens)
+                               device=ctx.device, batch_tokens=ctx.batch_tokens,
+                               embeddings=ctx.embeddings)
     return CrossEncoderReranker(ctx.model_path, settings=rerank_settings(spec, ctx.model_path),
                                 dtype=variant.dtype, quantization=variant.quantization,
                                 device=ctx.device)

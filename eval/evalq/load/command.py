@@ -33,15 +33,14 @@ from urllib.parse import urlsplit
 
 from evalq.backends.registry import BACKENDS, embedding_backend
 from evalq.backends.spec import or_list
-from evalq.config import Recipe, Variant, recipe_from_located
+from evalq.config import Recipe, Variant, load_recipe, load_recipe_source
 from evalq.errors import InputError
 from evalq.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
 from evalq.load.config import LoadSection
 from evalq.load.results import LoadFolder, quality_verdicts
 from evalq.load.sweep import Endpoint, TextPool, run_workload
-from evalq.locations import resolve_recipe
 from evalq.results import environment, git_revision, now_iso, package_versions
-from evalq.yamlsource import Located, load_yaml
+from evalq.yamlsource import Located
 
 
 def _served(variant: Variant) -> bool:
@@ -319,8 +318,7 @@ def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
     """``--plan-only``: the capacity plan and decision table again from stored knees, with
     the recipe's current ``capacity:`` and the folder's latest quality verdicts (change
     the target QPS or the price without measuring again)."""
-    recipe_path = resolve_recipe(recipe_path)  # a file, or a built-in recipe's name
-    recipe = recipe_from_located(load_yaml(recipe_path), recipe_path)
+    recipe = load_recipe(recipe_path)  # a file, or a built-in recipe's name
     run_root = Path(output or recipe.output or Path("results") / recipe.name)
     folder = LoadFolder(run_root)
     summary = folder.read_summary()
@@ -333,9 +331,8 @@ def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
 def run_load(recipe_path: str | Path, *, output: Path | None = None,
              only: list[str] | None = None) -> int:
     """The whole command; returns the exit code (0 or 1; errors raise)."""
-    recipe_path = resolve_recipe(recipe_path)  # a file, or a built-in name, as `evalq run`
-    located = load_yaml(recipe_path)
-    recipe = recipe_from_located(located, recipe_path)
+    loaded = load_recipe_source(recipe_path)  # a file, or a built-in name, as `evalq run`
+    recipe, recipe_path, located = loaded.recipe, loaded.path, loaded.located
     plan = check_plan(recipe, located, recipe_path, only)
     section = plan.section
     from evalq.plan import build_plan
