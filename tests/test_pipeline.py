@@ -321,6 +321,7 @@ def test_gate_outputs_carry_the_pipeline_verdicts(pipeline_run, tmp_path):
     import xmlschema
 
     from evalq.cli import main
+    from evalq.report.markdown import md
 
     _, _, outcome = pipeline_run
     folder = tmp_path / "copy"
@@ -345,4 +346,19 @@ def test_gate_outputs_carry_the_pipeline_verdicts(pipeline_run, tmp_path):
     row = next(line for line in text.splitlines() if "| fp32+dyn-int8@5 |" in line)
     assert "❌ failed" in row
     assert f"**pipeline dense-ce pydocs fp32+dyn-int8@5** · score_tau vs reference min " \
-           f"1.01 · *fail*: {failure.get('message')}" in text
+           f"1.01 · *fail*: {md(failure.get('message'))}" in text  # escaped for GitHub
+
+
+def test_the_pipeline_summary_parses_as_the_typed_contract(pipeline_run):
+    from evalq.results import RunFolder
+    from evalq.results_schema import RunSummary
+
+    _, _, outcome = pipeline_run
+    summary = RunFolder(outcome.output).read_summary()
+    assert isinstance(summary, RunSummary)
+    stored = json.loads((outcome.output / "summary.json").read_text())
+    assert summary.model_dump(mode="json", exclude_unset=True) == stored
+    combo = summary.pipelines["dense-ce"].datasets["pydocs"].depths["5"].combinations[
+        "dyn-int8+dyn-int8@5"]
+    assert combo.kind == "both" and combo.attribution["nDCG@5"].interaction.p_value is None
+    assert RunFolder(outcome.output).read_manifest().pipelines["dense-ce"]["rerankers"]

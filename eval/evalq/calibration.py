@@ -138,7 +138,7 @@ def results_populations(folder: str | Path) -> list[Population]:
     from evalq.results import RunFolder
 
     run = RunFolder(folder)
-    manifest = run.read_manifest()
+    manifest = run.read_manifest_data()
     recipe = Recipe.model_validate(_stored_recipe(manifest["recipe"], None))
     reference = recipe.reference.name
     specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]

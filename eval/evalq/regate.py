@@ -43,8 +43,8 @@ def _stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]
 def regate(results: str | Path, *, junit: str | Path | None = None,
            markdown: str | Path | None = None, method: str | None = None) -> bool:
     folder = RunFolder(results)
-    manifest = folder.read_manifest()
-    stored = folder.read_summary()
+    manifest = folder.read_manifest_data()
+    stored = folder.read_summary_data()
     try:
         recipe = Recipe.model_validate(_stored_recipe(manifest["recipe"], method))
     except Exception as exc:  # a hand-edited manifest is bad input, not our bug
