@@ -136,7 +136,8 @@ def test_json_schema_export(tmp_path: Path) -> None:
     from evalq.results_schema import write_json_schema
 
     paths = write_json_schema(tmp_path / "schema")
-    assert sorted(p.name for p in paths) == ["manifest.schema.json", "summary.schema.json"]
+    assert sorted(p.name for p in paths) == ["load-summary.schema.json", "manifest.schema.json",
+                                             "summary.schema.json"]
     summary = json.loads((tmp_path / "schema" / "summary.schema.json").read_text())
     assert summary["title"] == "RunSummary"
     assert {"datasets", "variants", "passed", "pipelines"} <= set(summary["properties"])

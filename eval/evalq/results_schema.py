@@ -153,7 +153,7 @@ class VariantSummary(Part):
     role: Literal["reference", "candidate"]
     passed: bool | None = None
     verdict: Verdict | None = None
-    weight_bytes: int | None = None
+    weight_bytes: int | float | None = None
     settings_differ: dict[str, dict[str, Any]] | None = None
     startup_s: float | None = None
     total_s: float | None = None
@@ -238,7 +238,7 @@ class RerankerCost(Part):
     pairs_scored: int | None = None
     pairs_cached: int | None = None
     forward_calls: int | None = None
-    weight_bytes: int | None = None
+    weight_bytes: int | float | None = None
     peak_rss_mb: float | None = None
     startup_s: float | None = None
     depths: dict[str, DepthCost]
@@ -251,7 +251,7 @@ class PipelineCost(Part):
 
 
 class RerankerInfo(Part):
-    weight_bytes: int | None = None
+    weight_bytes: int | float | None = None
     quantization: dict[str, Any] | None = None
     kind: str
     settings: dict[str, Any] | None = None
@@ -390,12 +390,14 @@ def parse_manifest(data: dict[str, Any], file: Path) -> RunManifest:
 def json_schemas() -> dict[str, dict[str, Any]]:
     """The JSON Schema of each results file, by file name."""
     return {"summary.json": RunSummary.model_json_schema(),
-            "manifest.json": RunManifest.model_json_schema()}
+            "manifest.json": RunManifest.model_json_schema(),
+            "load-summary.json": LoadSummary.model_json_schema()}
 
 
 def write_json_schema(folder: str | Path) -> list[Path]:
-    """Write ``summary.schema.json`` and ``manifest.schema.json`` into ``folder`` (the
-    reference docs are generated from them); returns the paths."""
+    """Write ``summary.schema.json``, ``manifest.schema.json`` and
+    ``load-summary.schema.json`` into ``folder`` (the reference docs are generated from
+    them); returns the paths."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -404,3 +406,84 @@ def write_json_schema(folder: str | Path) -> list[Path]:
         atomicio.write_text(path, json.dumps(schema, indent=2, sort_keys=True) + "\n")
         paths.append(path)
     return paths
+
+
+# -- the load test (load/summary.json, load.command; its own LOAD_SCHEMA_VERSION) ---------
+
+class LoadKnee(Part):
+    per_s: float | None
+    unit: str
+    lower_bound: bool
+    series: str | None = None
+    reason: str
+    level: float | None = None
+
+
+class LoadWorkload(Part):
+    kind: str
+    mode: str
+    slo_p99_ms: float | None = None
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    knee: LoadKnee | None = None
+
+
+class LoadVariant(Part):
+    backend: str
+    workloads: dict[str, LoadWorkload] = Field(default_factory=dict)
+    startup_s: float | None = None
+    server: dict[str, Any] | None = None
+    url: str | None = None
+    started_by_evalq: bool | None = None
+    server_settings: dict[str, Any] | None = None
+    parity: dict[str, Any] | None = None
+    knees: dict[str, dict[str, Any]] | None = None
+    plan: dict[str, Any] | None = None
+
+
+class LoadDecision(Part):
+    variant: str
+    quality: str
+    parity: str
+    replicas: int | None
+    feasible: bool
+    dollars_per_hour: float | None
+    dollars_per_million_queries: float | None
+    sentence: str
+
+
+class LoadSummary(Part):
+    """``load/summary.json``: rewritten after every step, so ``status`` says whether the
+    load test is running, stopped or finished."""
+
+    schema_version: int
+    recipe: str
+    recipe_file: str | None = None
+    status: Literal["running", "finished", "failed", "interrupted"]
+    started: str | None = None
+    git_revision: str | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, Any] = Field(default_factory=dict)
+    load: dict[str, Any] = Field(default_factory=dict)  # the recipe's load: block, dumped
+    capacity: dict[str, Any] | None = None
+    skipped_variants: dict[str, str] = Field(default_factory=dict)
+    variants: dict[str, LoadVariant] = Field(default_factory=dict)
+    quality_source: str | None = None
+    decision: list[LoadDecision] = Field(default_factory=list)
+    recommendation: str | None = None
+    broken: list[str] = Field(default_factory=list)
+    finished: str | None = None
+    stopped: str | None = None
+    error: str | None = None
+    replanned: str | None = None
+
+
+def parse_load_summary(data: dict[str, Any], file: Path) -> LoadSummary:
+    """``load/summary.json`` as :class:`LoadSummary` (its version is checked by the
+    caller, ``load.results.LoadFolder``)."""
+    try:
+        return LoadSummary.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(message=str(first["msg"]), file=file, field=_field(first),
+                         fix="rerun 'evalq load' to write the folder again; the file was "
+                         "edited or written by another program") from None
