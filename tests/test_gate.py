@@ -17,10 +17,10 @@ from evalq.gate import (
     decide_gates,
     decide_variant,
     parse_max_drop,
-    to_junit,
     validate_gate,
 )
 from evalq.metrics.values import PerQuery
+from evalq.report.junit import to_junit
 
 
 def drop_gate(max_drop: str | float, metric: str = "nDCG@10") -> GateSpec:

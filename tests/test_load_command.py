@@ -51,7 +51,8 @@ def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(HERE.parent)
 
 
-def test_full_run_writes_steps_knees_plan_and_decision(tmp_path: Path) -> None:
+def test_full_run_writes_steps_knees_plan_and_decision(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with LoadTestServer(Behaviour(delay_ms=2)) as server:
         recipe = _recipe(tmp_path, server.url, {"workloads": [
             QUERY,
@@ -106,6 +107,16 @@ def test_full_run_writes_steps_knees_plan_and_decision(tmp_path: Path) -> None:
     assert again["variants"]["srv"]["plan"]["load"] == pytest.approx(
         expected + 270 / 40 + 270 * 10 / v["workloads"]["rerank"]["knee"]["per_s"])
     assert again["decision"][0]["quality"] == "fails" and again["recommendation"] is None
+
+    # a damaged load/summary.json is exit 2 naming the file and the field (was exit 3)
+    load_summary = tmp_path / "out" / "load" / "summary.json"
+    damaged = json.loads(load_summary.read_text())
+    damaged["variants"]["srv"]["workloads"]["query"]["knee"]["per_s"] = "fast"
+    load_summary.write_text(json.dumps(damaged))
+    capsys.readouterr()
+    assert _load(tmp_path, recipe, "--plan-only") == 2
+    err = capsys.readouterr().err
+    assert str(load_summary) in err and "'variants.srv.workloads.query.knee.per_s'" in err
 
 
 def test_slo_broken_at_the_first_step_stops_the_sweep_and_exits_1(tmp_path: Path) -> None:

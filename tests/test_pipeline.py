@@ -288,3 +288,97 @@ def test_model_kind_reranker_points_to_pipelines(tmp_path, kind):
     err = info.value
     assert err.field == "model.kind" and err.line == 2 and str(path) in str(err.file)
     assert "pipelines:" in (err.fix or "") and "first_stage" in (err.fix or "")
+
+
+def test_console_markdown_and_html_show_the_pipelines(pipeline_run, capsys):
+    """Issue 19: the pipelines' results were only in summary.json; every output now shows
+    each combination's Δ, the attribution, the fidelity, the cost and the verdicts."""
+    from evalq.report.console import print_run_table
+    from evalq.report.markdown import run_summary_markdown
+    from evalq.report.page import render_run
+    from evalq.report.runview import RunView
+
+    _, _, outcome = pipeline_run
+    run = RunView.load(outcome.output)
+    pipe = run.summary["pipelines"]["dense-ce"]
+    depth = pipe["datasets"]["pydocs"]["depths"]["5"]
+    both = depth["combinations"]["dyn-int8+dyn-int8@5"]
+    parts = both["attribution"]["nDCG@5"]
+    expected = [f"{both['metrics']['nDCG@5']['vs_reference']['delta']:+.4f}",
+                f"{parts['retriever_only']['delta']:+.4f}",
+                f"{parts['reranker_only']['delta']:+.4f}",
+                f"{parts['interaction']['delta']:+.4f}",
+                f"{depth['fidelity']['dyn-int8']['measures']['score_tau']['value']:.4f}"]
+    print_run_table(run)
+    compact = capsys.readouterr().out
+    print_run_table(run, wide=True)
+    wide = capsys.readouterr().out
+    markdown = run_summary_markdown(run)
+    html = render_run(run)
+    for out in (compact, wide, markdown, html):
+        assert "dense-ce" in out and "bm25-bi" in out
+        for combo in depth["combinations"]:
+            assert combo in out
+        for figure in expected:
+            assert figure in out
+    assert max(len(line) for line in compact.splitlines()) <= 100
+    for out in (compact, wide, markdown):  # the cost of each reranker at each depth
+        assert "cost dyn-int8@5" in out and "cost fp32@10" in out
+    for sid in ("pipelines", "pipeline-fidelity", "pipeline-cost"):
+        assert f'<section id="{sid}">' in html
+    row = next(line for line in markdown.splitlines() if "| fp32+dyn-int8@5 |" in line)
+    assert "✅ pass" in row  # the gated combination's verdict
+    row = next(line for line in markdown.splitlines() if "| dyn-int8+fp32@5 |" in line)
+    assert "ungated" in row
+
+
+def test_gate_outputs_carry_the_pipeline_verdicts(pipeline_run, tmp_path):
+    """`evalq gate --junit --markdown` write the re-decided pipeline verdicts: a testcase
+    per pipeline gate (a failure when it fails) and the reason in the markdown."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    from evalq.cli import main
+    from evalq.report.markdown import md
+
+    _, _, outcome = pipeline_run
+    folder = tmp_path / "copy"
+    shutil.copytree(outcome.output, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["recipe"]["pipelines"][0]["gates"][0]["min"] = 1.01  # unreachable: fails
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    junit, markdown = tmp_path / "junit.xml", tmp_path / "summary.md"
+    assert main(["gate", str(folder), "--junit", str(junit), "--markdown", str(markdown)]) == 1
+    xmlschema.XMLSchema(ROOT / "tests" / "data" / "junit.xsd").validate(junit)
+    root = ET.parse(junit).getroot()
+    suite = root.find("testsuite[@name='evalq.pipe-test.pipelines']")
+    assert suite is not None
+    (case,) = suite.findall("testcase")
+    assert case.get("classname") == "evalq.pipe-test.pipelines.dense-ce.pydocs.fp32+dyn-int8@5"
+    failure = case.find("failure")
+    assert failure is not None and failure.get("type") == "fail"
+    assert int(root.get("failures")) >= 1
+    text = markdown.read_text()
+    assert text.startswith("## evalq · pipe-test: ❌ gates failed")
+    assert "### ❌ pipeline dense-ce" in text
+    row = next(line for line in text.splitlines() if "| fp32+dyn-int8@5 |" in line)
+    assert "❌ failed" in row
+    assert f"**pipeline dense-ce pydocs fp32+dyn-int8@5** · score_tau vs reference min " \
+           f"1.01 · *fail*: {md(failure.get('message'))}" in text  # escaped for GitHub
+
+
+def test_the_pipeline_summary_parses_as_the_typed_contract(pipeline_run):
+    from evalq.results import RunFolder
+    from evalq.results_schema import RunSummary
+
+    _, _, outcome = pipeline_run
+    summary = RunFolder(outcome.output).read_summary()
+    assert isinstance(summary, RunSummary)
+    stored = json.loads((outcome.output / "summary.json").read_text())
+    assert summary.model_dump(mode="json", exclude_unset=True) == stored
+    combo = summary.pipelines["dense-ce"].datasets["pydocs"].depths["5"].combinations[
+        "dyn-int8+dyn-int8@5"]
+    assert combo.kind == "both" and combo.attribution["nDCG@5"].interaction.p_value is None
+    assert RunFolder(outcome.output).read_manifest().pipelines["dense-ce"]["rerankers"]

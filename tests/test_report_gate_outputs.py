@@ -12,9 +12,9 @@ import pytest
 import xmlschema
 
 from evalq.cli import main
-from evalq.config import Recipe
 from evalq.report.compact import print_compact
 from evalq.report.console import print_run_table
+from evalq.report.runview import RunView
 
 SCHEMA = Path(__file__).parent / "data" / "junit.xsd"
 
@@ -76,10 +76,8 @@ def test_markdown_job_summary_names_verdicts_and_recommendation(report_runs,
 @pytest.mark.model
 def test_compact_terminal_summary_fits_100_columns(report_runs, capsys) -> None:
     run = report_runs.small
-    manifest = json.loads((run / "manifest.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
-    recipe = Recipe.model_validate(manifest["recipe"])
-    print_compact(recipe, summary, run)
+    print_compact(RunView.load(run))
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 100
@@ -92,7 +90,7 @@ def test_compact_terminal_summary_fits_100_columns(report_runs, capsys) -> None:
     assert "FAIL" in rows["binary-plain"]
     assert "recommendation:" in out and "--wide" in out
 
-    print_run_table(recipe, summary, run, wide=True)
+    print_run_table(RunView.load(run), wide=True)
     wide = capsys.readouterr().out
     assert max(len(line) for line in wide.splitlines()) > 100  # the full table
     assert "RBO@100" in wide
@@ -106,15 +104,15 @@ def test_bracketed_labels_reach_the_terminal_verbatim(report_runs, capsys) -> No
     run = report_runs.small
     manifest = json.loads((run / "manifest.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
-    recipe = Recipe.model_validate(manifest["recipe"])
     label = "[batch composition tokens-8192 on 40 queries]"
     failing = next((name, check) for name, check in _checks(summary) if not check["passed"])
     failing[1]["gate"] += f" {label}"
     failing[1]["reason"] += " [bold]not markup[/bold]"
     summary["warnings"] = [*summary.get("warnings", []), f"a warning {label}"]
-    print_compact(recipe, summary, run)
+    view = RunView(root=run, manifest=manifest, summary=summary)
+    print_compact(view)
     compact = capsys.readouterr().out.replace("\n", " ")
-    print_run_table(recipe, summary, run, wide=True)
+    print_run_table(view, wide=True)
     wide = capsys.readouterr().out.replace("\n", " ")
     for out in (compact, wide):
         assert out.count(label) >= 2 and "[bold]not markup[/bold]" in out

@@ -55,3 +55,106 @@ def test_other_schema_versions_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         RunFolder(tmp_path).read_summary()
     assert "schema_version 99" in str(info.value)
+
+
+# -- the typed contract (results_schema) ---------------------------------------------------
+
+def test_every_folder_the_report_fixtures_write_parses(report_runs) -> None:
+    from evalq.results_schema import RunManifest, RunSummary
+
+    for name in ("small", "xss", "no_cosines", "other_slice"):
+        folder = RunFolder(getattr(report_runs, name))
+        summary, manifest = folder.read_summary(), folder.read_manifest()
+        assert isinstance(summary, RunSummary) and isinstance(manifest, RunManifest)
+        stored = json.loads((folder.root / "summary.json").read_text())
+        # the model describes the file exactly: dumped back, nothing added or lost
+        assert summary.model_dump(mode="json", exclude_unset=True) == stored
+        assert manifest.status == "finished" and set(manifest.variants) == set(summary.variants)
+    failed = RunFolder(report_runs.failed).read_manifest()
+    assert failed.status == "failed" and failed.error
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda s: s["variants"]["dyn-int8"].update(passed="yes"), "variants.dyn-int8.passed"),
+    (lambda s: s["datasets"]["pydocs"].update(queries=None), "datasets.pydocs.queries"),
+    (lambda s: s["datasets"]["pydocs"]["variants"]["dyn-int8"]["metrics"]["nDCG@10"].update(
+        value="0.5"), "datasets.pydocs.variants.dyn-int8.metrics.nDCG@10.value"),
+    (lambda s: s["datasets"]["pydocs"]["variants"]["dyn-int8"].update(gate=[]),
+     "datasets.pydocs.variants.dyn-int8.gate"),
+    (lambda s: s.update(variants=None), "variants"),
+])
+@pytest.mark.parametrize("command", ["report", "gate", "compare", "api"])
+def test_a_damaged_summary_is_exit_2_naming_the_file_and_field(
+        report_runs, tmp_path: Path, capsys, edit, field: str, command: str) -> None:
+    """A hand-edited summary.json reached the reports as an AttributeError (exit 3)."""
+    import shutil
+
+    import evalq
+    from evalq.cli import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(report_runs.small, folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    edit(summary)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    if command == "api":
+        with pytest.raises(InputError) as info:
+            evalq.load_results(folder)
+        text = str(info.value)
+    else:
+        args = {"report": ["report", str(folder), "-o", str(tmp_path / "r.html")],
+                "gate": ["gate", str(folder)],
+                "compare": ["compare", str(report_runs.small), str(folder)]}[command]
+        assert main(args) == 2
+        text = capsys.readouterr().err
+    assert str(folder / "summary.json") in text and f"'{field}'" in text
+
+
+def test_a_damaged_manifest_is_exit_2_naming_the_field(report_runs, tmp_path: Path,
+                                                       capsys) -> None:
+    import shutil
+
+    from evalq.cli import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(report_runs.small, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["variants"]["fp32"]["role"] = "boss"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "manifest.json" in err and "'variants.fp32.role'" in err
+
+
+def test_schema_version_must_be_a_number(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"schema_version": "1"}))
+    with pytest.raises(InputError, match="not a version number"):
+        RunFolder(tmp_path).read_summary()
+
+
+def test_json_schema_export(tmp_path: Path) -> None:
+    from evalq.results_schema import write_json_schema
+
+    paths = write_json_schema(tmp_path / "schema")
+    assert sorted(p.name for p in paths) == ["load-summary.schema.json", "manifest.schema.json",
+                                             "summary.schema.json"]
+    summary = json.loads((tmp_path / "schema" / "summary.schema.json").read_text())
+    assert summary["title"] == "RunSummary"
+    assert {"datasets", "variants", "passed", "pipelines"} <= set(summary["properties"])
+    assert "PipelineSummary" in summary["$defs"] and "SensitivitySection" in summary["$defs"]
+
+
+def test_a_registered_migration_upgrades_an_older_folder(tmp_path: Path, monkeypatch) -> None:
+    """The next format change registers one step; a folder written before it is upgraded
+    before it is parsed, and a folder newer than this evalq is refused."""
+    from evalq import results_schema
+
+    def rename(data: dict) -> dict:
+        return {**data, "schema_version": 2, "renamed": data["old"]}
+
+    monkeypatch.setattr(results_schema, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(results_schema.MIGRATIONS, 1, rename)
+    upgraded = results_schema.migrate({"schema_version": 1, "old": 5}, tmp_path / "x.json")
+    assert upgraded == {"schema_version": 2, "old": 5, "renamed": 5}
+    with pytest.raises(InputError, match="schema_version 3 is not supported"):
+        results_schema.migrate({"schema_version": 3}, tmp_path / "x.json")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from evalq.config import Recipe
+    from evalq.results_schema import GateCheck, RunManifest, RunSummary, VariantDatasetEntry
 
 # Keyword arguments of :func:`run` that steer the run rather than change the recipe.
 RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress", "wide",
@@ -59,79 +60,91 @@ def _pandas() -> Any:
 _WORST = {"fail": 2, "inconclusive": 1, "pass": 0}
 
 
+def _checks(entry: VariantDatasetEntry | None) -> list[GateCheck]:
+    return [] if entry is None or entry.gate is None else list(entry.gate.checks)
+
+
+def _of(part: Any, name: str) -> Any:
+    """A field of an optional part (``None`` when the part is absent)."""
+    return None if part is None else getattr(part, name)
+
+
 class Results:
     """A finished results folder (``summary.json`` + ``manifest.json`` + per-query files)."""
 
     def __init__(self, folder: str | Path) -> None:
-        from evalq.results import RunFolder
+        from evalq.results import RunFolder, RunManifest, RunSummary
 
         self.folder = Path(folder)
         self._run_folder = RunFolder(self.folder)
-        self.summary: dict[str, Any] = self._run_folder.read_summary()
-        self.manifest: dict[str, Any] = self._run_folder.read_manifest()
+        # Parsed through the results models (a damaged file is an InputError naming the
+        # field); ``summary``/``manifest`` keep the files' mappings for callers of 0.1.
+        self.summary: dict[str, Any] = self._run_folder.read_summary_data()
+        self.manifest: dict[str, Any] = self._run_folder.read_manifest_data()
+        self.typed: RunSummary = RunSummary.model_validate(self.summary)
+        self.typed_manifest: RunManifest = RunManifest.model_validate(self.manifest)
 
     def __repr__(self) -> str:
         verdict = "passed" if self.passed else "FAILED"
-        return (f"Results({str(self.folder)!r}: recipe {self.summary.get('recipe')!r}, "
+        return (f"Results({str(self.folder)!r}: recipe {self.typed.recipe!r}, "
                 f"{len(self.variants)} variants, {verdict})")
 
     # -- verdicts ------------------------------------------------------------------------
     @property
     def passed(self) -> bool:
         """True when every candidate passed every gate (exit code 0 of ``evalq run``)."""
-        return bool(self.summary["passed"])
+        return self.typed.passed
 
     @property
     def reference(self) -> str:
-        return str(self.summary["reference"])
+        return self.typed.reference
 
     @property
     def variants(self) -> list[str]:
-        return list(self.summary["variants"])
+        return list(self.typed.variants)
 
     @property
     def datasets(self) -> list[str]:
-        return list(self.summary["datasets"])
+        return list(self.typed.datasets)
 
     @property
     def failed_gates(self) -> list[str]:
-        return list(self.summary.get("failed_gates", []))
+        return list(self.typed.failed_gates)
 
     @property
     def verdicts(self) -> dict[str, VariantVerdict]:
         """Candidate name -> its verdict, with every gate check on every dataset."""
         out: dict[str, VariantVerdict] = {}
-        for name, info in self.summary["variants"].items():
-            if info.get("role") != "candidate":
+        for name, info in self.typed.variants.items():
+            if info.role != "candidate":
                 continue
             checks = tuple(
-                GateVerdict(ds, c["gate"], c["verdict"], bool(c["passed"]), c["reason"])
-                for ds, entry in self.summary["datasets"].items()
-                for c in (entry["variants"].get(name, {}).get("gate") or {}).get("checks", [])
-            )
-            out[name] = VariantVerdict(name, bool(info.get("passed")), checks)
+                GateVerdict(ds, c.gate, c.verdict, c.passed, c.reason)
+                for ds, entry in self.typed.datasets.items()
+                for c in _checks(entry.variants.get(name)))
+            out[name] = VariantVerdict(name, bool(info.passed), checks)
         return out
 
     # -- tables --------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
         """One dict per dataset × variant × metric (what :meth:`to_pandas` tabulates)."""
         rows: list[dict[str, Any]] = []
-        for ds, ds_entry in self.summary["datasets"].items():
-            for variant, entry in ds_entry["variants"].items():
-                checks = (entry.get("gate") or {}).get("checks", [])
-                for against, key in (("qrels", "metrics"), ("reference", "reference_metrics")):
-                    for metric, figures in (entry.get(key) or {}).items():
-                        delta = figures.get("vs_reference") or {}
-                        verdicts = [c["verdict"] for c in checks
-                                    if c["gate"].split(" ")[0] == metric]
+        for ds, ds_entry in self.typed.datasets.items():
+            for variant, entry in ds_entry.variants.items():
+                checks = _checks(entry)
+                for against, figures_by in (("qrels", entry.metrics),
+                                            ("reference", entry.reference_metrics or {})):
+                    for metric, figures in figures_by.items():
+                        delta = getattr(figures, "vs_reference", None)
+                        verdicts = [c.verdict for c in checks if c.gate.split(" ")[0] == metric]
                         rows.append({
-                            "dataset": ds, "variant": variant, "role": entry.get("role"),
+                            "dataset": ds, "variant": variant, "role": entry.role,
                             "metric": metric, "against": against,
-                            "value": figures.get("value"), "ci_low": figures.get("ci_low"),
-                            "ci_high": figures.get("ci_high"), "n": figures.get("n"),
-                            "delta": delta.get("delta"), "delta_ci_low": delta.get("ci_low"),
-                            "delta_ci_high": delta.get("ci_high"),
-                            "p_value": delta.get("p_value"), "mde": delta.get("mde"),
+                            "value": figures.value, "ci_low": figures.ci_low,
+                            "ci_high": figures.ci_high, "n": figures.n,
+                            "delta": _of(delta, "delta"), "delta_ci_low": _of(delta, "ci_low"),
+                            "delta_ci_high": _of(delta, "ci_high"),
+                            "p_value": _of(delta, "p_value"), "mde": _of(delta, "mde"),
                             "verdict": max(verdicts, key=lambda v: _WORST.get(v, 3))
                             if verdicts else None,
                         })

@@ -32,7 +32,7 @@ def results_populations(folder: str | Path) -> list[Population]:
     """Per-query differences of every candidate × dataset × allowed-drop gate of a results
     folder, with the margin that gate used."""
     run = RunFolder(folder)
-    manifest = run.read_manifest()
+    manifest = run.read_manifest_data()
     recipe = Recipe.model_validate(stored_recipe(manifest["recipe"], None))
     reference = recipe.reference.name
     specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]

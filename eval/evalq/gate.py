@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import math
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -742,38 +741,6 @@ def decide_gates(
             values = _values_for(spec, candidate, "candidate")
         checks.append(decide(spec, values, resamples=resamples, seed=seed))
     return decide_variant(checks)
-
-
-def to_junit(verdicts: Mapping[str, VariantGate], suite_name: str = "evalq") -> str:
-    """JUnit XML for CI: one testsuite, one testcase per variant × gate. Failed and
-    inconclusive gates carry a ``<failure>`` with the reason (``type`` is the verdict)."""
-    cases = [(variant, check) for variant, gate in verdicts.items() for check in gate.checks]
-    failures = sum(1 for _, check in cases if not check.passed)
-    root = ET.Element(
-        "testsuites", name=suite_name, tests=str(len(cases)), failures=str(failures), errors="0"
-    )
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        name=suite_name,
-        tests=str(len(cases)),
-        failures=str(failures),
-        errors="0",
-        skipped="0",
-    )
-    for variant, check in cases:
-        case = ET.SubElement(
-            suite, "testcase", classname=f"{suite_name}.{variant}", name=check.gate
-        )
-        if check.passed:
-            ET.SubElement(case, "system-out").text = check.reason
-        else:
-            failure = ET.SubElement(case, "failure", message=check.reason, type=check.verdict)
-            failure.text = "\n".join(
-                f"{key}: {_json_figure(value)}" for key, value in check.figures.items()
-            )
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def gate_spec(cfg: GateConfig, default_confidence: float,

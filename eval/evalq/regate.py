@@ -9,13 +9,14 @@ edited or written by another evalq version).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 from evalq import atomicio
 from evalq.config import Recipe
 from evalq.errors import InputError
-from evalq.gate import to_junit
+from evalq.report.junit import to_junit
 from evalq.results import RunFolder
 from evalq.scoring import build_summary
 
@@ -42,8 +43,8 @@ def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
 def regate(results: str | Path, *, junit: str | Path | None = None,
            markdown: str | Path | None = None, method: str | None = None) -> bool:
     folder = RunFolder(results)
-    manifest = folder.read_manifest()
-    stored = folder.read_summary()
+    manifest = folder.read_manifest_data()
+    stored = folder.read_summary_data()
     try:
         recipe = Recipe.model_validate(stored_recipe(manifest["recipe"], method))
     except Exception as exc:  # a hand-edited manifest is bad input, not our bug
@@ -57,15 +58,18 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
         raise InputError(message=f"the folder is incomplete or was edited ({type(exc).__name__}"
                          f": {exc})", file=folder.root,
                          fix="rerun 'evalq run' to write a fresh folder") from None
+    pipeline_verdicts: dict[str, Any] = {}
     if recipe.pipelines:  # pipeline gates, from pipelines/<name>/per_query
         from evalq.pipeline_regate import regate_pipelines
 
         piped = regate_pipelines(recipe, folder, stored)
-        verdicts = {**verdicts, **piped.verdicts}
-        summary = {**summary, "passed": summary["passed"] and piped.passed}
+        pipeline_verdicts = piped.verdicts
+        summary = {**summary, "passed": summary["passed"] and piped.passed,
+                   "pipelines": _redecided_pipelines(stored.get("pipelines") or {},
+                                                     piped.verdicts)}
         for label in piped.changed:
             print(f"note: {label}: re-decided verdicts differ from the run's")
-    for name, gate in verdicts.items():
+    for name, gate in {**verdicts, **pipeline_verdicts}.items():
         mark = "PASS" if gate.passed else "FAIL"
         print(f"{mark}  {name}")
         for check in gate.checks:
@@ -76,7 +80,8 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
               f"passed={summary['passed']}")
     if junit is not None:
         try:
-            atomicio.write_text(junit, to_junit(verdicts, suite_name=f"evalq.{recipe.name}"))
+            atomicio.write_text(junit, to_junit(verdicts, suite_name=f"evalq.{recipe.name}",
+                                                pipelines=pipeline_verdicts))
         except OSError as exc:
             raise InputError(message=f"cannot write the JUnit report ({exc.strerror})",
                              file=junit, field="--junit",
@@ -92,3 +97,23 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
                              fix="give --markdown a path in a writable folder") from None
     print("gates " + ("PASSED" if summary["passed"] else "FAILED"))
     return bool(summary["passed"])
+
+
+def _redecided_pipelines(stored: dict[str, Any], verdicts: dict[str, Any]) -> dict[str, Any]:
+    """The stored pipeline summaries with each combination's gate replaced by its
+    re-decided verdict (keyed as ``pipeline_regate`` labels them), for the markdown."""
+    out = copy.deepcopy(stored)
+    for name, pipe in out.items():
+        failed: list[str] = []
+        for ds_name, ds in (pipe.get("datasets") or {}).items():
+            for at_depth in (ds.get("depths") or {}).values():
+                for combo, entry in (at_depth.get("combinations") or {}).items():
+                    gate = verdicts.get(f"pipeline {name} {ds_name} {combo}")
+                    if gate is None:
+                        entry.pop("gate", None)
+                        continue
+                    entry["gate"] = gate.to_dict()
+                    failed += [f"pipeline {name} {combo}: {c.gate} ({c.verdict})"
+                               for c in gate.checks if not c.passed]
+        pipe["passed"], pipe["failed_gates"] = not failed, failed
+    return out

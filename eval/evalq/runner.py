@@ -126,6 +126,7 @@ def run_recipe(
     from evalq.memsample import PeakRss
     from evalq.metrics.judged import JudgedIndex
     from evalq.report.console import print_run_table
+    from evalq.report.runview import RunView
     from evalq.scoring import build_summary
     from evalq.snippets import write_snippets
     from evalq.weights import model_fingerprint
@@ -244,11 +245,12 @@ def run_recipe(
         lock.release()
         if ray_exec is not None:
             ray_exec.__exit__(None, None, None)
-    print_run_table(recipe, summary, out_dir, wide=wide)
+    view = RunView.load(out_dir)  # the console shows what the folder holds
+    print_run_table(view, wide=wide)
     if recipe.batch_sensitivity is not None:
         from evalq.sensitivity import print_sensitivity
 
-        print_sensitivity(summary)
+        print_sensitivity(view.summary or {})
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
 
 

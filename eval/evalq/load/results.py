@@ -23,6 +23,7 @@ from typing import Any
 from evalq import atomicio
 from evalq.errors import InputError
 from evalq.results import clean_json
+from evalq.results_schema import parse_load_summary
 
 LOAD_SCHEMA_VERSION = 1
 
@@ -64,12 +65,20 @@ class LoadFolder:
         if not path.is_file():
             raise InputError(message="no load/summary.json here", file=path,
                              fix="point at a folder written by 'evalq load'")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(message=f"not valid JSON ({exc})", file=path,
+                             fix="rerun 'evalq load' to write the folder again") from None
+        if not isinstance(data, dict):
+            raise InputError(message="not a JSON object", file=path,
+                             fix="rerun 'evalq load' to write the folder again")
         if data.get("schema_version") != LOAD_SCHEMA_VERSION:
             raise InputError(message=f"load schema_version {data.get('schema_version')} is "
                              f"not supported (this evalq reads {LOAD_SCHEMA_VERSION})",
                              file=path, field="schema_version",
                              fix="use the evalq version that wrote it")
+        parse_load_summary(data, path)  # a damaged file is exit 2 naming the field
         return data
 
     def read_steps(self, variant: str, workload: str) -> list[dict[str, Any]]:

@@ -8,12 +8,9 @@ come from ``report.verdict``, the same functions the HTML and markdown reports u
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from rich.markup import escape
 
-from evalq.config import Recipe
+from evalq.report.pipelines import pipeline_views, print_pipelines
 from evalq.report.runview import RunView, finite
 from evalq.report.verdict import candidate_verdicts, costs, recommend
 
@@ -21,29 +18,23 @@ _STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
           "inconclusive": ("inconclusive", "yellow"), "no verdict": ("—", "dim")}
 
 
-def _view(recipe: Recipe, summary: dict[str, Any], out_dir: Path) -> RunView:
-    manifest = {"recipe": recipe.model_dump(mode="json"),
-                "variants": {name: {} for name in summary.get("variants", {})}}
-    return RunView(root=out_dir, manifest=manifest, summary=summary)
-
-
 def _mib(value: float | None) -> str:
     return "—" if value is None else f"{value / 2**20:.1f}M"
 
 
-def print_compact(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
-                  width: int = 100) -> None:
+def print_compact(run: RunView, width: int = 100) -> None:
+    """The compact table of a finished run, read from the folder it wrote."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=width)
-    run = _view(recipe, summary, out_dir)
+    summary = run.summary or {}
     metric = run.headline_metric() or "—"
-    conf = f"{recipe.stats.confidence * 100:g}%"
+    conf = f"{(run.recipe.get('stats') or {}).get('confidence', 0.95) * 100:g}%"
     statuses = {v.name: v.status for v in candidate_verdicts(run)}
     for ds in run.datasets:
         ds_entry = summary["datasets"][ds]
-        table = Table(title=f"{recipe.name} · {ds} · {ds_entry['queries']} queries, "
+        table = Table(title=f"{run.name} · {ds} · {ds_entry['queries']} queries, "
                       f"{ds_entry.get('documents')} docs · Δ vs {run.reference} [{conf} CI]",
                       title_justify="left", box=None, pad_edge=False, padding=(0, 1))
         table.add_column("variant", no_wrap=True, max_width=20, overflow="ellipsis")
@@ -85,8 +76,10 @@ def print_compact(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
                           f"{escape(f.gate)} — {escape(f.reason)}", highlight=False)
     for w in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
+    print_pipelines(console, pipeline_views(summary))
     rec = recommend(run)
     console.print(f"recommendation: {escape(rec.text)}", highlight=False)
-    verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
-    console.print(f"gates {verdict}; results in {escape(str(out_dir))}; full table: --wide, "
-                  f"or evalq report {escape(str(out_dir))}", highlight=False)
+    verdict = "[green]PASSED[/green]" if summary.get("passed") else "[red]FAILED[/red]"
+    out_dir = escape(str(run.root))
+    console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, "
+                  f"or evalq report {out_dir}", highlight=False)

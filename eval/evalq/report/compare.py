@@ -121,16 +121,16 @@ def check_comparable(a: RunView, b: RunView) -> None:
             raise InputError(message="the run did not finish (no summary.json)",
                              file=run.root, fix="compare finished runs only")
     problems = []
-    da, db = a.manifest.get("datasets") or {}, b.manifest.get("datasets") or {}
-    if set(da) != set(db):
+    da, db = set(a.manifest.get("datasets") or {}), set(b.manifest.get("datasets") or {})
+    if da != db:
         problems.append(f"datasets differ: A has {', '.join(sorted(da)) or 'none'}, "
                         f"B has {', '.join(sorted(db)) or 'none'}")
-    for ds in sorted(set(da) & set(db)):
-        fa, fb = da[ds].get("fingerprint"), db[ds].get("fingerprint")
-        if fa != fb:
-            problems.append(f"dataset {ds!r} fingerprint differs: A {fa}, B {fb} "
-                            f"(A {da[ds].get('queries')} queries / {da[ds].get('documents')} "
-                            f"documents, B {db[ds].get('queries')} / {db[ds].get('documents')})")
+    for ds in sorted(da & db):
+        ra, rb = a.dataset_record(ds), b.dataset_record(ds)
+        if ra.fingerprint != rb.fingerprint:
+            problems.append(f"dataset {ds!r} fingerprint differs: A {ra.fingerprint}, B "
+                            f"{rb.fingerprint} (A {ra.queries} queries / {ra.documents} "
+                            f"documents, B {rb.queries} / {rb.documents})")
             continue
         qa, qb = a.per_query(ds, a.reference), b.per_query(ds, b.reference)
         if qa is None or qb is None:
@@ -205,10 +205,8 @@ def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
                 d = _metric_diff(ds, v, m, a, b, s)
                 if d is not None:
                     out.metrics.append(d)
-            checks_a = {c.get("gate"): c.get("verdict")
-                        for c in ((a.entry(ds, v) or {}).get("gate") or {}).get("checks", [])}
-            checks_b = {c.get("gate"): c.get("verdict")
-                        for c in ((b.entry(ds, v) or {}).get("gate") or {}).get("checks", [])}
+            checks_a = {c.gate: c.verdict for c in a.gate_checks(ds, v)}
+            checks_b = {c.gate: c.verdict for c in b.gate_checks(ds, v)}
             for gate in dict.fromkeys([*checks_a, *checks_b]):
                 va, vb = checks_a.get(gate, "absent"), checks_b.get(gate, "absent")
                 if va != vb:
@@ -269,7 +267,7 @@ def _headline(c: Comparison) -> str:
 
 
 def _fingerprint(run: RunView, ds: str) -> str:
-    return str(((run.manifest.get("datasets") or {}).get(ds) or {}).get("fingerprint"))[:19]
+    return str(run.dataset_record(ds).fingerprint)[:19]
 
 
 def render_text(c: Comparison) -> str:

@@ -7,12 +7,13 @@ cannot disagree.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
-from evalq.config import Recipe
+from evalq.report.compact import print_compact
+from evalq.report.pipelines import pipeline_views, print_pipelines
+from evalq.report.runview import RunView
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -44,37 +45,38 @@ def _mib(n: int | None) -> str:
 COMPACT_WIDTH = 100
 
 
-def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
-                    wide: bool = False) -> None:
+def print_run_table(run: RunView, wide: bool = False) -> None:
+    """The table of a finished run, read from the folder it wrote (``RunView.load``)."""
     if not wide:
-        from evalq.report.compact import print_compact
-
-        print_compact(recipe, summary, out_dir, width=COMPACT_WIDTH)
+        print_compact(run, width=COMPACT_WIDTH)
         return
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=220)
-    variants_info = summary["variants"]
-    conf = f"{recipe.stats.confidence * 100:g}%"
-    for ds_name, ds in summary["datasets"].items():
-        table = Table(title=f"{recipe.name} · {ds_name} · {ds['queries']} queries, "
+    summary = run.summary or {}
+    recipe = run.recipe
+    metrics, reference_metrics = recipe.get("metrics", []), recipe.get("reference_metrics", [])
+    confidence = (recipe.get("stats") or {}).get("confidence", 0.95)
+    variants_info = summary.get("variants", {})
+    conf = f"{confidence * 100:g}%"
+    for ds_name, ds in summary.get("datasets", {}).items():
+        table = Table(title=f"{run.name} · {ds_name} · {ds['queries']} queries, "
                       f"{ds.get('documents')} documents · value Δ [{conf} CI] vs "
                       f"{summary['reference']}", title_justify="left")
         table.add_column("variant", no_wrap=True)
-        for m in recipe.metrics:
+        for m in metrics:
             table.add_column(m, justify="right", no_wrap=True)
-        for m in recipe.reference_metrics:
+        for m in reference_metrics:
             table.add_column(m, justify="right", no_wrap=True)
         for col in ("encode docs", "weights", "index", "gates"):
             table.add_column(col, justify="right", no_wrap=True)
         for name, v in ds["variants"].items():
             info = variants_info.get(name, {})
             row = [name + (" (ref)" if v["role"] == "reference" else "")]
-            row += [_metric_cell(v["metrics"].get(m, {}), recipe.stats.confidence)
-                    for m in recipe.metrics]
+            row += [_metric_cell(v["metrics"].get(m, {}), confidence) for m in metrics]
             row += [_fmt(v.get("reference_metrics", {}).get(m, {}).get("value"))
-                    for m in recipe.reference_metrics]
+                    for m in reference_metrics]
             row += [_rate(v.get("encode", {})), _mib(info.get("weight_bytes")),
                     _mib((v.get("index") or {}).get("bytes"))]
             gate = v.get("gate")
@@ -104,5 +106,6 @@ def print_run_table(recipe: Recipe, summary: dict[str, Any], out_dir: Path,
                           f"{info['peak_rss_mb']:.0f} MiB"
                           + (f", engine processes {info['children_peak_rss_mb']:.0f} MiB"
                              if info.get("children_peak_rss_mb") else ""))
-    verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
-    console.print(f"gates {verdict}; results in {out_dir}")
+    print_pipelines(console, pipeline_views(summary))
+    verdict = "[green]PASSED[/green]" if summary.get("passed") else "[red]FAILED[/red]"
+    console.print(f"gates {verdict}; results in {escape(str(run.root))}")

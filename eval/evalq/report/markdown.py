@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evalq.report.pipelines import PipelineView, attribution_text, pipeline_views, verdict_text
 from evalq.report.runview import RunView, finite
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
 
@@ -69,9 +70,54 @@ def run_summary_markdown(run: RunView) -> str:
             lines.append(f"- **{md(v.name)}** · {md(f.gate)}{where} · *{md(f.verdict)}*: "
                          f"{md(f.reason)}")
         lines += ["", "</details>"]
+    for view in pipeline_views(summary):
+        lines += _pipeline_lines(view)
     for w in summary.get("warnings", []):
         lines += ["", f"> ⚠️ {md(w)}"]
     return "\n".join(lines) + "\n"
+
+
+PIPELINE_ICON = {"pass": "✅ pass", "fail": "❌ failed", "inconclusive": "⚠️ inconclusive",
+                 "ungated": "➖ ungated", "reference": "reference"}
+
+
+def _pipeline_lines(view: PipelineView) -> list[str]:
+    """A pipeline's combinations (Δ vs the reference pipeline, verdict), attribution,
+    fidelity, cost, and every failed or inconclusive pipeline gate with its reason."""
+    head = "✅" if view.passed else "❌" if view.passed is False else "➖"
+    lines = ["", f"### {head} pipeline {md(view.name)}", "",
+             "| dataset | combination | kind | recall | "
+             + " | ".join(f"{md(m)} (Δ [CI])" for m in view.metrics) + " | verdict |",
+             "|---|---|---|---:|" + "---:|" * len(view.metrics) + "---|"]
+    for c in view.combinations:
+        cells = [c.deltas[m].text(signed=True) if m in c.deltas
+                 else c.metrics[m].text() if m in c.metrics else "—" for m in view.metrics]
+        lines.append(f"| {md(c.dataset)} | {md(c.name)} | {c.kind} | "
+                     f"{c.recall.text().split(' [')[0]} | " + " | ".join(cells)
+                     + f" | {PIPELINE_ICON.get(verdict_text(c), verdict_text(c))} |")
+    lines.append("")
+    for c in view.combinations:
+        for m, parts in c.attribution.items():
+            lines.append(f"- attribution {md(c.name)} {md(m)}: {attribution_text(parts)}")
+    for f in view.fidelity:
+        figures = ", ".join(f"{md(m)} {v.text()}" for m, v in f.measures.items()
+                            if m in ("score_tau", "score_spearman"))
+        lines.append(f"- fidelity {md(f.reranker)}@{f.depth} on {md(f.dataset)}: {figures}"
+                     + ("" if f.mean_abs_delta is None
+                        else f", mean abs score Δ {f.mean_abs_delta:.4f}"))
+    for s in view.costs:
+        if s.stage == "reranker":
+            lines.append(f"- cost {md(s.name)}@{s.depth} on {md(s.dataset)}: "
+                         + ("—" if s.seconds_per_query is None
+                            else f"{s.seconds_per_query:.4f} s/query")
+                         + ("" if s.multiplier is None
+                            else f", {s.multiplier:.1f}× the first stage"))
+    for c in view.combinations:
+        for check in c.checks:
+            if not check.passed:
+                lines.append(f"- **{md(view.gate_label(c))}** · {md(check.gate)} · "
+                             f"*{md(check.verdict)}*: {md(check.reason)}")
+    return lines
 
 
 def job_summary(root: Path, manifest: dict[str, Any], summary: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from evalq.errors import InputError
 from evalq.metrics.values import PerQuery
 from evalq.results import RunFolder
+from evalq.results_schema import GateCheck, ManifestDataset, RunManifest, RunSummary
 
 
 @dataclass
@@ -34,27 +35,26 @@ class RunView:
     notes: list[str] = field(default_factory=list)
     _cache: dict[tuple[str, str, str], Any] = field(default_factory=dict, repr=False)
 
+    manifest_model: RunManifest | None = field(default=None, repr=False)
+    summary_model: RunSummary | None = field(default=None, repr=False)
+
     @classmethod
     def load(cls, root: str | Path) -> RunView:
+        """Read a folder through the results models: a damaged ``manifest.json`` or
+        ``summary.json`` (a wrong type, a null, a foreign key) is bad input naming the
+        file and the field. ``manifest``/``summary`` keep the files' mappings as stored
+        for the sections that read their open parts."""
         root = Path(root)
         if not root.is_dir():
             raise InputError(message="no such results folder", file=root,
                              fix="pass a folder written by 'evalq run' (e.g. results/quickstart)")
         folder = RunFolder(root)
-        try:
-            manifest = folder.read_manifest()
-        except json.JSONDecodeError as exc:
-            raise InputError(message=f"manifest.json is not valid JSON ({exc})",
-                             file=root / "manifest.json",
-                             fix="rerun 'evalq run'; the file was damaged") from None
-        view = cls(root=root, manifest=manifest, summary=None)
+        manifest = folder.read_manifest_data()
+        view = cls(root=root, manifest=manifest, summary=None,
+                   manifest_model=RunManifest.model_validate(manifest))
         if (root / "summary.json").is_file():
-            try:
-                view.summary = folder.read_summary()
-            except json.JSONDecodeError as exc:
-                raise InputError(message=f"summary.json is not valid JSON ({exc})",
-                                 file=root / "summary.json",
-                                 fix="rerun 'evalq gate' or 'evalq run'") from None
+            view.summary = folder.read_summary_data()
+            view.summary_model = RunSummary.model_validate(view.summary)
         else:
             status = manifest.get("status", "unknown")
             error = manifest.get("error")
@@ -72,20 +72,28 @@ class RunView:
 
     @property
     def name(self) -> str:
+        if self.summary_model is not None:
+            return self.summary_model.recipe
         return str((self.summary or {}).get("recipe") or self.recipe.get("name") or self.root.name)
 
     @property
     def reference(self) -> str:
+        if self.summary_model is not None:
+            return self.summary_model.reference
         ref = (self.summary or {}).get("reference") or (self.recipe.get("reference") or {}).get(
             "name")
         return str(ref or "")
 
     @property
     def started(self) -> str:
+        if self.manifest_model is not None:
+            return self.manifest_model.started or ""
         return str(self.manifest.get("started") or "")
 
     @property
     def git_revision(self) -> str:
+        if self.manifest_model is not None:
+            return self.manifest_model.git_revision or "unknown"
         return str(self.manifest.get("git_revision") or "unknown")
 
     @property
@@ -103,6 +111,8 @@ class RunView:
     # -- structure -----------------------------------------------------------------------
     @cached_property
     def datasets(self) -> list[str]:
+        if self.summary_model is not None:
+            return list(self.summary_model.datasets)
         if self.summary is not None:
             return list(self.summary.get("datasets", {}))
         return list(self.manifest.get("datasets", {}))
@@ -137,6 +147,21 @@ class RunView:
         if self.summary is None:
             return None
         return self.summary.get("datasets", {}).get(dataset, {}).get("variants", {}).get(variant)
+
+    def gate_checks(self, dataset: str, variant: str) -> list[GateCheck]:
+        """The stored gate checks of a variant on a dataset (typed; empty when none)."""
+        if self.summary_model is not None:
+            entry = self.summary_model.entry(dataset, variant)
+            return [] if entry is None or entry.gate is None else list(entry.gate.checks)
+        gate = (self.entry(dataset, variant) or {}).get("gate") or {}
+        return [GateCheck.model_validate(c) for c in gate.get("checks", [])]
+
+    def dataset_record(self, dataset: str) -> ManifestDataset:
+        """What the manifest records of a dataset (fingerprint, queries, documents)."""
+        if self.manifest_model is not None:
+            return self.manifest_model.datasets.get(dataset) or ManifestDataset()
+        return ManifestDataset.model_validate((self.manifest.get("datasets") or {}).get(
+            dataset) or {})
 
     def gated_metrics(self) -> list[str]:
         """Metrics named by gates, qrels ones first, in recipe order."""

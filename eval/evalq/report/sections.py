@@ -76,4 +76,4 @@ def registered() -> list[Section]:
 
 def _load_builtin_sections() -> None:
     # Imported for their registrations; each kind's module registers its sections once.
-    from evalq.report import retrieval_sections  # noqa: F401
+    from evalq.report import pipeline_sections, retrieval_sections  # noqa: F401

@@ -1,0 +1,63 @@
+"""JUnit XML for CI (`evalq gate --junit`): one testcase per variant × gate, and one per
+pipeline combination × gate in a second testsuite, so a CI's test view lists every
+verdict the run decided. Failed and inconclusive gates carry a ``<failure>`` with the
+reason (``type`` is the verdict). Decisions stay in ``evalq.gate``; this only writes them.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+
+class Check(Protocol):
+    gate: str
+    passed: bool
+    verdict: str
+    reason: str
+    figures: Mapping[str, object]
+
+
+class Verdict(Protocol):
+    @property
+    def checks(self) -> Sequence[Check]: ...
+
+
+def _figure(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict]) -> tuple[int, int]:
+    cases = [(label, check) for label, gate in verdicts.items() for check in gate.checks]
+    failures = sum(1 for _, check in cases if not check.passed)
+    suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(cases)),
+                          failures=str(failures), errors="0", skipped="0")
+    for label, check in cases:
+        # pipeline labels are "pipeline NAME DATASET COMBINATION": dotted like a class
+        dotted = label.removeprefix("pipeline ").replace(" ", ".")
+        case = ET.SubElement(suite, "testcase", classname=f"{name}.{dotted}", name=check.gate)
+        if check.passed:
+            ET.SubElement(case, "system-out").text = check.reason
+        else:
+            failure = ET.SubElement(case, "failure", message=check.reason, type=check.verdict)
+            failure.text = "\n".join(f"{key}: {_figure(value)}"
+                                     for key, value in check.figures.items())
+    return len(cases), failures
+
+
+def to_junit(verdicts: Mapping[str, Verdict], suite_name: str = "evalq",
+             pipelines: Mapping[str, Verdict] | None = None) -> str:
+    """``verdicts`` by variant; ``pipelines`` by the label `evalq gate` prints
+    (``pipeline dense-ce pydocs fp32+dyn-int8@5``), written as ``<suite_name>.pipelines``."""
+    root = ET.Element("testsuites", name=suite_name)
+    tests, failures = _suite(root, suite_name, verdicts)
+    if pipelines:
+        more, failed = _suite(root, f"{suite_name}.pipelines", pipelines)
+        tests, failures = tests + more, failures + failed
+    root.set("tests", str(tests))
+    root.set("failures", str(failures))
+    root.set("errors", "0")
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

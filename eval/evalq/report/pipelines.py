@@ -1,0 +1,241 @@
+"""The rerank pipelines of a results folder, as every report shows them.
+
+``summary.json`` key ``pipelines`` (written by ``evalq.pipeline``) holds, per pipeline,
+dataset and depth, every first-stage × reranker combination with its metrics and paired
+difference from the reference pipeline, the attribution of a candidate+candidate
+combination's change to retriever, reranker and interaction, the reranker's score
+fidelity, the gate verdicts, and the cost of each stage. This module reads that part
+once into plain rows; the console, markdown, JUnit and HTML reports render the same rows,
+so no output can show a pipeline differently from another (or leave it out). Nothing
+here computes a statistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalq.report.runview import finite
+
+ATTRIBUTION_PARTS = ("retriever_only", "reranker_only", "interaction", "total")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A stored figure: a value (or a paired delta) with its interval; ``None`` if absent."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any] | None, key: str = "value") -> Interval:
+        entry = entry or {}
+        return cls(finite(entry.get(key)), finite(entry.get("ci_low")),
+                   finite(entry.get("ci_high")))
+
+    def text(self, signed: bool = False, digits: int = 4) -> str:
+        if self.value is None:
+            return "—"
+        sign = "+" if signed else ""
+        head = f"{self.value:{sign}.{digits}f}"
+        if self.low is None or self.high is None:
+            return head
+        return f"{head} [{self.low:{sign}.{digits}f}, {self.high:{sign}.{digits}f}]"
+
+
+@dataclass(frozen=True)
+class GateCheckRow:
+    gate: str
+    verdict: str
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One first stage × reranker at one depth (``kind``: reference, retriever, reranker,
+    both: which stages differ from the reference pipeline)."""
+
+    name: str
+    dataset: str
+    depth: int
+    first_stage: str
+    reranker: str
+    kind: str
+    recall: Interval
+    metrics: dict[str, Interval]
+    deltas: dict[str, Interval]
+    attribution: dict[str, dict[str, Interval]]
+    checks: list[GateCheckRow]
+    gate_passed: bool | None
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    dataset: str
+    depth: int
+    reranker: str
+    measures: dict[str, Interval]
+    mean_abs_delta: float | None
+    p99_abs_delta: float | None
+    pairs: int | None
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """A stage's cost on one dataset at one depth (the first stage: ``depth`` is None)."""
+
+    dataset: str
+    stage: str
+    name: str
+    depth: int | None
+    seconds_per_query: float | None
+    forward_passes_per_query: float | None
+    pairs_per_s: float | None = None
+    weight_bytes: float | None = None
+    multiplier: float | None = None
+
+
+@dataclass
+class PipelineView:
+    name: str
+    passed: bool | None
+    failed_gates: list[str]
+    note: str | None
+    metrics: list[str]
+    combinations: list[Combination] = field(default_factory=list)
+    fidelity: list[Fidelity] = field(default_factory=list)
+    costs: list[StageCost] = field(default_factory=list)
+
+    def gate_label(self, combo: Combination) -> str:
+        """The label `evalq gate` prints for a combination's verdict (pipeline_regate)."""
+        return f"pipeline {self.name} {combo.dataset} {combo.name}"
+
+
+def _checks(gate: Mapping[str, Any] | None) -> list[GateCheckRow]:
+    return [GateCheckRow(str(c.get("gate")), str(c.get("verdict")), bool(c.get("passed")),
+                         str(c.get("reason", ""))) for c in (gate or {}).get("checks", [])]
+
+
+def _combination(ds: str, depth: int, name: str, e: Mapping[str, Any]) -> Combination:
+    metrics = e.get("metrics") or {}
+    gate = e.get("gate")
+    return Combination(
+        name=name, dataset=ds, depth=depth, first_stage=str(e.get("first_stage")),
+        reranker=str(e.get("reranker")), kind=str(e.get("kind")),
+        recall=Interval.of(e.get("first_stage_recall")),
+        metrics={m: Interval.of(v) for m, v in metrics.items()},
+        deltas={m: Interval.of(v.get("vs_reference"), "delta") for m, v in metrics.items()
+                if v.get("vs_reference")},
+        attribution={m: {p: Interval.of(parts.get(p), "delta") for p in ATTRIBUTION_PARTS}
+                     for m, parts in (e.get("attribution") or {}).items()},
+        checks=_checks(gate), gate_passed=None if gate is None else bool(gate.get("passed")))
+
+
+def _costs(ds: str, cost: Mapping[str, Any]) -> list[StageCost]:
+    fs = cost.get("first_stage") or {}
+    out = [StageCost(ds, "first stage", str(fs.get("name")), None,
+                     finite(fs.get("seconds_per_query")),
+                     finite(fs.get("forward_passes_per_query")))]
+    for name, r in (cost.get("rerankers") or {}).items():
+        for depth, d in (r.get("depths") or {}).items():
+            out.append(StageCost(ds, "reranker", name, int(depth),
+                                 finite(d.get("rerank_seconds_per_query")),
+                                 finite(d.get("forward_passes_per_query")),
+                                 finite(r.get("pairs_per_s")), finite(r.get("weight_bytes")),
+                                 finite(d.get("rerank_cost_multiplier_vs_first_stage"))))
+    return out
+
+
+def _view(name: str, p: Mapping[str, Any]) -> PipelineView:
+    view = PipelineView(name=name, passed=p.get("passed"),
+                        failed_gates=list(p.get("failed_gates") or []), note=p.get("note"),
+                        metrics=[])
+    for ds, d in (p.get("datasets") or {}).items():
+        for depth_key, at in (d.get("depths") or {}).items():
+            depth = int(depth_key)
+            for combo, entry in (at.get("combinations") or {}).items():
+                c = _combination(ds, depth, combo, entry)
+                view.combinations.append(c)
+                view.metrics += [m for m in c.metrics if m not in view.metrics]
+            for reranker, fid in (at.get("fidelity") or {}).items():
+                drift = fid.get("drift") or {}
+                view.fidelity.append(Fidelity(
+                    ds, depth, reranker,
+                    {m: Interval.of(v) for m, v in (fid.get("measures") or {}).items()},
+                    finite(drift.get("mean_abs_delta")), finite(drift.get("p99_abs_delta")),
+                    drift.get("pairs")))
+    for ds, cost in (p.get("cost") or {}).items():
+        view.costs += _costs(ds, cost)
+    return view
+
+
+def pipeline_views(summary: Mapping[str, Any] | None) -> list[PipelineView]:
+    """Every pipeline of a run's summary, in recipe order (empty for a run without any)."""
+    return [_view(name, p) for name, p in ((summary or {}).get("pipelines") or {}).items()]
+
+
+def attribution_text(parts: Mapping[str, Interval]) -> str:
+    """``retriever −0.0073, reranker +0.0089, interaction +0.0021 (total +0.0038)``."""
+    def fig(key: str) -> str:
+        return parts[key].text(signed=True, digits=4).split(" [")[0]
+    return (f"retriever {fig('retriever_only')}, reranker {fig('reranker_only')}, "
+            f"interaction {fig('interaction')} (total {fig('total')})")
+
+
+def verdict_text(combo: Combination) -> str:
+    if combo.gate_passed is None:
+        return "reference" if combo.kind == "reference" else "ungated"
+    if combo.gate_passed:
+        return "pass"
+    verdicts = {c.verdict for c in combo.checks if not c.passed}
+    return "fail" if "fail" in verdicts or not verdicts else "inconclusive"
+
+
+def print_pipelines(console: Any, views: list[PipelineView]) -> None:
+    """The console part of ``evalq run`` for pipelines: a table per pipeline (quality,
+    attribution, verdicts), fidelity and cost lines, and every failed gate's reason."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for view in views:
+        table = Table(title=f"pipeline {view.name} · Δ vs the reference pipeline",
+                      title_justify="left", box=None, pad_edge=False, padding=(0, 1))
+        for col in ("dataset", "combination", "kind", "recall", *view.metrics, "verdict"):
+            table.add_column(col, no_wrap=True)
+        for c in view.combinations:
+            cells = [c.deltas[m].text(signed=True) if m in c.deltas
+                     else c.metrics.get(m, Interval(None)).text() for m in view.metrics]
+            table.add_row(escape(c.dataset), escape(c.name), c.kind,
+                          c.recall.text().split(" [")[0], *cells, verdict_text(c))
+        console.print(table)
+        for c in view.combinations:
+            for m, parts in c.attribution.items():
+                console.print(f"  {escape(c.name)} {escape(m)}: {attribution_text(parts)}",
+                              highlight=False)
+        for f in view.fidelity:
+            tau = f.measures.get("score_tau")
+            console.print(f"  fidelity {escape(f.reranker)}@{f.depth} ({escape(f.dataset)}): "
+                          + (f"score_tau {tau.text()}, " if tau else "")
+                          + f"mean |Δscore| {_num(f.mean_abs_delta)}", highlight=False)
+        for s in view.costs:
+            if s.stage == "reranker":
+                console.print(f"  cost {escape(s.name)}@{s.depth} ({escape(s.dataset)}): "
+                              f"{_num(s.seconds_per_query)} s/query, "
+                              f"{_num(s.multiplier, 1)}× the first stage, "
+                              f"{_num(s.pairs_per_s, 1)} pairs/s", highlight=False)
+        for c in view.combinations:
+            for check in c.checks:
+                if not check.passed:
+                    colour = "red" if check.verdict == "fail" else "yellow"
+                    console.print(f"[{colour}]{check.verdict}[/{colour}] "
+                                  f"{escape(view.gate_label(c))}: {escape(check.gate)} — "
+                                  f"{escape(check.reason)}", highlight=False)
+        if view.note:
+            console.print(f"  note: {escape(view.note)}", highlight=False)
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
