@@ -10,6 +10,7 @@ run, but their subcommand and every flag they show must exist in the parser. ```
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -261,7 +262,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"),
          "-d", str(tmp_path / "site")],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     site = tmp_path / "site"
     for page in ("index.html", "reference/cli/index.html", "reference/recipe-keys/index.html",
