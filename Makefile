@@ -10,7 +10,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test test-fast demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
+.PHONY: install test test-fast docs demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
 
 install: $(STAMP)
 
@@ -63,7 +63,7 @@ chromium:
 	    exit 1; \
 	  fi; }
 
-test: install llmcompressor-venv infinity-venv chromium
+test: install llmcompressor-venv infinity-venv chromium docs
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests
 
@@ -73,6 +73,12 @@ FAST_TIER := not model and not process and not server and not vllm and not slow
 test-fast: install
 	$(BIN)/ruff check eval tests bench
 	$(BIN)/python -m pytest tests -m "$(FAST_TIER)"
+
+# The docs site: reference pages generated from the code (docs/gen_pages.py writes
+# docs/reference/), then a strict build, so a broken link or a missing page fails.
+docs: install
+	$(BIN)/python docs/gen_pages.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 
 demo: install
 	$(BIN)/evalq run recipes/quickstart.yaml --demo

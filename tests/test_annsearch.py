@@ -45,7 +45,7 @@ def test_hnsw_and_ivfpq_record_cost_and_recall(clustered) -> None:
     exact = search(queries, docs, ids, qids, 20)
     hnsw = ann_search(queries, docs, ids, qids, 20,
                       IndexSpec(factory="HNSW32", search={"efSearch": 64}))
-    # IVF + 8-bit scalar codes (PQ training is slow on this 2-core machine: see README)
+    # IVF + 8-bit scalar codes (PQ training is slow on this 2-core machine: see docs/benchmarks.md)
     pq = ann_search(queries, docs, ids, qids, 20,
                     IndexSpec(factory="IVF32,SQ8", train_size=2000, search={"nprobe": 2}))
     r_hnsw = recall_at(hnsw.ranking, exact, 10).mean()

@@ -4,8 +4,9 @@ The wheel is built from a copy of the source (pyproject, setup.py, README, eval/
 with the build log checked for deprecation warnings, installed with --no-deps into a scratch
 venv that sees the main venv's third-party packages through a .pth line (installing torch
 and friends again would download GBs), and run from folders that hold no recipes/ or
-datasets/. The README's "Using evalq in your own project" commands and Python run here
-verbatim, so the README cannot drift from what the package does.
+datasets/. The "Using evalq in your own project" commands and Python of the getting-started
+page (docs/getting-started.md) run here verbatim, so the docs cannot drift from what the
+package does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Using evalq in your own project"
+GUIDE = REPO / "docs" / "getting-started.md"  # the page that holds SECTION
 TIMEOUT_S = 1200
 
 
@@ -88,8 +90,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(venv, wheel, build.stdout + build.stderr, source, env)
 
 
-def _readme_section() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def _guide_section() -> str:
+    text = GUIDE.read_text(encoding="utf-8")
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     return text[start:end if end >= 0 else None]
@@ -126,9 +128,9 @@ def test_the_wheel_not_the_checkout_is_imported(installed: Installed, tmp_path: 
     assert heavy == "False False"  # import evalq stays light
 
 
-def test_readme_commands_and_python_api_from_an_empty_folder(
+def test_guide_commands_and_python_api_from_an_empty_folder(
         installed: Installed, tmp_path: Path) -> None:
-    section = _readme_section()
+    section = _guide_section()
     commands = [line[2:] for block in _blocks(section, "console")
                 for line in block.splitlines() if line.startswith("$ evalq ")]
     assert [c.split()[1] for c in commands] == ["datasets", "init", "run"]
@@ -146,7 +148,7 @@ def test_readme_commands_and_python_api_from_an_empty_folder(
     assert "beir-tiny" not in listing.stdout  # no checkout behind an installed wheel
     assert outputs["init"].returncode == 0 and (work / "my-eval.yaml").is_file()
     run = outputs["run"]
-    assert run.returncode == 1, run.stderr[-3000:]  # the README says: binary vectors fail
+    assert run.returncode == 1, run.stderr[-3000:]  # the guide says: binary vectors fail
     assert "gates FAILED; results in results/my-eval" in run.stdout
     manifest = json.loads((work / "results/my-eval/manifest.json").read_text())
     assert manifest["datasets"]["pydocs"]["source"]["fingerprint_verified"] is True
@@ -157,7 +159,7 @@ def test_readme_commands_and_python_api_from_an_empty_folder(
     done = installed.run([str(installed.python), "example.py"], work)
     assert done.returncode == 0, done.stderr[-3000:]
     shown = _blocks(section[section.index("```python"):], "text")[0]
-    for line in shown.splitlines():  # every line the README shows is what it prints
+    for line in shown.splitlines():  # every line the guide shows is what it prints
         assert line in done.stdout, (line, done.stdout[-3000:])
 
 

@@ -262,8 +262,9 @@ def _free_port() -> int:
 
 def test_built_in_recipe_names_resolve_as_for_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """`evalq load recipes/load-cpu.yaml` is the README's command: from any folder it names
-    the built-in recipe (it said "file not found" outside the source tree's root)."""
+    """`evalq load recipes/load-cpu.yaml` is the docs' command (docs/load-testing.md): from
+    any folder it names the built-in recipe (it said "file not found" outside the source
+    tree's root)."""
     monkeypatch.chdir(tmp_path)
     for command in (["load", "recipes/quickstart.yaml"],
                     ["load", "quickstart", "--plan-only", "-o", str(tmp_path / "none")]):

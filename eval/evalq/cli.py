@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every registered command: what the docs' generated CLI
+    reference reads (docs/gen_pages.py), so it cannot drift from what ``evalq`` parses."""
+    return _parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -3,7 +3,7 @@
 qrels and run readers, and the HTTP reply parsers. The only failure allowed is an
 InputError (exit 2 with a message); any other exception would be an exit 3 or a
 traceback. Each test counts the inputs it tried and asserts the count, so the figure in
-the README is what ran."""
+the fault table (docs/reliability.md) is what ran."""
 
 from __future__ import annotations
 
@@ -161,7 +161,8 @@ def test_openai_and_tei_replies(body: Any, n: int, fmt: str) -> None:
 
 
 def test_every_fuzzer_ran_its_inputs() -> None:
-    """Runs last in this module: each fuzzer tried EXAMPLES inputs (the README figure)."""
+    """Runs last in this module: each fuzzer tried EXAMPLES inputs (the fault table's
+    figure, docs/reliability.md)."""
     print(f"\nfuzz inputs tried: {json.dumps(COUNTS)}")
     assert set(COUNTS) == {"recipe mappings", "recipe YAML text", "BEIR JSONL",
                            "TREC qrels and runs", "HTTP replies"}
