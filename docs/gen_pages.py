@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evalq.backends.registry import BACKENDS
 from evalq.cli import build_parser
 from evalq.config import Recipe
 from evalq.metrics.registry import FAMILIES
-from evalq.plan import BACKEND_SUPPORT
 from evalq.quantize import METHODS
 
 OUT = Path(__file__).resolve().parent / "reference"
@@ -218,9 +218,10 @@ def cli_reference(parser: argparse.ArgumentParser | None = None) -> str:
 
 
 def backend_declarations() -> Mapping[str, Any]:
-    """What each backend declares it serves: name -> object with ``local``, ``devices``,
-    ``dtypes`` and ``kinds``. The one place this page reads the backend declarations."""
-    return dict(BACKEND_SUPPORT)
+    """What each embedding backend declares it serves (its ``BackendSpec``: ``local``,
+    ``devices``, ``dtypes``, ``model_kinds``). The one place this page reads the backend
+    declarations."""
+    return {spec.name: spec for spec in BACKENDS.specs("embedding")}
 
 
 def support_reference(methods: Mapping[str, Any] = METHODS,
@@ -233,7 +234,7 @@ def support_reference(methods: Mapping[str, Any] = METHODS,
              m.allowed_fields())
             for m in methods.values()]
     brow = [(f"`{b.name}`", "evalq (local)" if b.local else "a server",
-             ", ".join(b.devices) or "the server's", ", ".join(b.dtypes), ", ".join(b.kinds))
+             ", ".join(b.devices) or "the server's", ", ".join(b.dtypes), ", ".join(b.model_kinds))
             for b in backends.values()]
     return "".join([
         HEADER, "# Quantization and backend support\n\n",

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from evalq.backends.spec import BackendSpec
 from evalq.cli import build_parser, main
 from evalq.config import Recipe
 from evalq.metrics.measures import Family, parse_measure
 from evalq.metrics.registry import FAMILIES
-from evalq.plan import BackendSupport
 from evalq.quantize import METHODS, QuantMethod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -245,7 +245,9 @@ def test_support_table_follows_the_declarations() -> None:
     row = next(line for line in wider.splitlines() if "`brand-new-int4`" in line)
     assert row.rstrip(" |").split(" | ")[2:7] == ["—", "—", "—", "cuda", "(no parameters)"]
     backends = {**gen_pages.backend_declarations(),
-                "brand-new-server": BackendSupport("brand-new-server", False, (), ("float16",))}
+                "brand-new-server": BackendSpec("brand-new-server", "embedding", "http",
+                                                lambda *a: None, quantized_by="server",
+                                                devices=(), dtypes=("float16",))}
     assert "`brand-new-server`" in gen_pages.support_reference(METHODS, backends)
     assert "`brand-new-server`" not in plain
 
