@@ -1,5 +1,5 @@
 """The one packaging rule pyproject.toml cannot state: the wheel ships the repository's
-top-level ``recipes/`` as the data package ``evalq._recipes`` (evalq.locations reads it
+top-level ``recipes/`` as the data package ``evalq._recipes`` (evalq.core.locations reads it
 there once installed, and reads ``recipes/`` itself from a checkout).
 
 ``[tool.setuptools.packages.find]`` only discovers folders under ``eval/``, and a

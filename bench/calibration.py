@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evalq.calibrate_command import calibrate_command
+from evalq.execute.calibrate import calibrate_command
 
 
 def main() -> int:

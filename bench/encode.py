@@ -49,7 +49,7 @@ def model_path() -> str:
 
 
 def load_texts(max_docs: int | None) -> list[str]:
-    from evalq.datasets.pydocs import load_pydocs
+    from evalq.data.pydocs import load_pydocs
 
     texts = list(load_pydocs().corpus.texts)
     return texts if max_docs is None else texts[:max_docs]
@@ -65,9 +65,9 @@ def peak_rss_mib() -> float:
 def worker_evalq(texts: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from evalq.backends.base import EncodingSettings
-    from evalq.backends.inprocess import InProcessEncoder
-    from evalq.encode import encode_texts
+    from evalq.core.values import EncodingSettings
+    from evalq.encode.batching import encode_texts
+    from evalq.engines.inprocess import InProcessEncoder
 
     enc = InProcessEncoder(model_path(), settings=EncodingSettings(max_length=MAX_LENGTH),
                            threads=cfg["threads"])
@@ -165,8 +165,8 @@ def main() -> None:
 
     import numpy as np
 
-    from evalq.backends.base import EncodingSettings
-    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.core.values import EncodingSettings
+    from evalq.engines.inprocess import InProcessEncoder
 
     texts = load_texts(args.max_docs)
     enc = InProcessEncoder(model_path(), settings=EncodingSettings(max_length=MAX_LENGTH))
@@ -238,7 +238,7 @@ def main() -> None:
               f"{r['cpu_ratio_vs_st']:7.2f} {r['peak_rss_mib']:8.0f} {cos:>9} "
               f"{pack:>8}")
     if args.out:
-        from evalq import atomicio
+        from evalq.core import atomicio
 
         atomicio.write_json(args.out, {
             "documents": len(texts), "tokens": tokens, "useful_gflop": flops / 1e9,

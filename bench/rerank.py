@@ -38,9 +38,9 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 def bm25_pairs(queries: int, depth: int) -> tuple[list[str], list[str]]:
-    from evalq.datasets.pydocs import load_pydocs
-    from evalq.firststage import bm25
-    from evalq.retrieve_options import Bm25Options
+    from evalq.data.pydocs import load_pydocs
+    from evalq.retrieve.firststage import bm25
+    from evalq.retrieve.options import Bm25Options
 
     ds = load_pydocs()
     texts = ds.corpus.texts_for_encoding()
@@ -64,8 +64,8 @@ def timed(fn):
 def bench_inprocess(model: Path, qs: list[str], docs: list[str], repeats: int) -> None:
     from sentence_transformers import CrossEncoder
 
-    from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
-    from evalq.rerank import score_pairs
+    from evalq.encode.pairs import score_pairs
+    from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
 
     ours = CrossEncoderReranker(model, settings=RerankSettings())
     peer = CrossEncoder(str(model), max_length=256, device="cpu")
@@ -88,9 +88,9 @@ def bench_inprocess(model: Path, qs: list[str], docs: list[str], repeats: int) -
 def bench_vllm(model: Path, qs: list[str], docs: list[str], repeats: int) -> None:
     from vllm.pooling_params import PoolingParams
 
-    from evalq.backends.reranker import RerankSettings
-    from evalq.backends.vllm_rerank import VllmEngineReranker
-    from evalq.rerank import score_pairs
+    from evalq.encode.pairs import score_pairs
+    from evalq.engines.reranker import RerankSettings
+    from evalq.engines.vllm_rerank import VllmEngineReranker
 
     engine = VllmEngineReranker(model, settings=RerankSettings(), kind="cross-encoder")
     try:
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vllm", action="store_true")
     args = parser.parse_args()
-    from evalq.rerank_fixture import build_minilm_cross_encoder
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
 
     model = build_minilm_cross_encoder(Path(tempfile.gettempdir()) / "evalq-bench-models")
     qs, docs = bm25_pairs(args.queries, args.depth)

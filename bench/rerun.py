@@ -24,7 +24,7 @@ import yaml
 def _run(recipe: Path, out: Path, extra: list[str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "evalq.cli", "run", str(recipe), "-o", str(out), *extra],
+        [sys.executable, "-m", "evalq.app.cli", "run", str(recipe), "-o", str(out), *extra],
         capture_output=True, text=True, check=False,
     )
     seconds = time.perf_counter() - start
@@ -46,7 +46,7 @@ def main() -> None:
     if args.max_docs:
         extra += ["--max-docs", str(args.max_docs)]
     with tempfile.TemporaryDirectory(prefix="evalq-rerun-") as tmp:
-        from evalq.locations import resolve_recipe
+        from evalq.core.locations import resolve_recipe
 
         args.recipe = str(resolve_recipe(args.recipe))  # a path, or a built-in recipe name
         data = yaml.safe_load(Path(args.recipe).read_text())

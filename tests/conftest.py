@@ -74,7 +74,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 @pytest.fixture(scope="session")
 def minilm_settings(minilm_path: Path):
-    from evalq.modelinfo import default_settings
+    from evalq.engines.modelinfo import default_settings
 
     return default_settings(minilm_path)
 
@@ -88,7 +88,7 @@ class VllmEnginePool:
         self.engine = None
 
     def get(self, model_path, settings, dtype: str = "float32", quantization=None):
-        from evalq.backends.vllm_engine import VllmEngineEncoder
+        from evalq.engines.vllm_engine import VllmEngineEncoder
 
         key = (str(model_path), dtype, quantization)
         if self.key != key or self.engine is None:
@@ -107,7 +107,7 @@ class VllmEnginePool:
 @pytest.fixture(scope="session")
 def minilm_w8a8(minilm_path: Path, tmp_path_factory):
     """MiniLM as a W8A8 int8 checkpoint (llm-compressor, one build per session)."""
-    from evalq.quantize.w8a8 import quantize_w8a8
+    from evalq.engines.quantize.w8a8 import quantize_w8a8
 
     return quantize_w8a8(minilm_path, cache_dir=tmp_path_factory.mktemp("w8a8"))
 
@@ -143,7 +143,7 @@ def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
     ``tests/test_vllm_server.py`` kills it in its last test (the mid-run death case);
     close() is idempotent and reaps what is left.
     """
-    from evalq.backends.vllm_server import VllmServerEncoder
+    from evalq.engines.vllm_server import VllmServerEncoder
 
     encoder = VllmServerEncoder(minilm_path, settings=minilm_settings,
                                 log_dir=tmp_path_factory.mktemp("vllm-server"),

@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalq.annsearch import ann_search, recall_at
-from evalq.cli import main
-from evalq.errors import InputError
-from evalq.retrieve_options import IndexSpec
-from evalq.runner import run_recipe_file
-from evalq.search import search
+from evalq.app.cli import main
+from evalq.core.errors import InputError
+from evalq.execute.evaluate import run_recipe_file
+from evalq.retrieve.ann import ann_search, recall_at
+from evalq.retrieve.options import IndexSpec
+from evalq.retrieve.search import search
 from support import recipes
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import evalq
-from evalq.errors import InputError
+from evalq.core.errors import InputError
 from support import recipes
 
 TINY = Path(__file__).resolve().parent / "data" / "beir-tiny"

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from evalq import scaffold
-from evalq.backends.openai_http import HttpOptions
-from evalq.backends.registry import BACKENDS, embedding_backend, register_backend
-from evalq.backends.spec import BackendSpec
-from evalq.cli import main
-from evalq.config import Variant, recipe_from_located
-from evalq.errors import InputError
-from evalq.load.sweep import Api
-from evalq.pipeline_config import RerankerVariant
-from evalq.quantize import METHODS
-from evalq.yamlsource import Located
+from evalq.app import scaffold
+from evalq.app.cli import main
+from evalq.core.errors import InputError
+from evalq.engines.openai_http import HttpOptions
+from evalq.engines.quantize import METHODS
+from evalq.engines.registry import BACKENDS, embedding_backend, register_backend
+from evalq.engines.spec import BackendSpec
+from evalq.execute.load.sweep import Api
+from evalq.recipe.pipelines import RerankerVariant
+from evalq.recipe.schema import Variant, recipe_from_located
+from evalq.recipe.yamlsource import Located
 
 
 def _fake(name: str = "fake-engine", **kw: typing.Any) -> BackendSpec:
@@ -116,7 +116,7 @@ def test_every_spec_is_consistent_with_the_recipe_and_the_load_sweep() -> None:
 
 
 def test_the_registry_imports_no_torch_or_vllm() -> None:
-    code = ("import sys\nfrom evalq.backends.registry import BACKENDS\nimport evalq.config\n"
+    code = ("import sys\nfrom evalq.engines.registry import BACKENDS\nimport evalq.recipe.schema\n"
             "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from evalq.cli import main
+from evalq.app.cli import main
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

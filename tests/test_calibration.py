@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-from evalq import calibration
-from evalq.calibration import DEFAULT_RULE, Rule, at_mean, calibrate, synthetic_panel
+from evalq.decide import calibration
+from evalq.decide.calibration import DEFAULT_RULE, Rule, at_mean, calibrate, synthetic_panel
 
 
 def test_at_mean_keeps_sparsity_and_hits_the_target() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from evalq.backends.capability import (
+from evalq.core.errors import InputError
+from evalq.engines.capability import (
     VLLM_CPU_QUANTIZATION,
     check_capability,
     check_current_device,
     detect_device,
 )
-from evalq.errors import InputError
 
 ADA = (8, 9)
 AMPERE = (8, 0)

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.cli import main
+from evalq.app.cli import main
 
 
 @pytest.mark.process
 def test_help_imports_no_heavy_library() -> None:
-    code = ("import sys\nfrom evalq.cli import main\n"
+    code = ("import sys\nfrom evalq.app.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('torch', 'vllm', 'faiss', 'transformers', 'bitsandbytes')"
             " if m in sys.modules]\nprint(heavy)")
@@ -91,7 +91,7 @@ def test_datasets_command_lists_pydocs(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_a_command_name_registered_twice_is_refused() -> None:
-    from evalq.cli import register_command
+    from evalq.app.cli import register_command
 
     with pytest.raises(ValueError, match="'run' is registered twice"):
         register_command("run", "a second run", lambda parser: None)(lambda args: 0)

@@ -16,17 +16,17 @@ import itertools
 import numpy as np
 import pytest
 
-from evalq.backends.registry import BACKENDS
-from evalq.composition import (
+from evalq.encode.batching import chunk_key, encode_texts, pack_batches
+from evalq.encode.cache import EmbeddingCache
+from evalq.encode.composition import (
     NEAR_INVARIANT_TOLERANCE,
     BatchDependence,
     cache_composition,
     declared_dependence,
 )
-from evalq.config import Variant
-from evalq.embcache import EmbeddingCache
-from evalq.encode import chunk_key, encode_texts, pack_batches
-from evalq.quantize import METHODS
+from evalq.engines.quantize import METHODS
+from evalq.engines.registry import BACKENDS
+from evalq.recipe.schema import Variant
 
 # One variant per registered quantization method and backend (a new method or backend
 # must add its case here, or test_every_method_and_backend_is_declared fails).
@@ -102,7 +102,7 @@ def texts(mixed_texts):
 @pytest.mark.parametrize("case", ["fp32", "bf16", "bnb-int8", "bnb-nf4", "bnb-fp4",
                                   "dyn-int8"])
 def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
-    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.engines.inprocess import InProcessEncoder
 
     variant = CASES[case]
     encoder = InProcessEncoder(minilm_path, settings=minilm_settings, dtype=variant.dtype,
@@ -122,7 +122,7 @@ def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
 @pytest.mark.process
 @pytest.mark.vllm
 def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_w8a8, texts):
-    from evalq.modelinfo import default_settings
+    from evalq.engines.modelinfo import default_settings
 
     checkpoint = minilm_w8a8
     engine = vllm_engine_pool.get(checkpoint.path, default_settings(checkpoint.path))
@@ -168,7 +168,7 @@ def test_pack_batches_keeps_the_padded_budget_in_any_order():
 @pytest.mark.model
 def test_cache_recomputes_dependent_variant_under_other_batching(
         minilm_path, minilm_settings, texts, tmp_path):
-    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.engines.inprocess import InProcessEncoder
 
     cache = EmbeddingCache(tmp_path / "cache")
     dyn, fp32 = CASES["dyn-int8"], CASES["fp32"]

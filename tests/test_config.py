@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalq.cli import main
-from evalq.config import INLINE_RECIPE, Recipe, load_recipe, load_recipe_source
-from evalq.errors import InputError
-from evalq.locations import BUILTIN_RECIPES, builtin_recipe, resolve_include, resolve_recipe
+from evalq.app.cli import main
+from evalq.core.errors import InputError
+from evalq.core.locations import BUILTIN_RECIPES, builtin_recipe, resolve_include, resolve_recipe
+from evalq.recipe.schema import INLINE_RECIPE, Recipe, load_recipe, load_recipe_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from evalq.datasets.assemble import DatasetWarning
-from evalq.datasets.beir import load_beir
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.data.assemble import DatasetWarning
+from evalq.data.beir import load_beir
 
 DOCS = [
     {"_id": "d1", "title": "Alpha", "text": "first document"},

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evalq.datasets.hf import HFSpec, load_hf
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.data.hf import HFSpec, load_hf
 
 
 @pytest.fixture(autouse=True)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from evalq.datasets.assemble import DatasetWarning
-from evalq.datasets.beir import load_beir
-from evalq.datasets.fingerprint import fingerprint
-from evalq.datasets.manifest import list_datasets, load_dataset, read_manifest
-from evalq.datasets.slicing import slice_dataset
-from evalq.datasets.types import Corpus, Dataset, Qrels, Queries
-from evalq.errors import InputError
-from evalq.locations import BUILTIN_DATASETS
+from evalq.core.dataset import Corpus, Dataset, Qrels, Queries
+from evalq.core.errors import InputError
+from evalq.core.locations import BUILTIN_DATASETS
+from evalq.data.assemble import DatasetWarning
+from evalq.data.beir import load_beir
+from evalq.data.fingerprint import fingerprint
+from evalq.data.manifest import list_datasets, load_dataset, read_manifest
+from evalq.data.slicing import slice_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "beir-tiny"

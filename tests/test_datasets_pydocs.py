@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evalq.datasets.fingerprint import fingerprint
-from evalq.datasets.pydocs import (
+from evalq.core.dataset import Dataset
+from evalq.data.fingerprint import fingerprint
+from evalq.data.pydocs import (
     MIN_BODY_CHARS,
     MIN_SUMMARY_CHARS,
     RawCollection,
@@ -21,7 +22,6 @@ from evalq.datasets.pydocs import (
     load_pydocs,
     split_docstring,
 )
-from evalq.datasets.types import Dataset
 
 BODY = "Details. " * 30  # 270 chars
 
@@ -71,7 +71,7 @@ def test_fingerprint_matches_content_and_is_stable_across_processes(pydocs: Data
     # a second collection in this process bypasses the cache (fresh worker run)
     again = build_from_raw(collect_raw.__wrapped__())
     assert again.fingerprint == pydocs.fingerprint
-    code = "from evalq.datasets.pydocs import load_pydocs; print(load_pydocs().fingerprint)"
+    code = "from evalq.data.pydocs import load_pydocs; print(load_pydocs().fingerprint)"
     eval_dir = Path(__file__).resolve().parents[1] / "eval"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,

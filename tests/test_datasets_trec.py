@@ -7,15 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from evalq.datasets.trec import (
-    detect_qrels_format,
-    read_qrels,
-    read_run,
-    write_qrels,
-    write_run,
-)
-from evalq.datasets.types import Qrels
-from evalq.errors import InputError
+from evalq.core.dataset import Qrels
+from evalq.core.errors import InputError
+from evalq.data.trec import detect_qrels_format, read_qrels, read_run, write_qrels, write_run
 
 
 def write(path: Path, text: str | bytes) -> Path:

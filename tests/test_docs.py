@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from evalq.backends.spec import BackendSpec
-from evalq.cli import build_parser, main
-from evalq.config import Recipe
-from evalq.metrics.measures import Family, parse_measure
-from evalq.metrics.registry import FAMILIES
-from evalq.quantize import METHODS, QuantMethod
+from evalq.app.cli import build_parser, main
+from evalq.engines.quantize import METHODS, QuantMethod
+from evalq.engines.spec import BackendSpec
+from evalq.measure.measures import Family, parse_measure
+from evalq.measure.registry import FAMILIES
+from evalq.recipe.schema import Recipe
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "docs"))

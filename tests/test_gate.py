@@ -8,8 +8,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from evalq.errors import InputError
-from evalq.gate import (
+from evalq.core.errors import InputError
+from evalq.core.values import PerQuery
+from evalq.decide.gate import (
     MIN_QUERIES,
     GateCheck,
     GateSpec,
@@ -19,7 +20,6 @@ from evalq.gate import (
     parse_max_drop,
     validate_gate,
 )
-from evalq.metrics.values import PerQuery
 from evalq.report.junit import to_junit
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.backends.openai_http import OpenAIEncoder
-from evalq.backends.tei_http import TeiEncoder
-from evalq.embcache import EmbeddingCache
-from evalq.encode import encode_texts
-from evalq.errors import BackendUnavailableError, InputError
+from evalq.core.errors import BackendUnavailableError, InputError
+from evalq.encode.batching import encode_texts
+from evalq.encode.cache import EmbeddingCache
+from evalq.engines.openai_http import OpenAIEncoder
+from evalq.engines.tei_http import TeiEncoder
 from fake_embedding_server import FakeState, fake_server, refused_url, silent_server
 
 SECRET = "sk-evalq-test-7f3a9c-never-in-files"
@@ -242,6 +242,6 @@ def test_missing_api_key_variable_is_input_error(monkeypatch):
 
 
 def _settings():
-    from evalq.backends.base import EncodingSettings
+    from evalq.core.values import EncodingSettings
 
     return EncodingSettings()

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import evalq
-from evalq.backends.http_probe import probe_http_variants
-from evalq.config import Recipe
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.engines.http_probe import probe_http_variants
+from evalq.recipe.schema import Recipe
 from fake_embedding_server import FakeState, fake_server
 from support import recipes
 

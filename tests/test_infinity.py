@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 import evalq
-from evalq.backends.http_probe import probe_http_variants
-from evalq.config import Recipe
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.engines.http_probe import probe_http_variants
+from evalq.recipe.schema import Recipe
 from support import recipes
 
 pytestmark = [pytest.mark.process, pytest.mark.server, pytest.mark.model]

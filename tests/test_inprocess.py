@@ -15,15 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.backends.base import Encoder, EncodingSettings
-from evalq.backends.inprocess import InProcessEncoder, pool
-from evalq.errors import InputError
-from evalq.modelinfo import (
-    default_settings,
-    resolve_model_path,
-    resolve_settings,
-)
-from evalq.weights import model_fingerprint
+from evalq.core.errors import InputError
+from evalq.core.protocols import Encoder
+from evalq.core.values import EncodingSettings
+from evalq.core.weights import model_fingerprint
+from evalq.engines.inprocess import InProcessEncoder, pool
+from evalq.engines.modelinfo import default_settings, resolve_model_path, resolve_settings
 
 pytestmark = [pytest.mark.model]
 

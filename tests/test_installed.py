@@ -187,7 +187,7 @@ def test_a_users_beir_folder_by_path_and_by_local_manifest(
     # A built-in recipe by name, with its include, from a folder that has neither.
     check = installed.run(["evalq", "validate", "quickstart", "recipes/vllm-cpu.yaml"], work)
     assert check.returncode == 0, check.stderr
-    where = installed.run([str(installed.python), "-c", "from evalq.locations import "
+    where = installed.run([str(installed.python), "-c", "from evalq.core.locations import "
                            "resolve_recipe as r; print(r('quickstart'))"], work)
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(installed.venv), where.stdout

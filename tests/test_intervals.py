@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from evalq import intervals, stats
+from evalq.decide import intervals, stats
 
 
 @pytest.mark.parametrize("df", [1, 2, 5, 9, 49, 299, 5000])

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from evalq.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
-from evalq.load.config import CapacitySection
+from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
+from evalq.recipe.load import CapacitySection
 
 
 def test_query_only_plan() -> None:
@@ -85,8 +85,8 @@ def test_closed_loop_knee_is_the_best_passing_step_not_the_last() -> None:
     """Measured on load-cpu.yaml: vLLM's ingest with 32-text batches did 7.0 texts/s with
     one client and 4.9 with two (both under the SLO); the knee is 7.0, and a broken step
     ends its series (what follows it does not count)."""
-    from evalq.load.config import Workload
-    from evalq.load.sweep import knee_of
+    from evalq.execute.load.sweep import knee_of
+    from evalq.recipe.load import Workload
 
     workload = Workload.model_validate({"name": "ingest", "kind": "ingest", "slo_p99_ms": 15000,
                                         "batch_sizes": [8, 32],
@@ -109,7 +109,7 @@ def test_quality_verdict_tells_inconclusive_from_failed(tmp_path) -> None:
     the decision table said "FAILS quality" for them before."""
     import json
 
-    from evalq.load.results import quality_verdicts
+    from evalq.results.load import quality_verdicts
 
     def gate(*verdicts: str) -> dict:
         return {"passed": False, "checks": [{"verdict": v, "passed": v == "pass"}

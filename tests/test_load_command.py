@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from evalq.cli import main
-from evalq.load.results import LOAD_SCHEMA_VERSION, LoadFolder
+from evalq.app.cli import main
+from evalq.results.load import LOAD_SCHEMA_VERSION, LoadFolder
 from load_test_server import Behaviour, LoadTestServer
 from support import recipes
 
@@ -175,7 +175,7 @@ def test_server_that_never_starts_is_exit_2_naming_url_and_log(
 
 def test_ctrl_c_keeps_the_finished_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    import evalq.load.command as command
+    import evalq.execute.load.command as command
 
     def interrupt_after_first_step(text: str) -> None:
         if "-> pass" in text:
@@ -208,9 +208,9 @@ def test_non_loopback_host_is_refused_unless_allowed(
     recipe = _recipe(tmp_path, "http://10.1.2.3:8000", {"workloads": [QUERY]})
     _expect_2(tmp_path, recipe, capsys, "candidates.0.http.url", "not on this machine",
               "load.allow_hosts")
-    from evalq.config import recipe_from_located
-    from evalq.load.command import check_plan
-    from evalq.yamlsource import load_yaml
+    from evalq.execute.load.command import check_plan
+    from evalq.recipe.schema import recipe_from_located
+    from evalq.recipe.yamlsource import load_yaml
 
     allowed = _recipe(tmp_path, "http://10.1.2.3:8000",
                       {"workloads": [QUERY], "allow_hosts": ["10.1.2.3"]})
@@ -255,7 +255,7 @@ def test_no_load_section_and_unknown_only(tmp_path: Path,
 
 
 def _free_port() -> int:
-    from evalq.backends.vllm_server import free_port
+    from evalq.engines.vllm_server import free_port
 
     return free_port()
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from evalq.load.config import Workload
-from evalq.load.generator import LoadGenerator, RequestSpec, StepBounds, poisson_arrivals
-from evalq.load.sweep import judge_step
+from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, poisson_arrivals
+from evalq.execute.load.sweep import judge_step
+from evalq.recipe.load import Workload
 from load_test_server import Behaviour, LoadTestServer
 
 

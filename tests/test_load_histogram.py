@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalq.load.histogram import LatencyHistogram
+from evalq.execute.load.histogram import LatencyHistogram
 
 QUANTILES = (0.0, 0.01, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0)
 

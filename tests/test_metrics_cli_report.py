@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from evalq.errors import InputError
-from evalq.metrics.cli_report import DEFAULT_MEASURES, metrics_report
+from evalq.app.metrics_command import DEFAULT_MEASURES, metrics_report
+from evalq.core.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 pytrec_eval crashes (segfault) on negative relevance levels, so those are tested by the
 property "a negative level scores exactly like 0", which is what pytrec_eval returns on the
-cases where it does not crash (checked by hand while writing evalq.metrics.judged).
+cases where it does not crash (checked by hand while writing evalq.measure.judged).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytrec_eval
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalq.datasets.types import Qrels
-from evalq.errors import InputError
-from evalq.metrics.judged import JudgedIndex, evaluate, evaluate_dict
-from evalq.metrics.measures import parse_measure, parse_measures
-from evalq.ranking import Ranking
+from evalq.core.dataset import Qrels
+from evalq.core.errors import InputError
+from evalq.core.ranking import Ranking
+from evalq.measure.judged import JudgedIndex, evaluate, evaluate_dict
+from evalq.measure.measures import parse_measure, parse_measures
 
 # Ids of different lengths, so string order ("d10" < "d2") differs from numeric order.
 DOCS = [f"d{i}" for i in range(14)]
@@ -192,7 +192,7 @@ def test_inputs_are_not_modified() -> None:
 
 
 def test_reference_measures_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalq.metrics.measures import FAMILIES, Family, Measure
+    from evalq.measure.measures import FAMILIES, Family, Measure
 
     # A stand-in reference family, removed again after the test.
     monkeypatch.setitem(FAMILIES, "_ref", Family("_ref", "reference", needs_cutoff=True))

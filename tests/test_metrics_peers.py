@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalq.datasets.types import Qrels
-from evalq.metrics.judged import evaluate_dict
-from evalq.metrics.measures import parse_measures
+from evalq.core.dataset import Qrels
+from evalq.measure.judged import evaluate_dict
+from evalq.measure.measures import parse_measures
 
 DOCS = [f"d{i}" for i in range(14)]
 QUERIES = [f"q{i}" for i in range(6)]

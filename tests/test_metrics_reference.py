@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from evalq.errors import InputError
-from evalq.metrics.measures import parse_measure, parse_measures
-from evalq.metrics.reference import evaluate_reference, vector_agreement
-from evalq.ranking import Ranking
+from evalq.core.errors import InputError
+from evalq.core.ranking import Ranking
+from evalq.measure.measures import parse_measure, parse_measures
+from evalq.measure.reference import evaluate_reference, vector_agreement
 
 DOCS = tuple("abcdefghij")
 
@@ -306,7 +306,7 @@ def test_vector_shape_mismatch_is_an_input_error() -> None:
 
 
 def test_qrels_measures_are_rejected() -> None:
-    from evalq.metrics.registry import parse_measure as parse_any
+    from evalq.measure.registry import parse_measure as parse_any
 
     ref = ranking({"q": "abc"})
     with pytest.raises(ValueError, match="not against the reference run"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from evalq.metrics.measures import Family, register_family, register_pattern_alias
-from evalq.metrics.registry import FAMILIES, parse_measure
+from evalq.measure.measures import Family, register_family, register_pattern_alias
+from evalq.measure.registry import FAMILIES, parse_measure
 
 
 def test_a_measure_family_cannot_be_registered_twice() -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from evalq.encode_options import ExecutorSpec
-from evalq.load.config import CapacitySection
-from evalq.pipeline_config import PipelineGate
-from evalq.retrieve_options import Bm25Options, IndexSpec
-from evalq.sensitivity_config import BatchSensitivity
+from evalq.encode.options import ExecutorSpec
+from evalq.recipe.load import CapacitySection
+from evalq.recipe.pipelines import PipelineGate
+from evalq.recipe.sensitivity import BatchSensitivity
+from evalq.retrieve.options import Bm25Options, IndexSpec
 
 
 @pytest.mark.parametrize(("model", "data", "field"), [

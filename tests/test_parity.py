@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from evalq.backends.inprocess import InProcessEncoder
-from evalq.parity import parity_check, pick_parity_texts
+from evalq.encode.parity import parity_check, pick_parity_texts
+from evalq.engines.inprocess import InProcessEncoder
 
 
 @pytest.fixture(scope="module")

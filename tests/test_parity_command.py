@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evalq.cli import main
+from evalq.app.cli import main
 from support import recipes
 
 pytestmark = [pytest.mark.model]

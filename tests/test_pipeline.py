@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.config import load_recipe
-from evalq.errors import InputError
-from evalq.locations import BUILTIN_DATASETS, BUILTIN_RECIPES
+from evalq.core.errors import InputError
+from evalq.core.locations import BUILTIN_DATASETS, BUILTIN_RECIPES
+from evalq.recipe.schema import load_recipe
 from support import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +36,13 @@ def _recipe(tmp_path: Path, pipelines: list[dict], **extra) -> Path:
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(ROOT / "eval"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "evalq.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "evalq.app.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
-    from evalq.runner import run_recipe_file
+    from evalq.execute.evaluate import run_recipe_file
 
     tmp = tmp_path_factory.mktemp("pipeline")
     path = _recipe(tmp, [
@@ -96,15 +96,15 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
 @pytest.mark.slow
 @pytest.mark.model
 def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run):
-    from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
-    from evalq.datasets.trec import read_trec_run
-    from evalq.rerank_fixture import build_minilm_cross_encoder
+    from evalq.data.trec import read_trec_run
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
+    from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
 
     tmp, _, outcome = pipeline_run
     first = read_trec_run(outcome.output / "runs" / "pydocs" / "fp32.trec")
     final = read_trec_run(outcome.output / "pipelines" / "dense-ce" / "runs" / "pydocs"
                           / "fp32+fp32@5.trec")
-    from evalq.datasets.manifest import load_dataset
+    from evalq.data.manifest import load_dataset
 
     ds = load_dataset("pydocs", search_dirs=[BUILTIN_DATASETS], base_dir=ROOT,
                       max_queries=12, max_docs=40)
@@ -160,7 +160,7 @@ def test_a_bi_encoder_with_the_dense_references_model_encodes_no_text_again(pipe
 @pytest.mark.slow
 @pytest.mark.model
 def test_rerun_reads_scores_from_the_cache(pipeline_run):
-    from evalq.runner import run_recipe_file
+    from evalq.execute.evaluate import run_recipe_file
 
     _, path, _ = pipeline_run
     again = run_recipe_file(path, progress=False)
@@ -243,9 +243,9 @@ def test_shipped_pipeline_recipes_validate():
 def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     import shutil
 
-    from evalq.pipeline_regate import regate_pipelines
-    from evalq.regate import regate
-    from evalq.results import RunFolder
+    from evalq.execute.pipeline_regate import regate_pipelines
+    from evalq.execute.regate import regate
+    from evalq.results.folder import RunFolder
 
     _, _, outcome = pipeline_run
     folder = tmp_path / "copy"
@@ -258,7 +258,7 @@ def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "pipeline dense-ce pydocs fp32+dyn-int8@5" in printed and "differ" not in printed
     manifest = json.loads((folder / "manifest.json").read_text())
-    from evalq.config import Recipe
+    from evalq.recipe.schema import Recipe
 
     same = regate_pipelines(Recipe.model_validate(manifest["recipe"]), RunFolder(folder), stored)
     (check,) = same.verdicts["pipeline dense-ce pydocs fp32+dyn-int8@5"].checks
@@ -340,7 +340,7 @@ def test_gate_outputs_carry_the_pipeline_verdicts(pipeline_run, tmp_path):
 
     import xmlschema
 
-    from evalq.cli import main
+    from evalq.app.cli import main
     from evalq.report.markdown import md
 
     _, _, outcome = pipeline_run
@@ -370,8 +370,8 @@ def test_gate_outputs_carry_the_pipeline_verdicts(pipeline_run, tmp_path):
 
 
 def test_the_pipeline_summary_parses_as_the_typed_contract(pipeline_run):
-    from evalq.results import RunFolder
-    from evalq.results_schema import RunSummary
+    from evalq.results.folder import RunFolder
+    from evalq.results.schema import RunSummary
 
     _, _, outcome = pipeline_run
     summary = RunFolder(outcome.output).read_summary()

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.backends.base import EncodingSettings
-from evalq.backends.inprocess import InProcessEncoder
-from evalq.errors import InputError, MissingExtraError
-from evalq.modelinfo import default_settings
-from evalq.quantize import METHODS, load_model, validate_quantization
+from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.values import EncodingSettings
+from evalq.engines.inprocess import InProcessEncoder
+from evalq.engines.modelinfo import default_settings
+from evalq.engines.quantize import METHODS, load_model, validate_quantization
 
 VARIANTS: dict[str, dict] = {
     "fp32": {},

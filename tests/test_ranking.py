@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalq.datasets.trec import read_trec_run, write_trec_run
-from evalq.errors import InputError
-from evalq.ranking import Ranking, trec_score
+from evalq.core.errors import InputError
+from evalq.core.ranking import Ranking, trec_score
+from evalq.data.trec import read_trec_run, write_trec_run
 
 DOCS = [f"d{i}" for i in range(12)]
 

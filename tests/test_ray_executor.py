@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from evalq.cli import main
-from evalq.embcache import EmbeddingCache
-from evalq.runner import run_recipe_file
+from evalq.app.cli import main
+from evalq.encode.cache import EmbeddingCache
+from evalq.execute.evaluate import run_recipe_file
 from support import recipes
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]
@@ -90,7 +90,7 @@ def test_ray_and_local_give_identical_metrics_and_share_the_cache(
 def test_streamed_corpus_on_ray_matches_local_and_shares_the_cache(cluster, tmp_path) -> None:
     """A dataset with ``stream:``: each block's missing chunks are computed on the actors,
     and a local run on that cache computes nothing and gives the same values."""
-    from evalq.datasets.manifest import load_dataset
+    from evalq.data.manifest import load_dataset
     from trec_files import write_trec_copy
 
     ds = load_dataset("pydocs", max_queries=10, max_docs=40)

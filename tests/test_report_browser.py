@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from evalq.cli import main
-from evalq.report.sections import registered
+from evalq.app.cli import main
+from evalq.report.contents import registered
 from report_runs import HOSTILE_VARIANT, PAYLOADS
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]

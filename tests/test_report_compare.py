@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.cli import main
+from evalq.app.cli import main
 from evalq.report.compare import compare_runs, render_markdown, render_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from evalq.cli import main
+from evalq.app.cli import main
 from evalq.report.compact import print_compact
 from evalq.report.console import print_run_table
 from evalq.report.runview import RunView

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalq.cli import main
+from evalq.app.cli import main
 from evalq.report.page import render_run
 from evalq.report.retrieval_sections import pareto_front
 from evalq.report.runview import RunView

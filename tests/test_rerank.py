@@ -2,7 +2,7 @@
 quantized rerankers, the score cache, fidelity measures, attribution, HTTP rerank clients.
 
 The cross-encoder here is the fixture built from MiniLM's encoder plus a seeded, untrained
-head (``evalq.rerank_fixture``): its scores measure fidelity (quantized vs float32, one
+head (``evalq.engines.rerank_fixture``): its scores measure fidelity (quantized vs float32, one
 backend vs another), not relevance.
 """
 
@@ -15,19 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.backends.reranker import (
-    BiEncoderScorer,
-    CrossEncoderReranker,
-    RerankSettings,
-    check_head,
-)
-from evalq.embcache import EmbeddingCache
-from evalq.errors import InputError
-from evalq.metrics.fidelity import ScorePair, evaluate_fidelity, pooled_drift, tie_rate
-from evalq.metrics.registry import parse_measures
-from evalq.pipeline import attribution, rerank
-from evalq.rerank import CachedEmbeddings, score_pairs
-from evalq.scorecache import ScoreCache
+from evalq.core.errors import InputError
+from evalq.encode.cache import EmbeddingCache
+from evalq.encode.pairs import CachedEmbeddings, score_pairs
+from evalq.encode.scorecache import ScoreCache
+from evalq.engines.reranker import BiEncoderScorer, CrossEncoderReranker, RerankSettings, check_head
+from evalq.execute.pipelines import attribution, rerank
+from evalq.measure.fidelity import ScorePair, evaluate_fidelity, pooled_drift, tie_rate
+from evalq.measure.registry import parse_measures
 
 
 def _uncached() -> CachedEmbeddings:
@@ -37,7 +32,7 @@ def _uncached() -> CachedEmbeddings:
 
 @pytest.fixture(scope="session")
 def cross_encoder_path(tmp_path_factory) -> Path:
-    from evalq.rerank_fixture import build_minilm_cross_encoder
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
 
     return build_minilm_cross_encoder(tmp_path_factory.mktemp("fixture-models"))
 
@@ -61,7 +56,7 @@ def fp32_reranker(cross_encoder_path):
 
 @pytest.mark.model
 def test_fixture_is_built_once_and_is_a_sequence_classifier(cross_encoder_path, tmp_path):
-    from evalq.rerank_fixture import build_minilm_cross_encoder
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
 
     config = json.loads((cross_encoder_path / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
@@ -165,9 +160,9 @@ def test_bi_encoder_scorer_is_cosine_of_sentence_transformers(minilm_path, minil
 def _dense_stage_cache(minilm_path, texts, root, chunk_size):
     """What a run's fp32 in-process reference leaves in the embedding cache for a dataset
     (the runner's options for it: 2,048-token batches of at most 256, length-sorted)."""
-    from evalq.backends.inprocess import InProcessEncoder
-    from evalq.encode import encode_texts
-    from evalq.modelinfo import resolve_settings
+    from evalq.encode.batching import encode_texts
+    from evalq.engines.inprocess import InProcessEncoder
+    from evalq.engines.modelinfo import resolve_settings
 
     encoder = InProcessEncoder(minilm_path, settings=resolve_settings(minilm_path, {}))
     try:
@@ -181,8 +176,8 @@ def _dense_stage_cache(minilm_path, texts, root, chunk_size):
 
 
 def _bi_encoder(minilm_path, variant, cache, layout):
-    from evalq.pipeline_config import RerankerSpec
-    from evalq.rerank import build_reranker
+    from evalq.encode.pairs import build_reranker
+    from evalq.recipe.pipelines import RerankerSpec
 
     spec = RerankerSpec(model=str(minilm_path), kind="bi-encoder")
     scorer, _, _ = build_reranker(spec, variant, minilm_path, "cpu", embedding_cache=cache,
@@ -199,9 +194,9 @@ def _scored(scorer, qs, ds):
 
 def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_settings, pairs,
                                                          tmp_path):
-    from evalq.composition import NEAR_INVARIANT_TOLERANCE
-    from evalq.pipeline_config import RerankerVariant
-    from evalq.rerank import DenseLayout
+    from evalq.encode.composition import NEAR_INVARIANT_TOLERANCE
+    from evalq.encode.pairs import DenseLayout
+    from evalq.recipe.pipelines import RerankerVariant
 
     qs, ds = pairs
     texts = {"document": [*dict.fromkeys(ds), "a document no query proposed"],
@@ -228,8 +223,8 @@ def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_se
 
 def test_a_batch_dependent_bi_encoder_keeps_its_own_batches_and_caches_them(
         minilm_path, minilm_settings, pairs, tmp_path):
-    from evalq.pipeline_config import RerankerVariant
-    from evalq.rerank import DenseLayout
+    from evalq.encode.pairs import DenseLayout
+    from evalq.recipe.pipelines import RerankerVariant
 
     qs, ds = pairs
     quant = {"method": "torch-dynamic-int8"}
@@ -255,8 +250,8 @@ def test_a_batch_dependent_bi_encoder_keeps_its_own_batches_and_caches_them(
 def test_dense_layout_names_the_batch_invariant_variants_that_ran():
     from types import SimpleNamespace
 
-    from evalq.config import load_recipe
-    from evalq.rerank import dense_layout
+    from evalq.encode.pairs import dense_layout
+    from evalq.recipe.schema import load_recipe
 
     recipe = load_recipe({
         "name": "t", "model": {"path": "m"}, "datasets": ["pydocs"], "cache_chunk": 64,
@@ -376,7 +371,7 @@ def test_fidelity_measures_against_scipy():
 
 
 def test_attribution_parts_add_up():
-    from evalq.config import StatsOptions
+    from evalq.recipe.schema import StatsOptions
 
     rng = np.random.default_rng(1)
     ref, retr, rer, both = (rng.random(60) for _ in range(4))
@@ -407,7 +402,7 @@ def test_http_rerank_clients_match_inprocess(rerank_server, cross_encoder_path, 
                                              fp32_reranker, style):
     """TEI itself cannot run here: the server is a stand-in following TEI's and the
     Cohere/Jina /v1/rerank documented schemas, scoring with sentence-transformers."""
-    from evalq.backends.rerank_http import HttpReranker
+    from evalq.engines.rerank_http import HttpReranker
 
     qs, ds = pairs
     rerank_server.state.requests.clear()
@@ -433,7 +428,7 @@ def test_http_rerank_clients_match_inprocess(rerank_server, cross_encoder_path, 
 @pytest.mark.model
 @pytest.mark.parametrize("style", ["tei", "rerank-api"])
 def test_server_returning_fewer_scores_is_exit_2(rerank_server, pairs, style):
-    from evalq.backends.rerank_http import HttpReranker
+    from evalq.engines.rerank_http import HttpReranker
 
     qs, ds = pairs
     rerank_server.state.drop_one = True

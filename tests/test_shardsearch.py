@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evalq.search import search
-from evalq.shardsearch import search_shards
+from evalq.retrieve.search import search
+from evalq.retrieve.shards import search_shards
 
 
 def _split(vectors: np.ndarray, sizes: list[int]) -> list[np.ndarray]:

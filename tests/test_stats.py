@@ -9,7 +9,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from evalq import stats
+from evalq.decide import stats
 
 
 def test_identical_inputs() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.errors import InputError
-from evalq.search import search
-from evalq.shardsearch import search_shards
-from evalq.streaming import iter_blocks
-from evalq.streamrun import encode_to_shards
-from evalq.vectorstore import ShardWriter, open_shards
+from evalq.core.errors import InputError
+from evalq.data.streaming import iter_blocks
+from evalq.data.vectors import ShardWriter, open_shards
+from evalq.execute.streamed import encode_to_shards
+from evalq.retrieve.search import search
+from evalq.retrieve.shards import search_shards
 
 ROWS = [{"_id": f"d{i}", "title": "T" if i % 3 == 0 else "", "text": f"text number {i}"}
         for i in range(23)]
@@ -94,9 +94,9 @@ def test_shard_writer_round_trip_and_search(tmp_path: Path) -> None:
 
 @pytest.mark.model
 def test_encode_to_shards_matches_encoding_in_one_go(tmp_path: Path, minilm_path) -> None:
-    from evalq.backends.inprocess import InProcessEncoder
-    from evalq.encode import encode_texts
-    from evalq.modelinfo import default_settings
+    from evalq.encode.batching import encode_texts
+    from evalq.engines.inprocess import InProcessEncoder
+    from evalq.engines.modelinfo import default_settings
 
     jsonl = tmp_path / "c.jsonl"
     jsonl.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
@@ -119,7 +119,7 @@ def test_searched_shards_leave_the_resident_set(tmp_path: Path) -> None:
     process and the data reads back the same."""
     import psutil
 
-    from evalq.vectorstore import release_pages
+    from evalq.data.vectors import release_pages
 
     rng = np.random.default_rng(11)
     docs = rng.standard_normal((16_000, 256)).astype(np.float32)  # 15.6 MiB in 4 shards

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalq import intervals
-from evalq.cli import main
-from evalq.gate import GateSpec, decide_pooled
-from evalq.results import RunFolder
-from evalq.runner import run_recipe_file
+from evalq.app.cli import main
+from evalq.decide import intervals
+from evalq.decide.gate import GateSpec, decide_pooled
+from evalq.execute.evaluate import run_recipe_file
+from evalq.results.folder import RunFolder
 from support import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +140,7 @@ def test_decide_pooled_weighs_datasets_equally() -> None:
 
 
 def test_pooled_needs_an_allowed_drop() -> None:
-    from evalq.errors import InputError
+    from evalq.core.errors import InputError
 
     with pytest.raises(InputError, match="pooled applies to allowed-drop"):
         GateSpec(metric="overlap@10", against="reference", min=0.9, over="pooled")
@@ -149,7 +149,7 @@ def test_pooled_needs_an_allowed_drop() -> None:
 @pytest.mark.slow
 @pytest.mark.model
 def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
-    from evalq.calibrate_command import results_populations
+    from evalq.execute.calibrate import results_populations
 
     populations = results_populations(suite["out"])
     names = {p.name for p in populations}

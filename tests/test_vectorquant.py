@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evalq.vectorquant import (
+from evalq.retrieve.vectorquant import (
     VectorSpec,
     calibrate_int8,
     dequantize_int8,

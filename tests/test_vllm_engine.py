@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from evalq.errors import InputError
+from evalq.core.errors import InputError
 
 pytestmark = pytest.mark.vllm
 
@@ -54,7 +54,7 @@ def test_describe_records_explicit_settings_and_startup(vllm_engine):
 
 def test_max_length_beyond_max_model_len_is_refused_before_loading(minilm_path,
                                                                    minilm_settings):
-    from evalq.backends.vllm_engine import VllmEngineEncoder
+    from evalq.engines.vllm_engine import VllmEngineEncoder
 
     too_long = dataclasses.replace(minilm_settings, max_length=300)
     with pytest.raises(InputError) as err:
@@ -64,8 +64,8 @@ def test_max_length_beyond_max_model_len_is_refused_before_loading(minilm_path,
 
 def test_impossible_quantization_is_refused_before_loading(minilm_path, minilm_settings,
                                                            tmp_path):
-    from evalq.backends.vllm_engine import VllmEngineEncoder
-    from evalq.backends.vllm_server import VllmServer
+    from evalq.engines.vllm_engine import VllmEngineEncoder
+    from evalq.engines.vllm_server import VllmServer
 
     with pytest.raises(InputError) as err:
         VllmEngineEncoder(minilm_path, settings=minilm_settings, quantization="fp8")

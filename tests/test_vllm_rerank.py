@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
 
 
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory):
-    from evalq.rerank_fixture import build_minilm_cross_encoder
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
 
     return build_minilm_cross_encoder(tmp_path_factory.mktemp("vllm-rerank-models"))
 
@@ -35,8 +35,8 @@ def _inprocess_fp32(model: Path, queries: list[str], documents: list[str]) -> np
 
 @pytest.mark.vllm
 def test_vllm_score_equals_inprocess_at_fp32(vllm_engine_pool, mixed_texts, cross_encoder):
-    from evalq.backends.vllm_rerank import VllmEngineReranker
-    from evalq.rerank import score_pairs
+    from evalq.encode.pairs import score_pairs
+    from evalq.engines.vllm_rerank import VllmEngineReranker
 
     model = cross_encoder
     queries = [t[:50] for t in mixed_texts[:4]]
@@ -58,7 +58,7 @@ def test_vllm_score_equals_inprocess_at_fp32(vllm_engine_pool, mixed_texts, cros
 
 
 def test_vllm_scoring_refuses_softmax_before_starting(tmp_path):
-    from evalq.backends.vllm_rerank import VllmEngineReranker
+    from evalq.engines.vllm_rerank import VllmEngineReranker
 
     with pytest.raises(InputError) as info:
         VllmEngineReranker(tmp_path, settings=RerankSettings(activation="softmax", label=1),
@@ -77,11 +77,11 @@ def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, 
     vLLM's fp32 within 1e-4 (one engine start saved). Fidelity, not relevance."""
     from scipy.stats import kendalltau, spearmanr
 
-    from evalq.backends.reranker import served_fingerprint
-    from evalq.pipeline_config import RerankerSpec, RerankerVariant
-    from evalq.quantize import w8a8_checkpoint
-    from evalq.rerank import build_reranker, score_pairs
-    from evalq.weights import model_fingerprint
+    from evalq.core.weights import model_fingerprint
+    from evalq.encode.pairs import build_reranker, score_pairs
+    from evalq.engines.quantize import w8a8_checkpoint
+    from evalq.engines.reranker import served_fingerprint
+    from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
 
     queries = [t[:50] for t in mixed_texts[:4]]
     qs = [queries[i // 8] for i in range(32)]

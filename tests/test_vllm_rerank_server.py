@@ -12,18 +12,18 @@ import numpy as np
 import psutil
 import pytest
 
-from evalq.backends.reranker import CrossEncoderReranker, RerankSettings
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
 
 
 @pytest.mark.server
 @pytest.mark.vllm
 def test_vllm_server_scores_equal_inprocess_at_fp32(vllm_engine_pool, mixed_texts,
                                                      tmp_path_factory):
-    from evalq.backends.rerank_http import HttpReranker
-    from evalq.backends.vllm_rerank_server import VllmServerReranker
-    from evalq.rerank import score_pairs
-    from evalq.rerank_fixture import build_minilm_cross_encoder
+    from evalq.encode.pairs import score_pairs
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
+    from evalq.engines.rerank_http import HttpReranker
+    from evalq.engines.vllm_rerank_server import VllmServerReranker
 
     model = build_minilm_cross_encoder(tmp_path_factory.mktemp("vllm-server-rerank-models"))
     queries = [t[:50] for t in mixed_texts[:3]]
@@ -79,7 +79,7 @@ def test_vllm_server_scores_equal_inprocess_at_fp32(vllm_engine_pool, mixed_text
     (RerankSettings(), "/v1/scores", "reranker.vllm.route"),
 ])
 def test_vllm_server_reranker_refuses_before_starting(tmp_path, settings, route, field):
-    from evalq.backends.vllm_rerank_server import VllmServerReranker
+    from evalq.engines.vllm_rerank_server import VllmServerReranker
 
     with pytest.raises(InputError) as info:
         VllmServerReranker(tmp_path, settings=settings, kind="cross-encoder", log_dir=tmp_path,
@@ -89,7 +89,7 @@ def test_vllm_server_reranker_refuses_before_starting(tmp_path, settings, route,
 
 
 def test_recipe_selects_server_mode_and_route():
-    from evalq.pipeline_config import RerankerVariant
+    from evalq.recipe.pipelines import RerankerVariant
 
     variant = RerankerVariant.model_validate(
         {"name": "vllm-srv", "backend": "vllm", "vllm": {"mode": "server", "route": "/v1/rerank"}})

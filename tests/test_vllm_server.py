@@ -15,11 +15,11 @@ import numpy as np
 import psutil
 import pytest
 
-from evalq.backends.openai_http import OpenAIEncoder
-from evalq.backends.vllm_server import VllmServer, vllm_request_fields
-from evalq.embcache import EmbeddingCache
-from evalq.encode import encode_texts
-from evalq.errors import BackendUnavailableError, InputError
+from evalq.core.errors import BackendUnavailableError, InputError
+from evalq.encode.batching import encode_texts
+from evalq.encode.cache import EmbeddingCache
+from evalq.engines.openai_http import OpenAIEncoder
+from evalq.engines.vllm_server import VllmServer, vllm_request_fields
 from fake_embedding_server import FakeState, fake_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]

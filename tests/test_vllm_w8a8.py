@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from evalq.modelinfo import default_settings
-from evalq.quantize.w8a8 import RECORD_FILE, quantize_w8a8
+from evalq.engines.modelinfo import default_settings
+from evalq.engines.quantize.w8a8 import RECORD_FILE, quantize_w8a8
 
 pytestmark = [pytest.mark.vllm, pytest.mark.process]
 

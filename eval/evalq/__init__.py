@@ -5,14 +5,14 @@ bitsandbytes) are imported inside the modules that use them, so ``evalq --help``
 stays fast and a missing extra gives an install hint instead of a traceback.
 
 The Python API (``evalq.run``, ``evalq.load_results``, ``evalq.Results``) lives in
-:mod:`evalq.api` and is imported on first use, so ``import evalq`` stays light too.
+:mod:`evalq.app.api` and is imported on first use, so ``import evalq`` stays light too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evalq.version import __version__
+from evalq.core.version import __version__
 
 __all__ = ["Results", "__version__", "load_results", "run"]
 
@@ -21,7 +21,7 @@ _API = ("run", "load_results", "Results")
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from evalq import api
+        from evalq.app import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'evalq' has no attribute {name!r}")

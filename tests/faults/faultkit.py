@@ -50,7 +50,7 @@ class Outcome:
 
 def run_cli(capsys: Any, *argv: str, folder: Path | None = None) -> Outcome:
     """``evalq`` in-process; the SIGTERM handler main() installs is put back afterwards."""
-    from evalq.cli import main
+    from evalq.app.cli import main
 
     previous = signal.getsignal(signal.SIGTERM)
     try:

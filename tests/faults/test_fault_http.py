@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from faultkit import CannedServer, no_traceback, run_cli, text_vector, write_recipe
 
-from evalq.core import EncodingSettings
+from evalq.core.values import EncodingSettings
 
 
 def _ok(inputs: list[str], version: int = 0) -> dict[str, Any]:
@@ -63,10 +63,10 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("case", list(REPLIES))
 def test_malformed_replies_are_refused_and_never_cached(case: str, tmp_path: Path) -> None:
-    from evalq.backends.openai_http import OpenAIEncoder
-    from evalq.embcache import EmbeddingCache
-    from evalq.encode import encode_texts
-    from evalq.errors import InputError
+    from evalq.core.errors import InputError
+    from evalq.encode.batching import encode_texts
+    from evalq.encode.cache import EmbeddingCache
+    from evalq.engines.openai_http import OpenAIEncoder
 
     make, needle = REPLIES[case]
     cache = EmbeddingCache(tmp_path / "embeddings")
@@ -141,7 +141,7 @@ def test_api_key_echoed_by_the_server_appears_nowhere(
 
 
 def test_redeployed_model_under_the_same_name_gets_new_cache_keys(tmp_path: Path) -> None:
-    from evalq.backends.openai_http import OpenAIEncoder
+    from evalq.engines.openai_http import OpenAIEncoder
 
     deployment = {"version": 0}
 
@@ -170,8 +170,8 @@ def test_redeployed_model_under_the_same_name_gets_new_cache_keys(tmp_path: Path
 
 
 def test_retry_after_is_honoured(tmp_path: Path) -> None:
-    from evalq.backends.http_common import parse_retry_after
-    from evalq.backends.openai_http import OpenAIEncoder
+    from evalq.engines.http_common import parse_retry_after
+    from evalq.engines.openai_http import OpenAIEncoder
 
     calls = {"n": 0}
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from faultkit import no_traceback, recipe_data, run_cli, write_recipe
 
-from evalq.backends.capability import DeviceInfo
-from evalq.config import load_recipe
-from evalq.plan import PlanError, build_plan
+from evalq.engines.capability import DeviceInfo
+from evalq.recipe.plan import PlanError, build_plan
+from evalq.recipe.schema import load_recipe
 from support import recipes
 
 
 @pytest.fixture(autouse=True)
 def _no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any of these cases loading a model would be a plan-stage miss: make it fail loudly."""
-    import evalq.backends.factory as factory
+    import evalq.engines.factory as factory
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was built although the recipe is invalid")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from faultkit import no_traceback, run_cli, write_recipe
 
-from evalq.cli import main
+from evalq.app.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -61,12 +61,12 @@ def test_finished_files_are_readable_by_others_and_memory_is_per_variant(
 def test_evalq_bug_exits_3_with_the_traceback_in_logs(
         finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import evalq.scoring
+    import evalq.execute.summarize
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("an injected bug in the statistics")
 
-    monkeypatch.setattr(evalq.scoring, "build_summary", broken)
+    monkeypatch.setattr(evalq.execute.summarize, "build_summary", broken)
     result = run_cli(capsys, "run", str(_copy(finished, tmp_path)), folder=tmp_path / "out")
     assert result.code == 3
     assert "internal error (a bug in evalq" in result.err and no_traceback(result.err)
@@ -83,13 +83,13 @@ def test_evalq_bug_exits_3_with_the_traceback_in_logs(
 def test_results_disk_refusing_is_exit_2(
         finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, code: int) -> None:
-    import evalq.results
+    import evalq.results.folder
 
     def refuse(self: Any, dataset: str, variant: str, values: Any) -> None:
         path = self.root / "per_query" / dataset / f"{variant}.jsonl"
         raise OSError(code, os.strerror(code), str(path))
 
-    monkeypatch.setattr(evalq.results.RunFolder, "write_per_query", refuse)
+    monkeypatch.setattr(evalq.results.folder.RunFolder, "write_per_query", refuse)
     result = run_cli(capsys, "run", str(_copy(finished, tmp_path)), folder=tmp_path / "out")
     assert result.code == 2 and no_traceback(result.err)
     assert os.strerror(code) in result.err and "fp32.jsonl" in result.err
@@ -100,7 +100,7 @@ def test_results_disk_refusing_is_exit_2(
 def test_full_disk_while_caching_keeps_finished_chunks_and_resumes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalq.embcache import EmbeddingCache
+    from evalq.encode.cache import EmbeddingCache
 
     real_put = EmbeddingCache.put
     calls = {"n": 0}
@@ -129,7 +129,7 @@ def test_full_disk_while_caching_keeps_finished_chunks_and_resumes(
 def test_invalid_vectors_fail_the_variant_and_are_never_cached(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalq.backends.inprocess import InProcessEncoder
+    from evalq.engines.inprocess import InProcessEncoder
 
     real = InProcessEncoder.embed
 
@@ -163,7 +163,7 @@ def test_flipped_bit_in_a_cached_chunk_is_detected_and_recomputed(
 
 def test_second_run_into_the_same_folder_names_the_first_pid(
         finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from evalq.rundir import RunLock
+    from evalq.results.rundir import RunLock
 
     recipe = _copy(finished, tmp_path)
     lock = RunLock(tmp_path / "out")

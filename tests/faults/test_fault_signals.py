@@ -20,24 +20,24 @@ pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]
 
 SLOW_ENCODER = """
 import time, sys
-from evalq.backends.inprocess import InProcessEncoder
+from evalq.engines.inprocess import InProcessEncoder
 _real = InProcessEncoder.embed
 def slow(self, texts):
     time.sleep(0.4)
     return _real(self, texts)
 InProcessEncoder.embed = slow
-from evalq.cli import main
+from evalq.app.cli import main
 sys.exit(main(["run", sys.argv[1]]))
 """
 
 TERM_IN_STATISTICS = """
 import os, signal, sys, time
-import evalq.scoring
+import evalq.execute.summarize
 def build_summary(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)  # the handler interrupts this
-evalq.scoring.build_summary = build_summary
-from evalq.cli import main
+evalq.execute.summarize.build_summary = build_summary
+from evalq.app.cli import main
 sys.exit(main(["run", sys.argv[1]]))
 """
 

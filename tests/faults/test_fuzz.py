@@ -19,7 +19,7 @@ from faultkit import write_recipe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalq.errors import InputError
+from evalq.core.errors import InputError
 
 EXAMPLES = 200
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
@@ -58,10 +58,10 @@ def recipe_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _plan_or_input_error(text: str, folder: Path) -> None:
-    from evalq.backends.capability import DeviceInfo
-    from evalq.config import recipe_from_located
-    from evalq.plan import build_plan
-    from evalq.yamlsource import load_yaml
+    from evalq.engines.capability import DeviceInfo
+    from evalq.recipe.plan import build_plan
+    from evalq.recipe.schema import recipe_from_located
+    from evalq.recipe.yamlsource import load_yaml
 
     path = folder / "fuzz.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -93,7 +93,7 @@ def test_recipe_yaml_text(text: str) -> None:
 @FUZZ
 @given(st.lists(st.one_of(st.text(max_size=40), json_values.map(json.dumps)), max_size=6))
 def test_beir_jsonl(lines: list[str]) -> None:
-    from evalq.datasets.beir import read_jsonl_records
+    from evalq.data.beir import read_jsonl_records
 
     _tried("BEIR JSONL")
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +116,7 @@ def st_join(parts: list[str]) -> str:
 @FUZZ
 @given(st.lists(trec_line, max_size=8), st.booleans())
 def test_trec_qrels_and_runs(lines: list[str], beir_header: bool) -> None:
-    from evalq.datasets.trec import read_qrels, read_run
+    from evalq.data.trec import read_qrels, read_run
 
     _tried("TREC qrels and runs")
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,7 +144,7 @@ reply = st.one_of(st.fixed_dictionaries({"data": st.one_of(st.lists(item, max_si
 @FUZZ
 @given(reply, st.integers(1, 4), st.sampled_from(["float", "base64"]))
 def test_openai_and_tei_replies(body: Any, n: int, fmt: str) -> None:
-    from evalq.backends.replies import parse_openai_reply, parse_tei_reply
+    from evalq.engines.replies import parse_openai_reply, parse_tei_reply
 
     _tried("HTTP replies")
     for parse in (lambda: parse_openai_reply(body, n, "http://x/v1/embeddings", fmt),

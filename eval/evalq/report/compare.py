@@ -3,7 +3,7 @@
 
 Per dataset, variant and measure, the stored per-query values of B and A are paired by
 query id and the mean difference B − A gets a paired bootstrap interval and a
-randomization p-value (``evalq.stats``, with A's recipe's confidence, resamples and
+randomization p-value (``evalq.decide.stats``, with A's recipe's confidence, resamples and
 seed). A difference counts as *changed* when its interval excludes 0; values equal on
 every query are *identical*. Verdicts that changed, and settings, versions and
 fingerprints that differ, are listed beside it.
@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalq import stats
-from evalq.errors import InputError
+from evalq.core.errors import InputError
+from evalq.decide import stats
 from evalq.report.markdown import md
 from evalq.report.runview import RunView
 from evalq.report.verdict import costs

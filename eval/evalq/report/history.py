@@ -14,7 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from evalq.errors import InputError
+from evalq.core.errors import InputError
 from evalq.report.html import Page, note, plot_text, table
 from evalq.report.runview import RunView, finite
 from evalq.report.verdict import candidate_verdicts, costs

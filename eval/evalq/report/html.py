@@ -24,7 +24,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from evalq.errors import MissingExtraError
+from evalq.core.errors import MissingExtraError
 
 _BOOT = """(function () {
   var figures = JSON.parse(document.getElementById("evalq-figures").textContent);

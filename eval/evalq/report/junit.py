@@ -1,7 +1,7 @@
 """JUnit XML for CI (`evalq gate --junit`): one testcase per variant × gate, and one per
 pipeline combination × gate in a second testsuite, so a CI's test view lists every
 verdict the run decided. Failed and inconclusive gates carry a ``<failure>`` with the
-reason (``type`` is the verdict). Decisions stay in ``evalq.gate``; this only writes them.
+reason (``type`` is the verdict). Decisions stay in ``evalq.decide.gate``; this only writes them.
 """
 
 from __future__ import annotations

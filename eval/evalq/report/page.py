@@ -12,11 +12,12 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from evalq import atomicio
-from evalq.errors import InputError
+from evalq.core import atomicio
+from evalq.core.errors import InputError
+from evalq.report.contents import sections_for
+from evalq.report.history import render_history
 from evalq.report.html import Page
 from evalq.report.runview import RunView
-from evalq.report.sections import sections_for
 
 
 def _header(run: RunView) -> Markup:
@@ -55,12 +56,7 @@ def write_report(results: Sequence[str | Path], output: str | Path) -> Path:
         raise InputError(message="no results folder given", field="RESULTS",
                          fix="evalq report results/quickstart -o report.html")
     runs = [RunView.load(r) for r in results]
-    if len(runs) == 1:
-        text = render_run(runs[0])
-    else:
-        from evalq.report.history import render_history
-
-        text = render_history(runs)
+    text = render_run(runs[0]) if len(runs) == 1 else render_history(runs)
     out = Path(output)
     if out.is_dir():
         raise InputError(message="the output is a folder", file=out, field="-o",

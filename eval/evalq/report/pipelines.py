@@ -1,6 +1,6 @@
 """The rerank pipelines of a results folder, as every report shows them.
 
-``summary.json`` key ``pipelines`` (written by ``evalq.pipeline``) holds, per pipeline,
+``summary.json`` key ``pipelines`` (written by ``evalq.execute.pipelines``) holds, per pipeline,
 dataset and depth, every first-stage × reranker combination with its metrics and paired
 difference from the reference pipeline, the attribution of a candidate+candidate
 combination's change to retriever, reranker and interaction, the reranker's score

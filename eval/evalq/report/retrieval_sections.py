@@ -11,15 +11,7 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup
 
-from evalq.report.html import (
-    Page,
-    fmt,
-    fmt_mib,
-    fmt_signed,
-    note,
-    plot_text,
-    table,
-)
+from evalq.report.html import Page, fmt, fmt_mib, fmt_signed, note, plot_text, table
 from evalq.report.runview import RunView, finite
 from evalq.report.sections import section
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from evalq.errors import InputError
-from evalq.metrics.values import PerQuery
-from evalq.results import RunFolder
-from evalq.results_schema import GateCheck, ManifestDataset, RunManifest, RunSummary
+from evalq.core.errors import InputError
+from evalq.core.values import PerQuery
+from evalq.results.folder import RunFolder
+from evalq.results.schema import GateCheck, ManifestDataset, RunManifest, RunSummary
 
 
 @dataclass

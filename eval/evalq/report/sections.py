@@ -5,7 +5,8 @@ A results folder holds one or more *kinds* of result: every run today holds
 pipelines and load tests will add their own kinds. A kind's sections register here with
 :func:`section`; the page renders, in ``order``, every section whose kind the folder
 holds. A new kind therefore adds a module with its sections and a detector in
-:data:`KIND_DETECTORS`, and touches nothing else of the report.
+:data:`KIND_DETECTORS`, and one line in :mod:`evalq.report.contents` (the table of the
+built-in section modules).
 
 A section renders from the :class:`~evalq.report.runview.RunView` only (never from a
 live run) and says in the page what is missing rather than failing: a report of an old
@@ -63,17 +64,6 @@ def kinds_of(run: RunView) -> list[str]:
     return [kind for kind, detect in KIND_DETECTORS.items() if detect(run)]
 
 
-def sections_for(run: RunView) -> list[Section]:
-    _load_builtin_sections()
-    kinds = set(kinds_of(run))
-    return sorted((s for s in _SECTIONS.values() if s.kind in kinds), key=lambda s: s.order)
-
-
-def registered() -> list[Section]:
-    _load_builtin_sections()
-    return sorted(_SECTIONS.values(), key=lambda s: s.order)
-
-
-def _load_builtin_sections() -> None:
-    # Imported for their registrations; each kind's module registers its sections once.
-    from evalq.report import pipeline_sections, retrieval_sections  # noqa: F401
+def all_sections() -> list[Section]:
+    """Every registered section (the registry's contents, unordered)."""
+    return list(_SECTIONS.values())

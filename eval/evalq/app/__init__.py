@@ -1,0 +1,1 @@
+"""app: see DESIGN.md for what this part owns."""

@@ -1,0 +1,208 @@
+"""The Python API: ``evalq.run``, ``evalq.load_results`` and :class:`Results`.
+
+Users of this field work in notebooks and in their own repositories as often as on the
+command line (MTEB, ranx and BEIR are libraries first), so the same run is one function
+call, and what it wrote is one object: verdicts, a tidy table (``to_pandas``), per-query
+frames and the TREC run files. The CLI's ``evalq run`` calls :func:`run`, so both paths
+are one code path. :class:`Results` only *reads* a results folder; nothing here
+recomputes a figure the run did not store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalq.core.errors import InputError
+from evalq.execute.evaluate import run_recipe
+from evalq.recipe.schema import load_recipe_source
+from evalq.results.folder import RunFolder, RunManifest, RunSummary
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from evalq.recipe.schema import Recipe
+    from evalq.results.schema import GateCheck, RunManifest, RunSummary, VariantDatasetEntry
+
+# Keyword arguments of :func:`run` that steer the run rather than change the recipe.
+RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress", "wide",
+               "executor", "address")
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """One gate check of one variant on one dataset."""
+
+    dataset: str
+    gate: str
+    verdict: str  # pass | fail | inconclusive
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class VariantVerdict:
+    """Whether a candidate passed every gate, and each check's verdict."""
+
+    variant: str
+    passed: bool
+    checks: tuple[GateVerdict, ...]
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:  # pragma: no cover - pandas ships with the cpu extra
+
+        raise InputError(message="Results.to_pandas() needs pandas",
+                         fix="pip install pandas") from None
+    return pandas
+
+
+_WORST = {"fail": 2, "inconclusive": 1, "pass": 0}
+
+
+def _checks(entry: VariantDatasetEntry | None) -> list[GateCheck]:
+    return [] if entry is None or entry.gate is None else list(entry.gate.checks)
+
+
+def _of(part: Any, name: str) -> Any:
+    """A field of an optional part (``None`` when the part is absent)."""
+    return None if part is None else getattr(part, name)
+
+
+class Results:
+    """A finished results folder (``summary.json`` + ``manifest.json`` + per-query files)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._run_folder = RunFolder(self.folder)
+        # Parsed through the results models (a damaged file is an InputError naming the
+        # field); ``summary``/``manifest`` keep the files' mappings for callers of 0.1.
+        self.summary: dict[str, Any] = self._run_folder.read_summary_data()
+        self.manifest: dict[str, Any] = self._run_folder.read_manifest_data()
+        self.typed: RunSummary = RunSummary.model_validate(self.summary)
+        self.typed_manifest: RunManifest = RunManifest.model_validate(self.manifest)
+
+    def __repr__(self) -> str:
+        verdict = "passed" if self.passed else "FAILED"
+        return (f"Results({str(self.folder)!r}: recipe {self.typed.recipe!r}, "
+                f"{len(self.variants)} variants, {verdict})")
+
+    # -- verdicts ------------------------------------------------------------------------
+    @property
+    def passed(self) -> bool:
+        """True when every candidate passed every gate (exit code 0 of ``evalq run``)."""
+        return self.typed.passed
+
+    @property
+    def reference(self) -> str:
+        return self.typed.reference
+
+    @property
+    def variants(self) -> list[str]:
+        return list(self.typed.variants)
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(self.typed.datasets)
+
+    @property
+    def failed_gates(self) -> list[str]:
+        return list(self.typed.failed_gates)
+
+    @property
+    def verdicts(self) -> dict[str, VariantVerdict]:
+        """Candidate name -> its verdict, with every gate check on every dataset."""
+        out: dict[str, VariantVerdict] = {}
+        for name, info in self.typed.variants.items():
+            if info.role != "candidate":
+                continue
+            checks = tuple(
+                GateVerdict(ds, c.gate, c.verdict, c.passed, c.reason)
+                for ds, entry in self.typed.datasets.items()
+                for c in _checks(entry.variants.get(name)))
+            out[name] = VariantVerdict(name, bool(info.passed), checks)
+        return out
+
+    # -- tables --------------------------------------------------------------------------
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per dataset × variant × metric (what :meth:`to_pandas` tabulates)."""
+        rows: list[dict[str, Any]] = []
+        for ds, ds_entry in self.typed.datasets.items():
+            for variant, entry in ds_entry.variants.items():
+                checks = _checks(entry)
+                for against, figures_by in (("qrels", entry.metrics),
+                                            ("reference", entry.reference_metrics or {})):
+                    for metric, figures in figures_by.items():
+                        delta = getattr(figures, "vs_reference", None)
+                        verdicts = [c.verdict for c in checks if c.gate.split(" ")[0] == metric]
+                        rows.append({
+                            "dataset": ds, "variant": variant, "role": entry.role,
+                            "metric": metric, "against": against,
+                            "value": figures.value, "ci_low": figures.ci_low,
+                            "ci_high": figures.ci_high, "n": figures.n,
+                            "delta": _of(delta, "delta"), "delta_ci_low": _of(delta, "ci_low"),
+                            "delta_ci_high": _of(delta, "ci_high"),
+                            "p_value": _of(delta, "p_value"), "mde": _of(delta, "mde"),
+                            "verdict": max(verdicts, key=lambda v: _WORST.get(v, 3))
+                            if verdicts else None,
+                        })
+        return rows
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per dataset × variant × metric: value and CI, the paired delta to the
+        reference and its CI (qrels measures), and the worst gate verdict on that metric
+        (None when no gate reads it)."""
+        return _pandas().DataFrame(self.rows())
+
+    def per_query(self, dataset: str | None = None, variant: str | None = None
+                  ) -> pd.DataFrame:
+        """Per-query values: columns ``dataset``, ``variant``, ``query_id`` and one per
+        measure; filter by dataset and/or variant."""
+        pandas = _pandas()
+        frames = []
+        for ds in self.datasets if dataset is None else [dataset]:
+            for name in self.variants if variant is None else [variant]:
+                values = self._run_folder.read_per_query(ds, name)
+                frame = pandas.DataFrame({k: list(v) for k, v in values.values.items()})
+                frame.insert(0, "query_id", list(values.query_ids))
+                frame.insert(0, "variant", name)
+                frame.insert(0, "dataset", ds)
+                frames.append(frame)
+        return pandas.concat(frames, ignore_index=True)
+
+    @property
+    def run_files(self) -> dict[tuple[str, str], Path]:
+        """(dataset, variant) -> TREC run file, for trec_eval, ranx or ir_measures."""
+        return {(ds, name): self.folder / "runs" / ds / f"{name}.trec"
+                for ds in self.datasets for name in self.variants
+                if (self.folder / "runs" / ds / f"{name}.trec").is_file()}
+
+
+def load_results(folder: str | Path) -> Results:
+    """Open a finished results folder (exit-2 style InputError when it is not one)."""
+    return Results(folder)
+
+
+def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: Any) -> Results:
+    """Run a recipe end to end and return its :class:`Results`.
+
+    ``recipe_or_path``: a recipe file, a built-in recipe name (``"quickstart"``), a dict
+    with a recipe's keys, or a loaded ``Recipe``. Keyword arguments named in
+    ``RUN_OPTIONS`` steer the run (``output``, ``max_queries``, ``max_docs``, ``only``,
+    ``use_cache``, ``progress``, ``wide``, ``executor``, ``address``); any other keyword
+    replaces that top-level recipe key (``datasets=[...]``, ``candidates=[...]``) and is
+    validated like the file. A failed
+    gate is a finding, not an exception: check ``results.passed``. Bad input raises
+    ``evalq.core.errors.InputError`` naming the file, the field and the fix.
+    """
+
+    options = {k: overrides.pop(k) for k in RUN_OPTIONS if k in overrides}
+    if options.get("output") is not None:
+        options["output"] = Path(options["output"])
+    loaded = load_recipe_source(recipe_or_path, overrides)
+    outcome = run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **options)
+    return Results(outcome.output)

@@ -1,0 +1,1 @@
+"""core: see DESIGN.md for what this part owns."""

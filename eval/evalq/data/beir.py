@@ -1,0 +1,189 @@
+"""BEIR folders: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
+
+The layout is BEIR's (``_id``, ``title``, ``text`` per corpus line; ``_id``, ``text`` per
+query line; tab-separated qrels with the header ``query-id corpus-id score``). Qrels in
+TREC form under the same name are accepted too (:func:`evalq.data.trec.read_qrels`
+detects the shape). Ids become strings even when the JSON holds numbers, so ``"0001"`` and
+``1`` are never confused. Content checks (duplicates, empty texts, unknown ids) are the
+shared ones of :mod:`evalq.data.assemble`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from evalq.core.dataset import Dataset
+from evalq.core.errors import InputError
+from evalq.data.assemble import AssemblyOptions, FieldNames, TextRecord, assemble_dataset
+from evalq.data.trec import iter_text_lines, read_qrels
+
+CORPUS_FILE = "corpus.jsonl"
+QUERIES_FILE = "queries.jsonl"
+
+
+def _id_value(value: Any, path: Path, line: int, field: str) -> str:
+    # bool is an int subclass; true/false as an id is certainly a mistake.
+    if isinstance(value, str) and value.strip():
+        if any(c.isspace() for c in value):  # refused here, not after encoding
+            raise InputError(
+                f"id {value!r} contains whitespace, which TREC run and qrels files cannot "
+                "hold (their columns are whitespace-separated)",
+                file=path, line=line, field=field,
+                fix="replace spaces and tabs in ids, e.g. with '_', in the corpus, queries "
+                "and qrels alike",
+            )
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(
+        f"id must be a non-empty string or an integer, got {value!r}",
+        file=path,
+        line=line,
+        field=field,
+        fix=f"give every line a string '{field}'",
+    )
+
+
+def _text_value(value: Any, path: Path, line: int, field: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    raise InputError(
+        f"expected a string, got {type(value).__name__} {value!r:.60}",
+        file=path,
+        line=line,
+        field=field,
+        fix="write texts as JSON strings",
+    )
+
+
+def read_jsonl_records(
+    path: Path, *, id_field: str, text_field: str, title_field: str | None
+) -> list[TextRecord]:
+    """Parse one JSON object per line into :class:`TextRecord` values (a list)."""
+    return list(iter_jsonl_records(path, id_field=id_field, text_field=text_field,
+                                   title_field=title_field))
+
+
+def iter_jsonl_records(
+    path: Path, *, id_field: str, text_field: str, title_field: str | None
+) -> Iterator[TextRecord]:
+    """Parse one JSON object per line, one at a time: the loaders list them, a streamed
+    corpus (:mod:`evalq.data.streamed`) reads them block by block, and both see the
+    same records.
+
+    Blank lines are skipped; anything else that is not a JSON object with the id and text
+    fields is an error naming the line. A missing or null title is an empty title.
+    """
+    for number, text in iter_text_lines(path):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"malformed JSON at column {exc.colno}: {exc.msg}",
+                file=path,
+                line=number,
+                fix="write exactly one JSON object per line (JSON Lines)",
+            ) from None
+        if not isinstance(row, dict):
+            raise InputError(
+                f"expected a JSON object, got {type(row).__name__}",
+                file=path,
+                line=number,
+                fix="write exactly one JSON object per line (JSON Lines)",
+            )
+        yield row_record(row, path, number, id_field=id_field, text_field=text_field,
+                         title_field=title_field)
+
+
+def row_record(row: dict[str, Any], path: Path, number: int, *, id_field: str,
+               text_field: str, title_field: str | None) -> TextRecord:
+    """One row (a JSON line, a parquet or Arrow row) as a :class:`TextRecord`, with the
+    checks every format shares: both fields present, ids non-empty strings or integers
+    without whitespace, texts strings (a missing or null title is an empty title)."""
+    for required in (id_field, text_field):
+        if required not in row:
+            raise InputError(
+                f"missing field (the row has {sorted(row)})",
+                file=path,
+                line=number,
+                field=required,
+                fix=f"every row needs '{id_field}' and '{text_field}'",
+            )
+    title = ""
+    if title_field is not None:
+        title = _text_value(row.get(title_field), path, number, title_field)
+    return TextRecord(
+        id=_id_value(row[id_field], path, number, id_field),
+        title=title,
+        text=_text_value(row[text_field], path, number, text_field),
+        file=str(path),
+        line=number,
+    )
+
+
+def check_layout(folder: Path, split: str) -> tuple[Path, Path, Path]:
+    if not folder.is_dir():
+        raise InputError(
+            "BEIR dataset folder not found" if not folder.exists() else "not a folder",
+            file=folder,
+            fix=f"point to a folder holding {CORPUS_FILE}, {QUERIES_FILE} and qrels/<split>.tsv",
+        )
+    corpus, queries = folder / CORPUS_FILE, folder / QUERIES_FILE
+    qrels = folder / "qrels" / f"{split}.tsv"
+    missing = [p for p in (corpus, queries, qrels) if not p.is_file()]
+    if missing:
+        splits = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
+        available = f"; qrels splits present: {', '.join(splits)}" if splits else ""
+        raise InputError(
+            f"missing {', '.join(str(p.relative_to(folder)) for p in missing)} "
+            f"(a BEIR folder holds {CORPUS_FILE}, {QUERIES_FILE} and qrels/{split}.tsv){available}",
+            file=folder,
+            field="split" if missing == [qrels] and splits else None,
+            fix="download/unpack the complete BEIR dataset, or choose a split that exists",
+        )
+    return corpus, queries, qrels
+
+
+def load_beir(
+    folder: str | Path,
+    *,
+    split: str = "test",
+    name: str | None = None,
+    use_titles: bool = True,
+    allow_empty_texts: bool = False,
+    keep_unjudged_queries: bool = False,
+) -> Dataset:
+    """Load a BEIR folder; ``use_titles=False`` leaves titles empty (body-only encoding)."""
+    folder = Path(folder)
+    corpus_path, queries_path, qrels_path = check_layout(folder, split)
+    docs = read_jsonl_records(
+        corpus_path, id_field="_id", text_field="text", title_field="title" if use_titles else None
+    )
+    queries = read_jsonl_records(queries_path, id_field="_id", text_field="text", title_field=None)
+    qrels = read_qrels(qrels_path)
+    return assemble_dataset(
+        name or folder.name,
+        docs,
+        queries,
+        qrels,
+        corpus_file=corpus_path,
+        qrels_file=qrels_path,
+        source={
+            "source": "beir",
+            "path": str(folder),
+            "split": split,
+            "use_titles": use_titles,
+        },
+        options=AssemblyOptions(
+            allow_empty_texts=allow_empty_texts, keep_unjudged_queries=keep_unjudged_queries
+        ),
+        doc_fields=FieldNames("_id", "text"),
+        query_fields=FieldNames("_id", "text"),
+    )

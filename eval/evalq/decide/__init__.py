@@ -1,0 +1,1 @@
+"""decide: see DESIGN.md for what this part owns."""

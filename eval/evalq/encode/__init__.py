@@ -1,0 +1,1 @@
+"""encode: see DESIGN.md for what this part owns."""

@@ -1,0 +1,39 @@
+"""What a backend builder receives besides the variant (its own module, so builders
+such as ``vllm_build`` need not import the factory that imports them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalq.core.values import EncodingSettings
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a builder may need beyond the variant: resolved paths and where logs go."""
+
+    model_path: Path
+    settings: EncodingSettings
+    logs_dir: Path
+    device: str  # "cpu" or "cuda", resolved from the variant's "auto"
+    cache_dir: Path  # where derived artifacts (quantized checkpoints) are kept
+
+
+@dataclass(frozen=True)
+class RerankerContext:
+    """What a reranker builder receives: the pipeline's reranker spec (model kind,
+    activation, lengths), the variant to build, and where it runs and writes.
+    ``spec``/``variant`` are ``pipeline_config.RerankerSpec``/``RerankerVariant``."""
+
+    spec: Any
+    variant: Any
+    model_path: Path
+    device: str
+    batch_tokens: int
+    logs_dir: Path | None = None
+    cache_dir: Path | None = None  # <cache_dir>/checkpoints holds W8A8 checkpoints
+    # How a bi-encoder scorer gets its vectors (backends.reranker.Embeddings): the
+    # encoding layer supplies one that goes through the run's embedding cache.
+    embeddings: Any = None

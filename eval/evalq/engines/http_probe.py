@@ -1,0 +1,158 @@
+"""A probe of every HTTP variant before anything is encoded.
+
+A wrong route or model used to surface as "HTTP 404, check the model name" after the
+reference had spent minutes encoding. :mod:`evalq.engines.server_routes` turns a 404 into
+a message listing what the server *does* answer, and :func:`probe_http_variants` runs at
+the start of a run, before the reference encodes (the plan stage is meant to call it too):
+for each ``openai``/``tei`` variant it checks reachability, the route, the model name
+against the served models, the vector's dimensions and the server's normalization of one
+probe text, and returns what it saw for the manifest.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalq.core.errors import InputError
+from evalq.engines.factory import BuildContext, create_encoder
+from evalq.engines.modelinfo import resolve_model_path, resolve_settings
+from evalq.engines.registry import embedding_backend
+from evalq.engines.server_routes import ServerRoutes
+
+if TYPE_CHECKING:
+    from evalq.recipe.schema import Recipe, Variant
+
+PROBE_TEXT = "How many queries does a one percent margin need?"
+_NORM_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """What one HTTP variant answered to the probe text (goes into the manifest)."""
+
+    variant: str
+    backend: str
+    endpoint: str
+    model: str | None
+    served_model: str | None
+    served_models: list[str]
+    dimensions: int
+    raw_norm: float
+    normalize: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _variant_path(recipe: Recipe, variant: Variant) -> str:
+    index = [v.name for v in recipe.variants].index(variant.name)
+    return "reference" if index == 0 else f"candidates.{index - 1}"
+
+
+def _check_model(variant: Variant, encoder: Any, routes: ServerRoutes, where: str,
+                 file: Path) -> None:
+    if variant.backend != "openai" or not routes.models:
+        return
+    if encoder.model not in routes.models:
+        raise InputError(
+            message=f"variant '{variant.name}' asks {encoder.url} for model "
+            f"'{encoder.model}', which it does not serve (it serves "
+            f"{', '.join(routes.models)})",
+            file=file, field=f"{where}.http.model",
+            fix=f"set http.model: {routes.models[0]}"
+            + ("" if variant.http and variant.http.model else
+               " (unset, evalq sends the model's local path)"),
+        )
+
+
+def _check_norm(variant: Variant, report: ProbeReport, where: str, file: Path) -> None:
+    unit = abs(report.raw_norm - 1.0) < _NORM_TOLERANCE
+    if variant.backend == "tei" and report.normalize and not unit:
+        raise InputError(
+            message=f"{report.endpoint} ignored normalize: true (probe vector norm "
+            f"{report.raw_norm:.4f})", file=file, field=f"{where}.encoding.normalize",
+            fix="check that the server is text-embeddings-inference, or use backend openai")
+    if not report.normalize and unit:
+        raise InputError(
+            message=f"{report.endpoint} returns unit-length vectors (probe norm "
+            f"{report.raw_norm:.6f}) but the recipe says normalize: false, so its vectors "
+            "cannot match a reference that does not normalize",
+            file=file, field=f"{where}.encoding.normalize",
+            fix="set encoding.normalize: true, or start the server without normalization")
+
+
+def probe_variant(recipe: Recipe, variant: Variant, recipe_path: Path) -> ProbeReport:
+    """Build the variant's HTTP encoder, embed the probe text, check what came back."""
+
+    where = _variant_path(recipe, variant)
+    model_path = resolve_model_path(variant.model or recipe.model.path, file=recipe_path)
+    merged = recipe.encoding.merged(variant.encoding)
+    settings = resolve_settings(model_path, merged.model_dump(exclude_none=True),
+                                file=recipe_path)
+    cache = Path(recipe.cache_dir)
+    ctx = BuildContext(model_path, settings, cache / "logs", "cpu", cache)
+    try:
+        encoder = create_encoder(variant, ctx)
+        try:
+            routes = encoder.server_routes()
+            _check_model(variant, encoder, routes, where, recipe_path)
+            raw = (encoder.embed_raw if hasattr(encoder, "embed_raw") else encoder.embed)(
+                [PROBE_TEXT])
+        finally:
+            encoder.close()
+    except InputError as exc:
+        exc.file = exc.file or recipe_path
+        if exc.field and not exc.field.startswith(where):
+            # TEI's /info check names encoding settings; everything else is an http option.
+            group = "encoding" if exc.field in ("pooling", "max_length") else "http"
+            exc.field = f"{where}.{group}.{exc.field.removeprefix('http.')}"
+        raise
+    vector = raw[0]
+    norm = float(math.sqrt(float((vector.astype("float64") ** 2).sum())))
+    report = ProbeReport(
+        variant=variant.name, backend=variant.backend, endpoint=f"{encoder.url}{encoder.route}",
+        model=getattr(encoder, "model", None), served_model=getattr(encoder, "served_model",
+                                                                    routes.info_model),
+        served_models=routes.models, dimensions=int(vector.shape[0]), raw_norm=norm,
+        normalize=settings.normalize)
+    _check_norm(variant, report, where, recipe_path)
+    return report
+
+
+def launched_by_recipe(recipe: Recipe, variant: Variant) -> bool:
+    """Whether the recipe's ``load.launch`` starts this variant's server: it cannot answer
+    before the run starts it, so it is probed right after (:func:`probe_one`)."""
+    section = getattr(recipe, "load", None)
+    return section is not None and variant.name in section.launch
+
+
+def probe_one(recipe: Recipe, variant: Variant, recipe_path: Path) -> dict[str, Any]:
+    """Probe one openai/tei variant (InputError, exit 2, if it cannot work); print one line
+    and return the report for the manifest."""
+    report = probe_variant(recipe, variant, recipe_path)
+    print(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
+          f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"
+          + (f", model {report.served_model}" if report.served_model else ""),
+          file=sys.stderr, flush=True)
+    return report.as_dict()
+
+
+def probe_http_variants(recipe: Recipe, variants: list[Variant], recipe_path: Path
+                        ) -> dict[str, dict[str, Any]]:
+    """Probe every openai/tei variant before any encoding; raise InputError (exit 2) on the
+    first that cannot work, naming the variant, the field and the fix. Returns the reports
+    by variant name for the manifest; prints one line per variant. A server the recipe
+    launches itself is probed once started (the runner calls :func:`probe_one`)."""
+    reports: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        if not embedding_backend(variant.backend).http_probe:
+            continue
+        if launched_by_recipe(recipe, variant):
+            reports[variant.name] = {"deferred": "started by load.launch; probed once up"}
+            continue
+        reports[variant.name] = probe_one(recipe, variant, recipe_path)
+    return reports

@@ -1,0 +1,141 @@
+"""A server evalq starts from a recipe's ``load.launch`` command (e.g. Infinity), and stops.
+
+The process runs in its own process group with the parent-death signal, exactly like
+the managed vLLM server (``backends/vllm_server.py``), so a Ctrl-C, a crash or a kill of
+evalq leaves nothing behind; its output goes to a log file in the results folder. A
+server that never answers its health route is exit 2 naming the URL and the log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from evalq.core.errors import InputError
+from evalq.engines.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
+
+_LIVE: weakref.WeakSet[LaunchedServer] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.close()
+
+
+atexit.register(_stop_all)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+class LaunchedServer:
+    def __init__(self, command: Sequence[str], *, url: str, health: str, log_path: Path,
+                 startup_timeout_s: float, env: Mapping[str, str] | None = None) -> None:
+        self.command = list(command)
+        self.url = url.rstrip("/")
+        self.health = health
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> LaunchedServer:
+        parts = urlsplit(self.url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        if port_in_use(host, port):
+            raise InputError(
+                message=f"{self.url} already answers before evalq started its server: "
+                "another process holds the port",
+                field="http.url",
+                fix="stop that process, or pick a free port in the variant's http.url",
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        started = time.perf_counter()
+        with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(self.command)}\n".encode())
+            log.flush()
+            try:
+                self.process = subprocess.Popen(
+                    self.command, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, env=env, preexec_fn=pick_child_setup())
+            except OSError as exc:
+                raise InputError(message=f"cannot start '{self.command[0]}': {exc}",
+                                 field="load.launch.command",
+                                 fix="check the command path (e.g. run 'make infinity-venv' "
+                                 "for .venv-infinity)") from None
+        _LIVE.add(self)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.close()
+            raise
+        self.startup_s = time.perf_counter() - started
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        wait_healthy(self.process, self.url, self.health, self.startup_timeout_s,
+                     exited=lambda code: InputError(
+                         message=f"the server for {self.url} exited with code {code} during "
+                         f"start-up: {self.log_tail(3)}",
+                         file=self.log_path, field="load.launch",
+                         fix=f"read the server log {self.log_path}"),
+                     timed_out=lambda: InputError(
+                         message=f"the server at {self.url} did not answer {self.health} "
+                         f"within {self.startup_timeout_s:.0f} s", file=self.log_path,
+                         field="load.launch.startup_timeout_s",
+                         fix=f"read the server log {self.log_path}; raise startup_timeout_s "
+                         "for a slow start"))
+
+    def log_tail(self, lines: int = 20) -> str:
+        return log_tail(self.log_path, lines)
+
+    def close(self, timeout_s: float = 15.0) -> None:
+        process, self.process = self.process, None
+        _LIVE.discard(self)
+        if process is None:
+            return
+        stop_group(process, timeout_s, linger_s=3.0)
+
+
+def start_launch(recipe: Any, variant: Any, model_path: Path,
+                 logs_dir: Path) -> LaunchedServer | None:
+    """Start the server a recipe's ``load.launch`` names for ``variant``, if any.
+
+    ``evalq run`` and ``evalq parity`` call this too, so a recipe that launches (say)
+    Infinity gets its quality verdict from the same server the load test drives.
+    """
+    section = getattr(recipe, "load", None)
+    spec = section.launch.get(variant.name) if section is not None else None
+    if spec is None or variant.http is None:
+        return None
+    parts = urlsplit(variant.http.url)
+    fill = {"model_path": str(model_path), "port": str(parts.port or 80),
+            "host": parts.hostname or "127.0.0.1"}
+    command = [arg.format(**fill) for arg in spec.command]
+    root = variant.http.url.rstrip("/").removesuffix("/v1")
+    server = LaunchedServer(command, url=root, health=spec.health,
+                            log_path=Path(logs_dir) / f"{variant.name}.log",
+                            startup_timeout_s=spec.startup_timeout_s, env=spec.env)
+    return server.start()

@@ -1,0 +1,196 @@
+"""Client for text-embeddings-inference's native ``POST /embed`` route.
+
+TEI fixes pooling and the maximum input length when the server starts and reports them on
+``/info``; normalization, truncation and its direction are per request. So this client
+reads ``/info`` first, refuses a server whose pooling or maximum length differs from the
+recipe's settings (the classic source of silent engine disagreement), sends ``normalize``,
+``truncate`` and ``truncation_direction`` explicitly with every request, and batches within
+the server's ``max_client_batch_size``. ``/info`` goes into the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evalq.core.errors import InputError
+from evalq.core.protocols import Encoder
+from evalq.core.values import EncodingSettings
+from evalq.engines.context import BuildContext
+from evalq.engines.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.engines.openai_http import HttpOptions, TokenCounter
+from evalq.engines.replies import parse_tei_reply
+from evalq.engines.server_identity import PROBE_TEXT, server_identity
+from evalq.engines.spec import REMOTE_SERVER, BackendSpec
+
+if TYPE_CHECKING:
+    from evalq.recipe.schema import Variant
+
+BACKEND_NAME = "tei"
+
+_TEI_DIRECTION = {"right": "Right", "left": "Left"}
+
+
+def tei_pooling(info: dict[str, Any]) -> str | None:
+    """The pooling a TEI server was started with, lower-cased (``mean``, ``cls``, ...)."""
+    model_type = info.get("model_type")
+    if isinstance(model_type, dict):
+        embedding = model_type.get("embedding")
+        if isinstance(embedding, dict) and isinstance(embedding.get("pooling"), str):
+            return embedding["pooling"].lower()
+    return None
+
+
+class TeiEncoder:
+    """Encoder over TEI's ``/embed``; reads and checks ``/info`` in the constructor."""
+
+    backend = BACKEND_NAME
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        settings: EncodingSettings,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        concurrency: int = 4,
+        max_batch: int | None = None,
+        prompt_name: str | None = None,
+        tokenizer_path: str | Path | None = None,
+        route: str | None = None,
+        probe_store: str | Path | None = None,
+    ) -> None:
+        """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size;
+        ``route`` is the native embed path (default ``/embed``)."""
+        self.url = url.rstrip("/")
+        self.route = "/" + (route or "/embed").lstrip("/")
+        self.settings = settings
+        self.api_key_env = api_key_env
+        self.prompt_name = prompt_name
+        self._counter = TokenCounter(settings, tokenizer_path)
+        self._http = HttpJsonClient(
+            self.url,
+            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
+            api_key=read_api_key(api_key_env),
+            concurrency=concurrency,
+        )
+        info = self._http.get_json("/info")
+        if not isinstance(info, dict):
+            raise InputError(
+                message=f"{self.url}/info did not return a JSON object",
+                field="url",
+                fix="point the recipe at a text-embeddings-inference server",
+            )
+        self.info: dict[str, Any] = info
+        self._check_info(info)
+        self.probe_store = Path(probe_store) if probe_store is not None else None
+        self.server_identity: dict[str, Any] | None = None
+        batch = info.get("max_client_batch_size")
+        server_batch = batch if isinstance(batch, int) and not isinstance(batch, bool) \
+            and batch >= 1 else 32
+        self.max_batch = min(max_batch, server_batch) if max_batch else server_batch
+
+    def _check_info(self, info: dict[str, Any]) -> None:
+        pooling = tei_pooling(info)
+        if pooling is not None and pooling != self.settings.pooling:
+            raise InputError(
+                message=f"the TEI server at {self.url} pools with '{pooling}' but the recipe "
+                f"asks for '{self.settings.pooling}'",
+                field="pooling",
+                fix=f"set pooling: {pooling} in the recipe, or restart TEI with "
+                f"--pooling {self.settings.pooling}",
+            )
+        max_input = info.get("max_input_length")
+        if isinstance(max_input, int) and max_input != self.settings.max_length:
+            raise InputError(
+                message=f"the TEI server at {self.url} truncates at {max_input} tokens but "
+                f"the recipe's max_length is {self.settings.max_length}",
+                field="max_length",
+                fix=f"set max_length: {max_input} in the recipe (TEI fixes it at start-up)",
+            )
+
+    def fingerprint(self) -> str:
+        if self.probe_store is not None and self.server_identity is None:
+            self.server_identity = server_identity(
+                f"tei|{self.url}", lambda: self.info,
+                lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
+        key = {
+            "server": self.server_identity,
+            "backend": self.backend,
+            "model_id": self.info.get("model_id"),
+            "model_sha": self.info.get("model_sha"),
+            "model_dtype": self.info.get("model_dtype"),
+            "prompt_name": self.prompt_name,
+            "settings": self.settings.fingerprint(),
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "url": self.url,
+            "route": self.route,
+            "model": self.info.get("model_id"),
+            "api_key_env": self.api_key_env,
+            "info": self.info,
+            "server_identity": self.server_identity,
+            "request_fields": self._fields(),
+            "token_lengths": self._counter.method,
+            "max_batch": self.max_batch,
+            "concurrency": self._http.concurrency,
+            "settings": self.settings.as_dict(),
+        }
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._counter(texts)
+
+    def server_routes(self) -> Any:
+        """What the server lists about itself (used by ``http_probe``)."""
+        return self._http.server_routes()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        batches = split_batches(list(texts), self.max_batch)
+        return np.concatenate(self._http.map_concurrent(self._embed_batch, batches), axis=0)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "normalize": self.settings.normalize,
+            "truncate": True,
+            "truncation_direction": _TEI_DIRECTION[self.settings.truncation_side],
+        }
+        if self.prompt_name is not None:
+            fields["prompt_name"] = self.prompt_name
+        return fields
+
+    def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        body = self._http.post_json(self.route, {"inputs": list(texts), **self._fields()})
+        return parse_tei_reply(body, len(texts), f"{self.url}{self.route}")
+
+
+def build(variant: Variant, ctx: BuildContext) -> Encoder:
+    http = variant.http
+    assert http is not None  # the recipe requires it
+    return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,
+                      timeout_s=http.timeout_s, retries=http.retries,
+                      concurrency=http.concurrency, prompt_name=http.prompt_name,
+                      tokenizer_path=ctx.model_path, route=http.route,
+                      probe_store=ctx.cache_dir / "servers")
+
+
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "http", build, quantized_by="server",
+                   options_key="http", options_model=HttpOptions, options_required=True,
+                   devices=(), dtypes=("float32",), self_batching=("embedding",),
+                   batch_dependence=lambda variant: REMOTE_SERVER, ray=True,
+                   load_api="tei", http_probe=True)

@@ -1,0 +1,1 @@
+"""execute: see DESIGN.md for what this part owns."""

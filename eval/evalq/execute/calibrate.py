@@ -1,0 +1,77 @@
+"""`evalq calibrate [RESULTS_DIR]`: the gate's error rates on the synthetic panel, and on
+the per-query differences of a finished results folder.
+
+The simulation itself (:mod:`evalq.decide.calibration`) is a pure function of arrays; this module
+is the command around it: it reads a results folder and the recipe stored in its manifest,
+so it belongs with the other commands that take a folder, not with the statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from evalq.core import atomicio
+from evalq.core.errors import InputError
+from evalq.decide.calibration import (
+    DEFAULT_RULE,
+    Population,
+    calibrate,
+    detail,
+    report,
+    synthetic_panel,
+    table,
+)
+from evalq.decide.gate import gate_spec, paired_values
+from evalq.execute.regate import stored_recipe
+from evalq.recipe.schema import Recipe
+from evalq.results.folder import RunFolder
+
+
+def results_populations(folder: str | Path) -> list[Population]:
+    """Per-query differences of every candidate × dataset × allowed-drop gate of a results
+    folder, with the margin that gate used."""
+    run = RunFolder(folder)
+    manifest = run.read_manifest_data()
+    recipe = Recipe.model_validate(stored_recipe(manifest["recipe"], None))
+    reference = recipe.reference.name
+    specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
+    specs = [s for s in specs if s.max_drop is not None]
+    populations = []
+    for ds in manifest["variants"][reference]["datasets"]:
+        ref = run.read_per_query(ds, reference)
+        for name in manifest["variants"]:
+            if name == reference:
+                continue
+            cand = run.read_per_query(ds, name)
+            for spec in specs:
+                c, r = paired_values(spec, cand, ref)
+                assert spec.max_drop is not None
+                margin = spec.max_drop * float(r.mean()) if spec.relative else spec.max_drop
+                populations.append(Population(f"{name}/{ds}/{spec.metric}", str(folder),
+                                              c - r, margin))
+    return populations
+
+
+def calibrate_command(results: Path | None, *, trials: int = 2000,
+                      json_path: Path | None = None) -> int:
+    """`evalq calibrate [RESULTS_DIR]`: print the table (and write JSON)."""
+    if trials < 50:
+        raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
+                         field="--trials", fix="use --trials 2000 (the default) or at least 50")
+    populations = synthetic_panel()
+    if results is not None:
+        populations = results_populations(results) + populations
+    cells = calibrate(populations, trials=trials)
+    print(f"false-pass = pass rate with the true mean exactly at −margin (nominal "
+          f"{cells[0].bound - 3 * math.sqrt(0.025 * 0.975 / trials):.3f} one-sided; bound "
+          f"allows 3 Monte Carlo sd: {cells[0].bound:.4f}); {trials} trials per cell")
+    print(table(cells))
+    print()
+    print(detail(cells, ["percentile", DEFAULT_RULE.name]))
+    if json_path is not None:
+        atomicio.write_json(json_path, report(cells))
+    default_ok = all(c.within_bound for c in cells if c.rule == DEFAULT_RULE.name and c.n >= 50)
+    print(f"default {DEFAULT_RULE.name} within bound on every population for n >= 50: "
+          f"{default_ok}")
+    return 0

@@ -1,0 +1,523 @@
+"""`evalq load RECIPE [--only V] [-o DIR]`: drive each served variant, plan capacity.
+
+Order of work, one server alive at a time:
+
+1. every check that needs only the recipe (:func:`check_plan`): a ``load:`` section, the
+   variants it names are served over HTTP, every URL is on loopback unless
+   ``load.allow_hosts`` names its host, rerank workloads have a route — exit 2 before
+   anything starts;
+2. the parity texts through the reference (usually in-process) once;
+3. per variant: start its server (vLLM as ``evalq run`` does, a ``load.launch`` command,
+   or attach to a URL), read its batch settings, check parity, sweep every workload,
+   stop the server;
+4. knees -> capacity plan -> decision table with the quality verdict of the folder's
+   latest ``evalq run`` -> ``load/summary.json``.
+
+Exit 0 when every workload found a knee within the error budget and every fp32 variant
+matched the reference; 1 when a workload broke its SLO at the first step, a step broke the
+error budget, a server died or parity failed; 2 for bad input or a server that never
+started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from evalq.core.errors import InputError
+from evalq.data.streamed import sample_texts
+from evalq.encode.parity import compare_vectors
+from evalq.engines.factory import BuildContext, create_encoder, resolve_device
+from evalq.engines.launch import start_launch
+from evalq.engines.openai_http import TokenCounter
+from evalq.engines.registry import BACKENDS, embedding_backend
+from evalq.engines.spec import or_list
+from evalq.engines.vllm_build import build_vllm_encoder
+from evalq.engines.vllm_server import vllm_request_fields
+from evalq.execute.evaluate import (
+    _load_datasets,
+    _parity_checked,
+    _parity_texts,
+    _settings_for,
+    _variant_model_path,
+)
+from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
+from evalq.execute.load.serverstats import read_server_settings
+from evalq.execute.load.sweep import Endpoint, TextPool, run_workload
+from evalq.recipe.load import LoadSection
+from evalq.recipe.plan import build_plan
+from evalq.recipe.schema import Recipe, Variant, VllmOptions, load_recipe, load_recipe_source
+from evalq.recipe.yamlsource import Located
+from evalq.results.folder import environment, git_revision, now_iso, package_versions
+from evalq.results.load import LoadFolder, quality_verdicts
+
+
+def _served(variant: Variant) -> bool:
+    """Whether the sweep can drive it: its backend's spec names a request format."""
+    return embedding_backend(variant.backend).load_api is not None
+
+
+def _log(text: str) -> None:
+    print(f"[evalq load] {text}", file=sys.stderr, flush=True)
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def variant_url(variant: Variant) -> str | None:
+    """The URL a variant's server answers at when the recipe names one."""
+    if variant.http is not None:
+        return variant.http.url
+    if variant.vllm is not None and variant.vllm.url:
+        return variant.vllm.url
+    return None
+
+
+@dataclass
+class LoadPlan:
+    section: LoadSection
+    variants: list[Variant]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def check_plan(recipe: Recipe, located: Located, file: Path,
+               only: list[str] | None) -> LoadPlan:
+    """Every recipe-only check, before a server starts (exit 2 with file, line, field)."""
+
+    def fail(message: str, path: tuple[Any, ...], fix: str) -> InputError:
+        where, line = located.where(path)
+        return InputError(message=message, file=where or file, line=line,
+                          field=".".join(str(p) for p in path) or None, fix=fix)
+
+    section = recipe.load
+    if section is None:
+        raise InputError(message="the recipe has no 'load:' section", file=file, field="load",
+                         fix="add load: {workloads: [{name: query, kind: query, slo_p99_ms: "
+                         "100, open_loop: {rates: [5, 10, 20]}}]} (see README, 'evalq load')")
+    by_name = {v.name: v for v in recipe.variants}
+    served = [v for v in recipe.variants if _served(v)]
+    skipped = {v.name: f"backend '{v.backend}' runs inside evalq; there is no server to load"
+               for v in recipe.variants if not _served(v)}
+    for i, name in enumerate(section.variants or []):
+        if name not in by_name:
+            raise fail(f"load.variants names unknown variant '{name}'", ("load", "variants", i),
+                       f"choose from {', '.join(by_name)}")
+        if not _served(by_name[name]):
+            raise fail(f"variant '{name}' is not served over HTTP ({skipped[name]})",
+                       ("load", "variants", i), "name " + or_list(BACKENDS.names(
+                           "embedding", lambda s: s.load_api is not None), "or") + " variants only")
+    chosen = [by_name[n] for n in section.variants] if section.variants else served
+    if only:
+        unknown = sorted(set(only) - {v.name for v in chosen})
+        if unknown:
+            raise InputError(message=f"--only names variant(s) {', '.join(unknown)}, which "
+                             "the load test does not drive", file=file, field="--only",
+                             fix=f"choose from {', '.join(v.name for v in chosen) or '(none)'}")
+        chosen = [v for v in chosen if v.name in only]
+    if not chosen:
+        raise fail("no variant is served over HTTP, so there is nothing to load", ("load",),
+                   "add a variant with backend vllm (evalq starts its server), openai or tei")
+    for name in section.launch:
+        v = by_name.get(name)
+        if v is None or embedding_backend(v.backend).serving != "http":
+            raise fail(f"load.launch names '{name}', which is not an "
+                       + or_list(BACKENDS.names("embedding", lambda s: s.serving == "http"), "or")
+                       + " variant",
+                       ("load", "launch", name),
+                       "launch commands start servers for openai/tei variants; vLLM "
+                       "variants are started by evalq itself")
+        host = urlsplit(variant_url(v) or "").hostname
+        if not is_loopback(host):
+            raise fail(f"load.launch starts '{name}' on this machine, but its http.url host "
+                       f"is '{host}'", ("load", "launch", name),
+                       "set the variant's http.url to http://127.0.0.1:<port>")
+    for v in chosen:
+        url = variant_url(v)
+        if url is None:
+            continue
+        host = urlsplit(url).hostname
+        if not is_loopback(host) and host not in section.allow_hosts:
+            i = recipe.variants.index(v)
+            path = ("reference",) if i == 0 else ("candidates", i - 1)
+            raise fail(f"variant '{v.name}' points at {url}, which is not on this machine; "
+                       "a load test sends real traffic, so evalq talks to loopback only unless "
+                       "told otherwise", (*path, "http" if v.http else "vllm", "url"),
+                       f"add '{host}' to load.allow_hosts if you own that server")
+    for i, w in enumerate(section.workloads):
+        if w.kind == "rerank" and w.endpoint is None:
+            raise fail(
+                f"workload '{w.name}' (rerank) cannot run yet: reranker variants (a served "
+                "cross-encoder) are not part of this evalq; only an explicit /rerank-style "
+                "route can be driven", ("load", "workloads", i),
+                "set endpoint: /rerank to drive a server's rerank route (vLLM and Infinity "
+                "serve one), or remove the workload")
+    return LoadPlan(section, chosen, skipped)
+
+
+# -- serving ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    endpoint: Endpoint
+    encoder: Any  # for the parity texts (None when parity is off for a plain HTTP server)
+    describe: dict[str, Any]
+
+
+@contextlib.contextmanager
+def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolder,
+          section: LoadSection) -> Iterator[Served]:
+    """Start (or attach to) one variant's server; stop it on the way out."""
+
+    model_path = _variant_model_path(recipe, variant, recipe_path)
+    settings = _settings_for(recipe, variant, model_path, recipe_path)
+    # an HTTP server's device is its own business (and resolving "auto" imports torch)
+    backend = embedding_backend(variant.backend)
+    device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
+    ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
+                       device=device, cache_dir=Path(recipe.cache_dir))
+    launched = None
+    if backend.serving == "engine":  # vLLM: evalq starts its OpenAI-compatible server
+
+        opts = variant.vllm or VllmOptions()
+        if opts.mode != "server":  # a load test needs a server, whatever `run` used
+            variant = variant.model_copy(update={"vllm": opts.model_copy(
+                update={"mode": "server"})})
+        encoder = build_vllm_encoder(variant, ctx)
+        inner = getattr(encoder, "_inner", encoder)
+        server = getattr(inner, "server", None)
+        url = server.url if server is not None else inner.url
+        model = server.served_model_name if server is not None else inner.model
+        endpoint = Endpoint(variant.name, url, "openai", model, vllm_request_fields(settings),
+                            pid=server.pid if server is not None else None,
+                            alive=server.alive if server is not None else None)
+    else:
+        if variant.name in section.launch:
+            _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
+        launched = start_launch(recipe, variant, model_path, folder.logs)
+        http = variant.http
+        assert http is not None
+        # The client (and its tokenizer: transformers takes ~1 min to import on a busy
+        # 2-core machine) is only needed for the parity texts.
+        encoder = None
+        try:
+            if section.parity:
+                encoder = create_encoder(variant, ctx)
+        except BaseException:
+            if launched is not None:
+                launched.close()
+            raise
+        url = http.url.rstrip("/").removesuffix("/v1")
+        model = http.model or str(model_path)
+        endpoint = Endpoint(variant.name, url, backend.load_api or "openai",
+                            model, {}, pid=launched.pid if launched else None,
+                            alive=launched.alive if launched else None)
+    try:
+        describe = (encoder.describe() if encoder is not None else
+                    {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
+        if launched is not None:
+            describe["launched"] = {"command": launched.command, "log": str(launched.log_path),
+                                    "startup_s": launched.startup_s}
+        yield Served(endpoint, encoder, describe)
+    finally:
+        if encoder is not None:
+            encoder.close()
+        if launched is not None:
+            launched.close()
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def token_counter(model_path: Path, settings: Any) -> Any:
+    """Token counts after truncation, for tokens/s. The fast ``tokenizers`` library when
+    the model ships ``tokenizer.json`` (importing transformers costs tens of seconds on a
+    busy 2-core machine), else the clients' :class:`TokenCounter`."""
+
+    path = Path(model_path) / "tokenizer.json"
+    if not path.is_file():
+        return TokenCounter(settings, model_path)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(settings.max_length, direction=settings.truncation_side)
+    return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
+
+
+def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]:
+    datasets = _load_datasets(recipe, recipe_path, recipe.max_queries, recipe.max_docs)
+    ds = datasets[0]
+    model_path = _variant_model_path(recipe, recipe.reference, recipe_path)
+    settings = _settings_for(recipe, recipe.reference, model_path, recipe_path)
+    queries = [settings.query_prefix + q for q in ds.queries.texts]
+    documents = [settings.document_prefix + d
+                 for d in sample_texts(ds, recipe.title_separator)]
+    counter = token_counter(model_path, settings)
+    pool = TextPool(queries, counter(queries), documents, counter(documents))
+    return pool, _parity_texts(datasets, recipe.parity.texts), settings
+
+
+def _reference_vectors(recipe: Recipe, recipe_path: Path, texts: list[str]) -> Any:
+    ref = recipe.reference
+    model_path = _variant_model_path(recipe, ref, recipe_path)
+    settings = _settings_for(recipe, ref, model_path, recipe_path)
+    ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
+                       resolve_device(ref.device), Path(recipe.cache_dir))
+    encoder = create_encoder(ref, ctx)
+    try:
+        return encoder.embed(texts), settings
+    finally:
+        encoder.close()
+
+
+def _parity(variant: Variant, recipe: Recipe, served: Served, texts: list[str],
+            ref: Any) -> dict[str, Any]:
+    vectors = served.encoder.embed(texts)
+    result = compare_vectors(variant.name, served.encoder.settings, vectors, ref[1], ref[0],
+                             recipe.parity.min_cosine)
+    checked = _parity_checked(variant)
+    return {"texts": len(texts), "checked": checked, "min_cosine": recipe.parity.min_cosine,
+            "cosine_mean": result.mean_cosine, "cosine_min": result.min_cosine,
+            "passed": result.passed if checked else None, "reason": result.reason}
+
+
+def _format_step(variant: str, workload: str, step: dict[str, Any]) -> str:
+    lat = step["latency_ms"]
+    level = (f"{step['level']:g} req/s" if step["mode"] == "open"
+             else f"concurrency {step['level']:g}")
+    achieved = step["achieved_rps"] or 0.0
+    texts = step["texts_per_s"] or 0.0
+    cpu = step["server"].get("cpu_cores")
+    cpu_text = f" server {cpu:.2f} cores" if cpu is not None else ""
+    errors = f" errors {step['errors']}" if step["errors"] else ""
+    p50 = "-" if lat["p50"] is None else f"{lat['p50']:.1f}"
+    p99 = "-" if lat["p99"] is None else f"{lat['p99']:.1f}"
+    return (f"{variant} {workload} [{step['series']}] {level}: {step['ok']} ok, "
+            f"{achieved:.2f} req/s {texts:.1f} texts/s p50 {p50} p99 {p99} ms{cpu_text}"
+            f"{errors} -> {step['verdict']}")
+
+
+def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
+    """``--plan-only``: the capacity plan and decision table again from stored knees, with
+    the recipe's current ``capacity:`` and the folder's latest quality verdicts (change
+    the target QPS or the price without measuring again)."""
+    recipe = load_recipe(recipe_path)  # a file, or a built-in recipe's name
+    run_root = Path(output or recipe.output or Path("results") / recipe.name)
+    folder = LoadFolder(run_root)
+    summary = folder.read_summary()
+    summary["capacity"] = recipe.capacity.model_dump(mode="json") if recipe.capacity else None
+    summary["replanned"] = now_iso()
+    _finish(recipe, run_root, summary, folder)
+    return 1 if summary.get("broken") else 0
+
+
+def run_load(recipe_path: str | Path, *, output: Path | None = None,
+             only: list[str] | None = None) -> int:
+    """The whole command; returns the exit code (0 or 1; errors raise)."""
+    loaded = load_recipe_source(recipe_path)  # a file, or a built-in name, as `evalq run`
+    recipe, recipe_path, located = loaded.recipe, loaded.path, loaded.located
+    plan = check_plan(recipe, located, recipe_path, only)
+    section = plan.section
+
+    # The recipe's plan (capabilities of the vLLM variants on this machine, paths, outputs),
+    # every problem at once, before any server starts.
+    build_plan(recipe, recipe_path, output=output, located=located, use_cache=False)
+    run_root = Path(output or recipe.output or Path("results") / recipe.name)
+    folder = LoadFolder(run_root)
+    folder.prepare()
+    summary: dict[str, Any] = {
+        "recipe": recipe.name, "recipe_file": str(recipe_path), "status": "running",
+        "started": now_iso(), "git_revision": git_revision(), "versions": package_versions(),
+        "environment": environment(), "load": section.model_dump(mode="json"),
+        "capacity": recipe.capacity.model_dump(mode="json") if recipe.capacity else None,
+        "skipped_variants": plan.skipped, "variants": {},
+    }
+    folder.write_summary(summary)
+    broken: list[str] = []
+    try:
+        pool, parity_texts, _ = _texts(recipe, recipe_path)
+        ref = None
+        if section.parity:
+            _log(f"parity texts through the reference '{recipe.reference.name}'")
+            ref = _reference_vectors(recipe, recipe_path, parity_texts)
+        for variant in plan.variants:
+            broken += _drive_variant(recipe, variant, recipe_path, folder, section, pool,
+                                     parity_texts, ref, summary)
+    except KeyboardInterrupt:
+        summary["status"] = "interrupted"
+        summary["stopped"] = now_iso()
+        _finish(recipe, run_root, summary, folder)
+        raise
+    except BaseException as exc:
+        summary["status"] = "failed"
+        summary["error"] = str(exc) or type(exc).__name__
+        summary["stopped"] = now_iso()
+        folder.write_summary(summary)
+        raise
+    summary["status"] = "finished"
+    summary["finished"] = now_iso()
+    _finish(recipe, run_root, summary, folder)
+    summary["broken"] = broken
+    folder.write_summary(summary)
+    for reason in broken:
+        _log(f"FAILED: {reason}")
+    return 1 if broken else 0
+
+
+def _drive_variant(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolder,
+                   section: LoadSection, pool: TextPool, parity_texts: list[str], ref: Any,
+                   summary: dict[str, Any]) -> list[str]:
+    broken: list[str] = []
+    entry: dict[str, Any] = {"backend": variant.backend, "workloads": {}}
+    summary["variants"][variant.name] = entry
+    _log(f"{variant.name}: starting its server")
+    t0 = time.perf_counter()
+    with serve(recipe, variant, recipe_path, folder, section) as served:
+        entry["startup_s"] = round(time.perf_counter() - t0, 2)
+        entry["server"] = served.describe
+        entry["url"] = served.endpoint.url
+        entry["started_by_evalq"] = served.endpoint.pid is not None
+        entry["server_settings"] = read_server_settings(served.endpoint.url)
+        if ref is not None:
+            entry["parity"] = _parity(variant, recipe, served, parity_texts, ref)
+            p = entry["parity"]
+            _log(f"{variant.name}: parity cosine min {p['cosine_min']:.7f} "
+                 f"({'checked' if p['checked'] else 'reported only'})")
+            if p["passed"] is False:
+                broken.append(f"{variant.name}: parity failed ({p['reason']})")
+        folder.write_summary(summary)
+        for workload in section.workloads:
+            wentry: dict[str, Any] = {"kind": workload.kind, "mode": workload.mode,
+                                      "slo_p99_ms": workload.slo_p99_ms, "steps": []}
+            entry["workloads"][workload.name] = wentry
+
+            def on_step(step: dict[str, Any], m: Any, wentry: dict[str, Any] = wentry,
+                        workload: Any = workload) -> None:
+                wentry["steps"].append(step)
+                folder.add_step(variant.name, workload.name,
+                                {**step, "histogram": m.latency.to_dict()})
+                folder.write_summary(summary)
+                _log(_format_step(variant.name, workload.name, step))
+
+            outcome = run_workload(served.endpoint, workload, section, pool, on_step)
+            knee = outcome.knee
+            assert knee is not None
+            wentry["knee"] = {"per_s": knee.per_s, "unit": knee.unit,
+                              "lower_bound": knee.lower_bound, "series": outcome.knee_series,
+                              "reason": knee.reason, "level": knee.level}
+            broken += [f"{variant.name} {workload.name}: {b}" for b in outcome.broken]
+            folder.write_summary(summary)
+            if outcome.server_died:
+                broken.append(f"{variant.name}: the server died; remaining workloads skipped")
+                break
+    return broken
+
+
+def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: LoadFolder) -> None:
+    """Capacity plan and decision table from whatever finished; printed and stored."""
+    quality = quality_verdicts(run_root)
+    summary["quality_source"] = str(run_root / "summary.json") if quality else None
+    rows: list[DecisionRow] = []
+    cap = recipe.capacity
+    demand = None if cap is None else Demand(cap.target_qps, cap.rerank_depth,
+                                             cap.ingest_docs_per_day, cap.headroom,
+                                             cap.min_replicas)
+    for name, entry in summary["variants"].items():
+        knees: dict[str, Knee] = {}
+        for w in entry["workloads"].values():
+            k = w.get("knee")
+            if k is None:
+                continue
+            knee = Knee(w["kind"], k["per_s"], k["unit"], k["lower_bound"], k["reason"],
+                        k.get("level"))
+            best = knees.get(w["kind"])
+            if best is None or (knee.per_s or 0) > (best.per_s or 0):
+                knees[w["kind"]] = knee
+        entry["knees"] = {k: v.__dict__ for k, v in knees.items()}
+        if demand is None or cap is None:
+            continue
+        plan = plan_variant(name, knees, demand, cap.price(name))
+        parity = entry.get("parity") or {}
+        row = DecisionRow(name, quality.get(name, "unknown"),
+                          "not checked" if parity.get("passed") is None
+                          else ("ok" if parity["passed"] else "differs"), plan)
+        entry["plan"] = plan.as_dict()
+        rows.append(row)
+    summary["decision"] = [{"variant": r.variant, "quality": r.quality, "parity": r.parity,
+                            "replicas": r.plan.replicas, "feasible": r.plan.feasible,
+                            "dollars_per_hour": r.plan.dollars_per_hour,
+                            "dollars_per_million_queries": r.plan.dollars_per_million_queries,
+                            "sentence": r.sentence()} for r in rows]
+    summary["recommendation"] = recommend(rows)
+    folder.write_summary(summary)
+    _print_table(summary, folder)
+
+
+def _knee_step(passing: list[dict[str, Any]], level: float | None) -> dict[str, Any] | None:
+    """The step the knee was read from, by its level (sweep.knee_of records it): a
+    closed-loop knee is the series' best passing step, which need not be its last."""
+    for step in passing:
+        if level is not None and float(step["level"]) == level:
+            return step
+    return passing[-1] if passing else None
+
+
+# The knee column is 14 wide: "requests/s" was cut to "reque/s".
+_SHORT_UNIT = {"requests/s": "req/s"}
+
+
+def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
+    print(f"\nevalq load: {summary['recipe']} ({summary['status']}) -> {folder.root}")
+    head = (f"{'variant':22s} {'workload':10s} {'series':10s} {'knee':>14s} {'p99@knee':>9s} "
+            f"{'peak p99':>9s} {'srv cores':>9s} {'srv MiB':>8s}")
+    print(head)
+    print("-" * len(head))
+    for name, entry in summary["variants"].items():
+        for wname, w in entry["workloads"].items():
+            k = w.get("knee") or {}
+            steps = w["steps"]
+            passing = [s for s in steps if s["series"] == k.get("series")
+                       and s["verdict"] == "pass"]
+            at = _knee_step(passing, k.get("level"))
+            knee = ("none" if k.get("per_s") is None else
+                    f"{'>=' if k.get('lower_bound') else ''}{k['per_s']:.1f} "
+                    f"{_SHORT_UNIT.get(k['unit'], k['unit'])}")
+            p99 = at["latency_ms"]["p99"] if at else None
+            worst = max((s["latency_ms"]["p99"] or 0.0 for s in steps), default=0.0)
+            cores = max((s["server"].get("cpu_cores") or 0.0 for s in steps), default=0.0)
+            mem = max((s["server"].get("peak_rss_mb") or 0.0 for s in steps), default=0.0)
+            print(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
+                  f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
+                  f"{mem:>8.0f}")
+    for row in summary.get("decision") or []:
+        print(f"  {row['sentence']}")
+    if summary.get("recommendation"):
+        print(f"  => {summary['recommendation']}")
+
+
+def run_load_cli(recipe_path: Path, *, output: Path | None, only: list[str] | None,
+                 plan_only: bool = False) -> int:
+    if plan_only:
+        return replan(recipe_path, output=output)
+    try:
+        return run_load(recipe_path, output=output, only=only)
+    except KeyboardInterrupt:
+        print("evalq: interrupted; the finished steps are in the results' load/ folder.",
+              file=sys.stderr)
+        return 130

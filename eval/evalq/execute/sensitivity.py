@@ -1,0 +1,328 @@
+"""``batch_sensitivity:``: how far a batch-dependent candidate moves with its batching.
+
+A batch-dependent encoder (:mod:`evalq.encode.composition`) gives a text a vector that depends on
+its neighbours, so the batching an evaluation happens to use is one draw among many a
+deployment will see. This module re-encodes each such candidate (or the ones named) on a
+slice of each dataset under several *compositions*:
+
+- ``as-run``: the run's own vectors of the slice's texts (its budget and order; nothing
+  is re-encoded);
+- ``tokens-B`` for each budget ``B`` in ``batch_tokens``: the same order cut to another
+  padded budget (other neighbours, other batch sizes);
+- ``shuffle-S``: the run's budget, each cache chunk sent in a seeded random order
+  (random neighbours), for ``shuffles`` seeds.
+
+Each composition is scored like the run itself (search, metrics against qrels and the
+reference, gates) against the reference's vectors of the same slice (the reference is
+not re-encoded). The summary reports the per-text cosine between compositions (mean, p1,
+min over texts of the lowest pairwise cosine), the range of every gated metric across
+compositions and the gate verdict under each; with ``verdict: worst`` (the default) the
+candidate passes only if it passes under every composition, and the summary says so.
+
+Per-composition values are stored under ``per_query/<dataset>/batch-sensitivity/...``, so
+``evalq gate`` re-decides them like everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evalq.recipe.sensitivity import BatchSensitivity
+
+if TYPE_CHECKING:
+    from evalq.decide.gate import GateSpec, VariantGate
+    from evalq.recipe.schema import Recipe, Variant
+    from evalq.results.folder import RunFolder
+
+# Stored names hold a "/" (a variant name cannot), so they never collide with a variant
+# and stay out of per_query/<dataset>/*.jsonl listings.
+_STORED_PREFIX = "batch-sensitivity"
+
+
+@dataclass(frozen=True)
+class Composition:
+    """One way to batch the same texts."""
+
+    id: str
+    batch_tokens: int
+    shuffle_seed: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compositions(opts: BatchSensitivity, run_tokens: int) -> list[Composition]:
+    """``as-run`` first, then the other budgets, then the seeded shuffles."""
+    out = [Composition("as-run", run_tokens, None)]
+    out += [Composition(f"tokens-{b}", b, None) for b in opts.batch_tokens if b != run_tokens]
+    out += [Composition(f"shuffle-{opts.seed + k}", run_tokens, opts.seed + k)
+            for k in range(opts.shuffles)]
+    return out
+
+
+def measured(recipe: Recipe, variant: Variant) -> bool:
+    """Whether ``variant`` gets re-encoded under several compositions in this run."""
+    from evalq.encode.composition import declared_dependence
+
+    opts = recipe.batch_sensitivity
+    if opts is None or variant is recipe.reference:
+        return False
+    if opts.variants is not None:
+        return variant.name in opts.variants
+    return declared_dependence(variant).batch_dependent
+
+
+def stored_name(variant: str, composition: str) -> str:
+    return f"{_STORED_PREFIX}/{variant}/{composition}"
+
+
+def measure_dataset(
+    recipe: Recipe, variant: Variant, encoder: Any, ds: Any, reference: Any, folder: RunFolder,
+    options: Mapping[str, Any], depth: int, show_progress: bool, run_docs: Any,
+    run_queries: Any,
+) -> dict[str, Any]:
+    """Re-encode ``variant`` on the slice of ``ds`` under every composition and score each.
+
+    ``reference`` is the run's ``ReferenceState`` for ``ds``; ``options`` the run's
+    ``encode_texts`` options for this variant; ``run_docs`` / ``run_queries`` the run's
+    own ``Encoded`` vectors, whose slice rows *are* the as-run composition (nothing is
+    re-encoded for it). Returns the manifest entry that :func:`apply_sensitivity` later
+    turns into summary figures and verdicts.
+    """
+    from evalq.core.values import PerQuery
+    from evalq.data.slicing import slice_dataset
+    from evalq.encode.batching import Encoded, encode_texts
+    from evalq.encode.composition import cache_composition, declared_dependence
+    from evalq.execute.evaluate import ReferenceState, VariantRecord, _score_dataset
+    from evalq.measure.judged import JudgedIndex
+    from evalq.measure.judged import evaluate as evaluate_qrels
+    from evalq.measure.registry import parse_measures
+    from evalq.retrieve.search import search
+
+    opts = recipe.batch_sensitivity
+    assert opts is not None
+    began = time.perf_counter()
+    sub = slice_dataset(ds, opts.max_queries, opts.max_docs)
+    judged = JudgedIndex.build(sub.qrels, sub.corpus.ids)
+    # The reference on the slice: its run vectors, re-searched over the sliced corpus.
+    q_rows = _rows(ds.queries.ids, sub.queries.ids)
+    d_rows = _rows(ds.corpus.ids, sub.corpus.ids)
+    ref_q, ref_d = reference.query_vectors[q_rows], reference.doc_vectors[d_rows]
+    ref_ranking = search(ref_q, ref_d, doc_ids=list(sub.corpus.ids),
+                         query_ids=list(sub.queries.ids), depth=depth)
+    ref_values = evaluate_qrels(ref_ranking, judged, parse_measures(recipe.metrics))
+    ref_name = stored_name(recipe.reference.name, "slice")
+    folder.write_per_query(sub.name, ref_name,
+                           PerQuery(ref_values.query_ids, dict(ref_values.values)))
+    slice_reference = {sub.name: ReferenceState(ref_ranking, ref_q, ref_d)}
+
+    # Always keyed by composition here, even for a variant declared invariant and named
+    # explicitly: each composition must really be computed, never read from another's.
+    key = dict(cache_composition(variant) or {"backend": variant.backend})
+    entries, stacks = [], []
+    doc_texts = sub.corpus.texts_for_encoding(recipe.title_separator)
+    for comp in compositions(opts, int(options["batch_tokens"])):
+        t0 = time.perf_counter()
+        if comp.id == "as-run":
+            docs = Encoded(run_docs.vectors[d_rows], run_docs.stats)
+            queries = Encoded(run_queries.vectors[q_rows], run_queries.stats)
+        else:
+            kwargs = {**options, "batch_tokens": comp.batch_tokens,
+                      "shuffle_seed": comp.shuffle_seed, "composition": key}
+            docs = encode_texts(encoder, doc_texts, role="document", progress=show_progress,
+                                **kwargs)
+            queries = encode_texts(encoder, list(sub.queries.texts), role="query",
+                                   progress=show_progress, **kwargs)
+        name = stored_name(variant.name, comp.id)
+        record = VariantRecord(name=name, role="candidate", description={},
+                               settings=encoder.settings)
+        _score_dataset(recipe, variant.model_copy(update={"name": name}), "candidate", sub,
+                       docs, queries, depth, folder, slice_reference, judged, record)
+        scored = record.datasets[sub.name]
+        entries.append({**comp.as_dict(), "stored_as": name,
+                        "seconds": time.perf_counter() - t0,
+                        "reused_from_run": comp.id == "as-run",
+                        "computed_texts": 0 if comp.id == "as-run" else
+                        docs.stats.n_computed + queries.stats.n_computed,
+                        "vectors": scored.get("vectors")})
+        stacks.append(np.vstack([queries.vectors, docs.vectors]))
+    return {
+        "dependence": declared_dependence(variant).as_dict(),
+        "slice": {"max_queries": opts.max_queries, "max_docs": opts.max_docs,
+                  "queries": len(sub.queries), "documents": len(sub.corpus)},
+        "reference_stored_as": ref_name,
+        "compositions": entries,
+        "between_compositions": between_compositions(stacks),
+        "seconds": time.perf_counter() - began,
+    }
+
+
+def _rows(all_ids: Sequence[str], kept: Sequence[str]) -> np.ndarray:
+    position = {x: i for i, x in enumerate(all_ids)}
+    return np.asarray([position[x] for x in kept], dtype=np.int64)
+
+
+def between_compositions(stacks: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Per text, the lowest cosine between any two compositions' vectors of it; then the
+    mean, 1st percentile and minimum of that over texts, and the largest component
+    difference (the figure the declarations' tolerance speaks of)."""
+    if len(stacks) < 2 or not len(stacks[0]):
+        return {"texts": len(stacks[0]) if stacks else 0, "compositions": len(stacks),
+                "cosine": None, "max_abs_diff": None, "bit_identical": None}
+    unit = [s / np.maximum(np.linalg.norm(s, axis=1, keepdims=True), 1e-12)
+            for s in (np.asarray(x, dtype=np.float64) for x in stacks)]
+    lowest = np.full(len(unit[0]), np.inf)
+    max_abs = 0.0
+    for i in range(len(unit)):
+        for j in range(i + 1, len(unit)):
+            lowest = np.minimum(lowest, np.einsum("ij,ij->i", unit[i], unit[j]))
+            max_abs = max(max_abs, float(np.max(np.abs(stacks[i] - stacks[j]))))
+    return {"texts": len(lowest), "compositions": len(stacks),
+            "cosine": {"mean": float(lowest.mean()), "p1": float(np.percentile(lowest, 1)),
+                       "min": float(lowest.min())},
+            "max_abs_diff": max_abs,
+            "bit_identical": all(np.array_equal(stacks[0], s) for s in stacks[1:])}
+
+
+def apply_sensitivity(
+    recipe: Recipe, specs: Sequence[GateSpec], gate: VariantGate, measured_entry: Mapping[str, Any],
+    folder: RunFolder, dataset: str, variant: str,
+) -> tuple[dict[str, Any], VariantGate, str]:
+    """Gate every composition from stored values; returns the summary section, the
+    variant's gate on this dataset (worst composition under ``verdict: worst``) and the
+    sentence the summary's warnings carry."""
+    from evalq.decide.gate import VariantGate, decide_gates
+
+    opts = recipe.batch_sensitivity
+    rule = opts.verdict if opts is not None else "worst"
+    ref_values = folder.read_per_query(dataset, measured_entry["reference_stored_as"])
+    rows, extra_checks, failing, undecided = [], [], [], []
+    metric_values: dict[str, list[float]] = {}
+    gated = {s.metric for s in specs}
+    for comp in measured_entry["compositions"]:
+        values = folder.read_per_query(dataset, comp["stored_as"])
+        per_text = folder.read_per_text(dataset, comp["stored_as"])
+        cosines = np.array([np.nan if v is None else v
+                            for part in ("query", "document")
+                            for v in per_text.get(part, {}).values()], dtype=np.float64)
+        comp_gate = decide_gates(specs, values, ref_values, extra_values={"cosine": cosines},
+                                 resamples=recipe.stats.resamples, seed=recipe.stats.seed)
+        metrics: dict[str, Any] = {}
+        for name in [*recipe.metrics, *(m for m in recipe.reference_metrics if m in gated)]:
+            column = _column(values, name)
+            if column is None:
+                continue
+            mean = float(np.nanmean(column)) if len(column) else float("nan")
+            entry: dict[str, Any] = {"value": mean}
+            ref_column = _column(ref_values, name)
+            if ref_column is not None and len(ref_column) == len(column):
+                entry["delta"] = float(np.mean(column - ref_column))
+            metrics[name] = entry
+            metric_values.setdefault(name, []).append(entry.get("delta", mean))
+        verdict = _worst_verdict(comp_gate)
+        rows.append({"id": comp["id"], "batch_tokens": comp["batch_tokens"],
+                     "shuffle_seed": comp["shuffle_seed"], "passed": comp_gate.passed,
+                     "verdict": verdict,
+                     "verdicts": {c.gate: c.verdict for c in comp_gate.checks},
+                     "metrics": metrics, "vectors": comp.get("vectors"),
+                     "seconds": comp.get("seconds")})
+        if verdict == "fail":
+            failing.append(comp["id"])
+        elif verdict == "inconclusive":
+            undecided.append(comp["id"])
+        extra_checks += [dataclasses.replace(
+            c, gate=f"{c.gate} [batch composition {comp['id']} on "
+                    f"{measured_entry['slice']['queries']} queries]") for c in comp_gate.checks]
+    spread = {name: {"min": min(v), "max": max(v), "range": max(v) - min(v),
+                     "of": "delta vs reference" if name in recipe.metrics else "value"}
+              for name, v in metric_values.items() if name in gated and v}
+    worst = failing[0] if failing else (undecided[0] if undecided else None)
+    passed_all = not failing and not undecided
+    if rule == "worst":
+        combined = VariantGate(gate.passed and passed_all, (*gate.checks, *extra_checks))
+    else:
+        combined = gate
+    dependence = measured_entry.get("dependence", {})
+    between = measured_entry.get("between_compositions", {})
+    cos = between.get("cosine") or {}
+    note = (f"{variant} on {dataset} is {dependence.get('level', 'batch-dependent')} on batch "
+            f"composition: per-text cosine between {between.get('compositions')} compositions "
+            f"mean {cos.get('mean', float('nan')):.6f}, min {cos.get('min', float('nan')):.6f}; "
+            + ("its verdict is its worst composition's" + _outcome_clause(failing, undecided)
+               if rule == "worst" else "gated as run only (batch_sensitivity.verdict: as-run)"))
+    section = {
+        "dependence": dependence,
+        "verdict_rule": "worst composition" if rule == "worst" else "as run",
+        "passed_as_run": gate.passed,
+        "passed_every_composition": passed_all,
+        "failing_compositions": failing,
+        "inconclusive_compositions": undecided,
+        "worst_composition": worst,
+        "slice": measured_entry.get("slice"),
+        "between_compositions": between,
+        "metric_range": spread,
+        "compositions": rows,
+        "extra_seconds": measured_entry.get("seconds"),
+    }
+    return section, combined, note
+
+
+def _worst_verdict(gate: VariantGate) -> str:
+    """A composition's verdict is its worst check's: a slice too small to decide a gate is
+    *inconclusive* there, not failed (the console said FAIL for it before)."""
+    verdicts = {c.verdict for c in gate.checks}
+    return next((v for v in ("fail", "inconclusive") if v in verdicts), "pass")
+
+
+def _outcome_clause(failing: Sequence[str], undecided: Sequence[str]) -> str:
+    parts = [f"fails under {', '.join(failing)}"] if failing else []
+    parts += [f"inconclusive under {', '.join(undecided)}"] if undecided else []
+    return f" ({'; '.join(parts)})" if parts else " (passes under all)"
+
+
+def _column(values: Any, name: str) -> np.ndarray | None:
+    from evalq.measure.registry import parse_measure
+
+    if name in values.values:
+        return np.asarray(values.values[name], dtype=np.float64)
+    key = parse_measure(name).name
+    return np.asarray(values.values[key], dtype=np.float64) if key in values.values else None
+
+
+def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
+    """The console view of each measured candidate's spread (from the summary only)."""
+    out = file or sys.stdout
+    for ds_name, ds in summary.get("datasets", {}).items():
+        for name, entry in ds.get("variants", {}).items():
+            section = entry.get("batch_sensitivity")
+            if not section:
+                continue
+            cos = (section.get("between_compositions") or {}).get("cosine") or {}
+            print(f"\nbatch sensitivity {name} on {ds_name} ({section['dependence'].get('level')},"
+                  f" {section['slice']['queries']} queries x {section['slice']['documents']} "
+                  f"docs, +{section.get('extra_seconds') or 0:.0f} s): cosine between "
+                  f"compositions mean {cos.get('mean', float('nan')):.6f} "
+                  f"p1 {cos.get('p1', float('nan')):.6f} min {cos.get('min', float('nan')):.6f}",
+                  file=out)
+            for row in section["compositions"]:
+                cells = "  ".join(
+                    f"{m} {v['delta']:+.4f}" if "delta" in v else f"{m} {v['value']:.4f}"
+                    for m, v in row["metrics"].items())
+                verdict = row.get("verdict") or ("pass" if row["passed"] else "fail")
+                mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
+                print(f"  {row['id']:>14s}  {mark:<12s}  {cells}", file=out)
+            for m, r in section["metric_range"].items():
+                print(f"  range of {m} ({r['of']}) across compositions: {r['range']:.4f} "
+                      f"[{r['min']:+.4f}, {r['max']:+.4f}]", file=out)
+            clause = _outcome_clause(section["failing_compositions"],
+                                     section.get("inconclusive_compositions", []))
+            print(f"  verdict: {section['verdict_rule']}"
+                  + ("" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"),
+                  file=out)

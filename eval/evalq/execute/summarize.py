@@ -1,0 +1,233 @@
+"""From stored per-query values to the summary: aggregates, paired statistics, gates.
+
+``build_summary`` reads the per-query values back from the results folder rather than
+taking them from memory, so ``evalq gate RESULTS_DIR`` (which calls the same function on a
+finished folder) re-decides exactly what ``evalq run`` decided: one code path, seeded
+resampling, values stored at full precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from evalq.core.values import PerQuery
+from evalq.decide import intervals, stats
+from evalq.decide.gate import (
+    GateCheck,
+    GateSpec,
+    VariantGate,
+    decide_gates,
+    decide_pooled,
+    gate_spec,
+    paired_values,
+)
+from evalq.execute.sensitivity import apply_sensitivity
+from evalq.measure.registry import parse_measure
+from evalq.recipe.schema import GateConfig, Recipe
+from evalq.results.folder import RunFolder
+
+
+def _mean_entry(values: np.ndarray, recipe: Recipe) -> dict[str, Any]:
+    ci = stats.bootstrap_mean_ci(values, recipe.stats.confidence, recipe.stats.resamples,
+                                 recipe.stats.seed)
+    return {"value": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
+
+
+def _paired_entry(cand: np.ndarray, ref: np.ndarray, recipe: Recipe,
+                  confidence: float) -> dict[str, Any]:
+    """Δ vs the reference with the interval a gate on this measure uses (its confidence,
+    the recipe's method), so the table and the verdict show the same interval."""
+
+    s = recipe.stats
+    if s.method == intervals.HISTORICAL_METHOD:
+        diff = stats.paired_bootstrap(cand, ref, confidence, s.resamples, s.seed)
+        delta, low, high = diff.delta, diff.ci_low, diff.ci_high
+    else:
+        iv = intervals.interval(cand - ref, s.method, confidence, s.resamples, s.seed)
+        delta, low, high = iv.estimate, iv.low, iv.high
+    p_value = stats.randomization_test(cand, ref, s.resamples, s.seed)
+    alpha = (1 - confidence) / 2
+    return {"delta": delta, "ci_low": low, "ci_high": high, "confidence": confidence,
+            "method": s.method, "p_value": p_value,
+            "mde": stats.minimum_detectable_effect(cand - ref, alpha) if len(cand) > 1 else None}
+
+
+def _entry_confidence(specs: list[tuple[GateConfig, GateSpec]], metric: str, variant: str,
+                      default: float) -> float:
+    """The confidence of the first allowed-drop gate on ``metric`` for ``variant``."""
+    for cfg, spec in specs:
+        if spec.max_drop is not None and _name(spec.metric) == _name(metric) and (
+                cfg.variants is None or variant in cfg.variants):
+            return spec.confidence
+    return default
+
+
+def _settings_warnings(variants: Mapping[str, Mapping[str, Any]], reference: str) -> tuple[
+        list[str], dict[str, dict[str, Any]]]:
+    """Mismatched encoding settings are the usual cause of "quantization broke retrieval"."""
+    ref_settings = variants[reference]["settings"]
+    warnings, differ = [], {}
+    for name, info in variants.items():
+        if name == reference:
+            continue
+        diff = {k: {"variant": v, "reference": ref_settings.get(k)}
+                for k, v in info["settings"].items() if ref_settings.get(k) != v}
+        if diff:
+            differ[name] = diff
+            listed = ", ".join(f"{k} {d['variant']!r} vs {d['reference']!r}"
+                               for k, d in diff.items())
+            warnings.append(f"{name} differs from {reference} in encoding settings other than "
+                            f"quantization ({listed}): its differences are not the "
+                            "quantization's alone")
+    return warnings, differ
+
+
+def _text_cosines(folder: RunFolder, dataset: str, variant: str) -> np.ndarray:
+    per_text = folder.read_per_text(dataset, variant)
+    values = [*per_text.get("query", {}).values(), *per_text.get("document", {}).values()]
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _parity_check(info: Mapping[str, Any]) -> GateCheck | None:
+    parity = info.get("parity") or {}
+    if not parity.get("checked"):
+        return None
+    passed = bool(parity.get("passed"))
+    return GateCheck(
+        gate="parity preflight (float32, same texts)",
+        passed=passed,
+        verdict="pass" if passed else "fail",
+        reason=(f"cosine vs reference min {parity['cosine_min']:.6f}, mean "
+                f"{parity['cosine_mean']:.6f} (required >= {parity['min_cosine']})"
+                + ("" if passed else "; compare pooling, normalization, truncation and "
+                   "prefixes between the backends")),
+        figures={"cosine_min": parity["cosine_min"], "cosine_mean": parity["cosine_mean"]},
+    )
+
+
+def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
+                  folder: RunFolder) -> tuple[dict[str, Any], dict[str, VariantGate]]:
+    """``variants``: the manifest's per-variant entries (role, settings, backend, timings,
+    parity, datasets), reference first.
+
+    Gates with ``over: per_dataset`` are decided on each dataset (labels end in
+    ``on <dataset>``); ``over: pooled`` gates once per variant over all datasets. The
+    parity preflight is one check per variant, whatever the number of datasets.
+    """
+    reference = recipe.reference.name
+    warnings, settings_differ = _settings_warnings(variants, reference)
+    specs = [(cfg, gate_spec(cfg, recipe.stats.confidence, recipe.stats))
+             for cfg in recipe.gates]
+    metric_names = list(recipe.metrics)
+    datasets: dict[str, Any] = {}
+    checks: dict[str, list[GateCheck]] = {}
+    suite_checks: dict[str, list[GateCheck]] = {}
+    pooled_pairs: dict[tuple[str, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    for name, info in variants.items():
+        if name != reference:
+            parity = _parity_check(info)
+            checks[name] = []
+            suite_checks[name] = [] if parity is None else [parity]
+    for ds_name in variants[reference]["datasets"]:
+        ref_values = folder.read_per_query(ds_name, reference)
+        ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
+        for name, info in variants.items():
+            role = info["role"]
+            ds_info = info["datasets"].get(ds_name, {})
+            ds_entry["documents"] = ds_info.get("documents", ds_entry.get("documents"))
+            values = ref_values if name == reference else folder.read_per_query(ds_name, name)
+            entry: dict[str, Any] = {"role": role, "metrics": {}}
+            for m in metric_names:
+                cand = _column(values, m)
+                entry["metrics"][m] = _mean_entry(cand, recipe)
+                if name != reference:
+                    entry["metrics"][m]["vs_reference"] = _paired_entry(
+                        cand, _column(ref_values, m), recipe,
+                        _entry_confidence(specs, m, name, recipe.stats.confidence))
+            if name != reference:
+                entry["reference_metrics"] = {
+                    m: _mean_entry(_column(values, m), recipe)
+                    for m in recipe.reference_metrics
+                }
+                entry["vectors"] = ds_info.get("vectors")
+                mine = [(i, s) for i, (c, s) in enumerate(specs)
+                        if c.variants is None or name in c.variants]
+                gate = decide_gates(
+                    [s for _, s in mine if s.over == "per_dataset"], values, ref_values,
+                    extra_values={"cosine": _text_cosines(folder, ds_name, name)},
+                    resamples=recipe.stats.resamples, seed=recipe.stats.seed)
+                if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
+
+                    entry["batch_sensitivity"], gate, note = apply_sensitivity(
+                        recipe, [s for _, s in mine if s.over == "per_dataset"], gate,
+                        ds_info["batch_sensitivity"], folder, ds_name, name)
+                    warnings.append(note)
+                gate = VariantGate(gate.passed, tuple(
+                    GateCheck(f"{c.gate} on {ds_name}", c.passed, c.verdict, c.reason,
+                              {**c.figures, "dataset": ds_name}) for c in gate.checks))
+                entry["gate"] = gate.to_dict()
+                checks[name].extend(gate.checks)
+                for i, s in mine:
+                    if s.over == "pooled":
+                        cand, ref = _pooled_pair(s, values, ref_values)
+                        pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
+            entry["encode"] = ds_info.get("encode", {})
+            entry["index"] = ds_info.get("index")
+            ds_entry["variants"][name] = entry
+        datasets[ds_name] = ds_entry
+    for (name, i), pairs in pooled_pairs.items():
+        suite_checks[name].append(decide_pooled(specs[i][1], pairs,
+                                                resamples=recipe.stats.resamples,
+                                                seed=recipe.stats.seed))
+    verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *found)),
+                                  (*suite_checks[name], *found))
+                for name, found in checks.items()}
+    summary_variants = {}
+    for name, info in variants.items():
+        backend = info.get("backend", {})
+        quant = backend.get("quantization") or {}
+        summary_variants[name] = {
+            "role": info["role"],
+            "passed": verdicts[name].passed if name in verdicts else None,
+            "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
+            "settings_differ": settings_differ.get(name),
+            **{k: info.get("timings", {}).get(k)
+               for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
+                         "peak_rss_method")},
+        }
+        if name in suite_checks:
+            # Checks that belong to the variant, not to one dataset: parity, pooled gates.
+            summary_variants[name]["suite_checks"] = [c.to_dict() for c in suite_checks[name]]
+    return {
+        "recipe": recipe.name,
+        "reference": reference,
+        "passed": all(v.passed for v in verdicts.values()),
+        "failed_gates": [f"{name}: {c.gate} ({c.verdict})" for name, v in verdicts.items()
+                         for c in v.checks if not c.passed],
+        "stats": {"method": recipe.stats.method, "min_nonzero": recipe.stats.min_nonzero,
+                  "confidence": recipe.stats.confidence, "resamples": recipe.stats.resamples,
+                  "seed": recipe.stats.seed},
+        "suite": {"datasets": list(datasets),
+                  "gates": [{"gate": s.label, "over": s.over} for _, s in specs]},
+        "datasets": datasets,
+        "variants": summary_variants,
+        "warnings": warnings,
+    }, verdicts
+
+
+def _pooled_pair(spec: GateSpec, values: PerQuery, ref_values: PerQuery
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    return paired_values(spec, values, ref_values)
+
+
+def _name(metric: str) -> str:
+    return parse_measure(metric).name
+
+
+def _column(values: PerQuery, name: str) -> np.ndarray:
+    if name in values.values:
+        return np.asarray(values.values[name], dtype=np.float64)
+    return np.asarray(values.values[parse_measure(name).name], dtype=np.float64)

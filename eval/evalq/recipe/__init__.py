@@ -1,0 +1,1 @@
+"""recipe: see DESIGN.md for what this part owns."""

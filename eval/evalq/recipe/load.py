@@ -1,0 +1,162 @@
+"""The recipe's ``load:`` and ``capacity:`` sections, validated and typed.
+
+They hang off :class:`evalq.recipe.schema.Recipe` as two optional fields, so a recipe without
+them is unchanged and ``evalq validate`` checks them like every other key (unknown keys
+are errors with a did-you-mean). What needs the rest of the recipe (a variant name that
+exists, a URL on loopback, a rerank route) is checked by :func:`evalq.execute.load.plan.plan_load`
+before any server starts.
+
+This module imports nothing of evalq, so ``evalq.recipe.schema`` can import it.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from evalq.core.options import StrictOptions
+
+
+def _ascending(values: list[float] | list[int], what: str) -> None:
+    if any(b <= a for a, b in pairwise(values)):
+        raise ValueError(f"{what} must be strictly ascending (the sweep stops at the first "
+                         f"step that breaks the SLO), got {values}")
+
+
+class OpenLoop(StrictOptions):
+    """Poisson arrivals at each rate in turn (requests/s): queueing shows, the generator
+    never waits for the server."""
+
+    rates: list[float] = Field(min_length=1)
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, value: list[float]) -> list[float]:
+        if any(r <= 0 for r in value):
+            raise ValueError(f"rates must be positive requests/s, got {value}")
+        _ascending(value, "rates")
+        return value
+
+
+class ClosedLoop(StrictOptions):
+    """A fixed number of clients, each sending its next request when the last answered."""
+
+    concurrency: list[int] = Field(min_length=1)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency(cls, value: list[int]) -> list[int]:
+        if any(c < 1 for c in value):
+            raise ValueError(f"concurrency values must be at least 1, got {value}")
+        _ascending(value, "concurrency")
+        return value
+
+
+WorkloadKind = Literal["query", "ingest", "rerank"]
+
+
+class Workload(StrictOptions):
+    """One traffic shape: what a request carries and how the sweep offers it."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    kind: WorkloadKind
+    slo_p99_ms: float = Field(gt=0)
+    open_loop: OpenLoop | None = None
+    closed_loop: ClosedLoop | None = None
+    # ingest: texts per request, each swept in turn
+    batch_sizes: list[int] | None = None
+    # rerank: candidates per request, and the route that scores them
+    depth: int | None = Field(default=None, ge=1)
+    endpoint: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Workload:
+        if (self.open_loop is None) == (self.closed_loop is None):
+            raise ValueError(f"workload '{self.name}' needs exactly one of open_loop "
+                             "{rates: [...]} or closed_loop {concurrency: [...]}")
+        if self.kind == "ingest":
+            if not self.batch_sizes:
+                raise ValueError(f"ingest workload '{self.name}' needs batch_sizes, e.g. [8, 32]")
+            if any(b < 1 for b in self.batch_sizes):
+                raise ValueError(f"batch_sizes must be at least 1, got {self.batch_sizes}")
+        elif self.batch_sizes is not None:
+            raise ValueError("batch_sizes applies to ingest workloads only")
+        if self.kind == "rerank":
+            if self.depth is None:
+                raise ValueError(f"rerank workload '{self.name}' needs depth (candidates per "
+                                 "request, e.g. 50)")
+        elif self.depth is not None or self.endpoint is not None:
+            raise ValueError("depth and endpoint apply to rerank workloads only")
+        if self.endpoint is not None and not self.endpoint.startswith("/"):
+            raise ValueError(f"endpoint is a path on the server, e.g. /rerank; got "
+                             f"'{self.endpoint}'")
+        return self
+
+    @property
+    def mode(self) -> Literal["open", "closed"]:
+        return "open" if self.open_loop is not None else "closed"
+
+    @property
+    def levels(self) -> list[float]:
+        if self.open_loop is not None:
+            return list(self.open_loop.rates)
+        assert self.closed_loop is not None
+        return [float(c) for c in self.closed_loop.concurrency]
+
+
+class Launch(StrictOptions):
+    """A server evalq starts for an ``openai`` / ``tei`` variant (e.g. Infinity) and stops
+    afterwards. ``{model_path}``, ``{port}`` and ``{host}`` in the command are filled from
+    the variant (its model folder and its ``http.url``)."""
+
+    command: list[str] = Field(min_length=1)
+    health: str = "/health"
+    startup_timeout_s: float = Field(default=300, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LoadSection(StrictOptions):
+    """``load:`` — how ``evalq load`` drives the served variants."""
+
+    workloads: list[Workload] = Field(min_length=1)
+    variants: list[str] | None = None  # default: every variant served over HTTP
+    launch: dict[str, Launch] = Field(default_factory=dict)
+    warmup_s: float = Field(default=2.0, ge=0)
+    duration_s: float = Field(default=10.0, gt=0)
+    max_requests: int = Field(default=2000, ge=1)
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_in_flight: int = Field(default=512, ge=1)
+    error_budget: float = Field(default=0.01, ge=0, le=1)
+    stop_on_break: bool = True
+    parity: bool = True
+    seed: int = 0
+    allow_hosts: list[str] = Field(default_factory=list)  # non-loopback hosts, named explicitly
+
+    @model_validator(mode="after")
+    def _unique(self) -> LoadSection:
+        names = [w.name for w in self.workloads]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"workload names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+
+class CapacitySection(StrictOptions):
+    """``capacity:`` — the demand a deployment must carry, and what a replica costs."""
+
+    target_qps: float = Field(gt=0)
+    rerank_depth: int | None = Field(default=None, ge=1)
+    ingest_docs_per_day: float | None = Field(default=None, ge=0)
+    # dollars per replica-hour: one price, or per variant with an optional "default"
+    dollars_per_replica_hour: float | dict[str, float] = 1.0
+    headroom: float = Field(default=0.8, gt=0, le=1)  # run replicas at most this busy
+    min_replicas: int = Field(default=1, ge=1)
+
+    def price(self, variant: str) -> float | None:
+        prices = self.dollars_per_replica_hour
+        if isinstance(prices, int | float):
+            return float(prices)
+        value = prices.get(variant, prices.get("default"))
+        return None if value is None else float(value)

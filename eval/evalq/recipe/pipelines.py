@@ -1,0 +1,296 @@
+"""Two-stage pipelines in a recipe: a first stage, depths, a reranker and their variants.
+
+```yaml
+pipelines:
+  - name: bm25-ce
+    first_stage: {kind: bm25, bm25: {k1: 1.2, b: 0.75, stemmer: english}}
+    depths: [20, 50]                    # candidates reranked per query; several allowed
+    cutoff: 10                          # what the pipeline returns
+    reranker:
+      model: "fixture:minilm-cross-encoder"
+      kind: cross-encoder               # or bi-encoder (cosine of an embedding model)
+      activation: sigmoid               # sigmoid | none | softmax (+ label)
+      reference: {name: fp32}
+      candidates: [{name: bf16, dtype: bfloat16}]
+  - name: dense-ce
+    first_stage: {kind: dense, reference: fp32, candidates: [dyn-int8]}   # recipe variants
+    ...
+```
+
+Each pipeline runs its reference (first-stage reference → reranker reference) and the
+combinations of their variants, so a change can be attributed to the retriever, the
+reranker, or their interaction. The models here are checked on their own; the checks that
+need the whole recipe (dense variants that exist, measures that parse) are in
+:func:`check_pipelines`, which ``config`` calls after parsing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from evalq.core.errors import InputError
+from evalq.core.options import StrictOptions
+from evalq.engines.quantize import METHODS
+from evalq.engines.registry import (
+    BACKENDS,
+    allowed_backend,
+    backend_enum,
+    options_misplaced,
+    reranker_backend,
+)
+from evalq.engines.rerank_http import RerankHttpOptions
+from evalq.engines.vllm_rerank import RerankVllmOptions
+from evalq.measure.registry import parse_measure
+from evalq.retrieve.options import Bm25Options
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from evalq.recipe.schema import Recipe
+    from evalq.recipe.yamlsource import KeyPath, Located
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._\-]*$"
+
+
+class FirstStageSpec(StrictOptions):
+    kind: Literal["bm25", "dense", "run"]
+    name: str | None = Field(default=None, pattern=_NAME)
+    bm25: Bm25Options | None = None
+    # dense: names of the recipe's (embedding) variants; the reference defaults to the
+    # recipe's reference. Their rankings are the ones `evalq run` already searched.
+    reference: str | None = None
+    candidates: list[str] = Field(default_factory=list)
+    run: str | None = None  # kind run: a TREC run file (relative to the recipe)
+
+    @model_validator(mode="after")
+    def _options(self) -> FirstStageSpec:
+        if self.kind != "bm25" and self.bm25 is not None:
+            raise ValueError("'bm25' options apply to first_stage kind bm25 only")
+        if self.kind == "run" and not self.run:
+            raise ValueError("first_stage kind run needs 'run: path/to/run.trec'")
+        if self.kind != "run" and self.run is not None:
+            raise ValueError("'run' applies to first_stage kind run only")
+        if self.kind != "dense" and (self.reference is not None or self.candidates):
+            raise ValueError("'reference' and 'candidates' name dense variants: "
+                             "first_stage kind dense only")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.kind
+
+
+class RerankerVariant(StrictOptions):
+    name: str = Field(pattern=_NAME)
+    # a registered reranker backend (backends/registry.py); the schema lists them
+    backend: str = Field(default="inprocess", json_schema_extra=backend_enum("reranker"))
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    model: str | None = None  # another checkpoint of the same reranker
+    quantization: dict[str, Any] | None = None
+    batch_tokens: int | None = Field(default=None, ge=16)
+    http: RerankHttpOptions | None = None
+    vllm: RerankVllmOptions | None = None
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _registered_backend(cls, value: Any) -> str:
+        return allowed_backend("reranker", value)
+
+    @model_validator(mode="after")
+    def _backend_options(self) -> RerankerVariant:
+        wrong = options_misplaced("reranker", self.backend,
+                                  {key: getattr(self, key, None)
+                                   for key in BACKENDS.option_keys("reranker")})
+        if wrong:
+            raise ValueError(wrong)
+        if self.quantization is not None and not isinstance(self.quantization.get("method"),
+                                                            str):
+            raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
+        return self
+
+
+class RerankerSpec(StrictOptions):
+    model: str  # folder | pkg:<module> | fixture:minilm-cross-encoder | cached HF id
+    kind: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
+    activation: Literal["sigmoid", "none", "softmax"] = "sigmoid"
+    label: int = Field(default=0, ge=0)
+    max_length: int | None = Field(default=None, ge=8)
+    truncation: Literal["longest_first", "only_second"] = "longest_first"
+    reference: RerankerVariant = RerankerVariant(name="fp32")
+    candidates: list[RerankerVariant] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> RerankerSpec:
+        names = [self.reference.name, *(c.name for c in self.candidates)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reranker variant names must be unique: {', '.join(names)}")
+        if self.kind == "bi-encoder" and self.activation != "sigmoid":
+            raise ValueError("a bi-encoder scores by cosine; 'activation' applies to "
+                             "cross-encoders only")
+        return self
+
+    @property
+    def variants(self) -> list[RerankerVariant]:
+        return [self.reference, *self.candidates]
+
+
+class PipelineGate(StrictOptions):
+    """A gate on one stage of a pipeline or on the whole of it.
+
+    ``stage: pipeline`` applies to every candidate combination, ``retriever`` to the
+    retriever-only ones (quantized first stage, reference reranker), ``reranker`` to the
+    reranker-only ones (where the fidelity measures live, ``against: reranker``).
+    """
+
+    metric: str
+    against: Literal["qrels", "reference", "reranker"] = "qrels"
+    stage: Literal["pipeline", "retriever", "reranker"] = "pipeline"
+    depth: int | None = Field(default=None, ge=1)  # default: every depth
+    max_drop: str | float | None = None
+    min: float | None = None
+    stat: Literal["mean", "p1", "min"] = "mean"
+    confidence: float | None = Field(default=None, gt=0.5, lt=1)
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> PipelineGate:
+        if (self.max_drop is None) == (self.min is None):
+            raise ValueError("a gate needs exactly one of 'max_drop' (e.g. 1% or 0.01) or 'min'")
+        if self.against != "qrels" and self.max_drop is not None:
+            raise ValueError(f"a measure against the {self.against} has no reference value to "
+                             "drop from; use min: (a floor)")
+        return self
+
+
+class PipelineSpec(StrictOptions):
+    name: str = Field(pattern=_NAME)
+    first_stage: FirstStageSpec
+    depths: list[int] = Field(default_factory=lambda: [50], min_length=1)
+    cutoff: int = Field(default=10, ge=1)
+    reranker: RerankerSpec
+    metrics: list[str] = Field(default_factory=lambda: ["nDCG@10", "RR@10"])
+    reference_metrics: list[str] = Field(default_factory=lambda: ["overlap@10"])
+    fidelity_metrics: list[str] = Field(default_factory=lambda: [
+        "score_tau", "score_spearman", "rerank_overlap@10", "abs_delta", "abs_delta_p99",
+        "score_shift", "tie_rate"])
+    gates: list[PipelineGate] = Field(default_factory=list)
+    cache_chunk: int = Field(default=512, ge=1)  # pairs per score-cache commit
+
+    @model_validator(mode="after")
+    def _depths(self) -> PipelineSpec:
+        if any(d < 1 for d in self.depths):
+            raise ValueError(f"depths must be >= 1 (got {self.depths}): a depth is how many "
+                             "first-stage candidates the reranker reads per query")
+        if len(set(self.depths)) != len(self.depths):
+            raise ValueError(f"depths repeat a value: {self.depths}")
+        if self.cutoff > min(self.depths):
+            raise ValueError(f"cutoff {self.cutoff} exceeds the smallest depth "
+                             f"{min(self.depths)}: the pipeline cannot return more than it "
+                             "reranked")
+        for gate in self.gates:
+            if gate.depth is not None and gate.depth not in self.depths:
+                raise ValueError(f"gate depth {gate.depth} is not one of depths {self.depths}")
+        return self
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+
+def check_pipelines(recipe: Recipe, located: Located, file: Path) -> None:
+    """What needs the whole recipe: dense variants exist, measures parse and are measured
+    against what the pipeline fields say, names are unique."""
+
+    variants = {v.name for v in recipe.variants}
+    names = [p.name for p in recipe.pipelines]
+
+    def fail(path: KeyPath, message: str, fix: str) -> InputError:
+        where_file, line = located.where(path)
+        return InputError(message=message, file=where_file or file, line=line,
+                          field=".".join(map(str, path)), fix=fix)
+
+    if len(set(names)) != len(names):
+        raise fail(("pipelines",), f"pipeline names repeat: {', '.join(names)}",
+                   "give every pipeline its own name")
+    for i, spec in enumerate(recipe.pipelines):
+        base: KeyPath = ("pipelines", i)
+        fs = spec.first_stage
+        if fs.kind == "dense":
+            for j, name in enumerate([fs.reference, *fs.candidates]):
+                if name is not None and name not in variants:
+                    key: KeyPath = (*base, "first_stage",
+                                    *(("reference",) if j == 0 else ("candidates", j - 1)))
+                    raise fail(key, f"dense first stage names unknown variant '{name}'",
+                               f"use one of the recipe's variants: {', '.join(sorted(variants))}")
+        _check_reranker_methods(spec, base, fail)
+        for field_name, against in (("metrics", "qrels"), ("reference_metrics", "reference"),
+                                    ("fidelity_metrics", "reranker")):
+            for j, text in enumerate(getattr(spec, field_name)):
+                path = (*base, field_name, j)
+                try:
+                    measure = parse_measure(text)
+                except InputError as exc:
+                    raise fail(path, exc.message, exc.fix or "") from None
+                if measure.against != against:
+                    raise fail(path, f"'{text}' is measured against {measure.against}, not "
+                               f"{against}", f"move it to the list for {measure.against}")
+        for j, gate in enumerate(spec.gates):
+            path = (*base, "gates", j, "metric")
+            try:
+                measure = parse_measure(gate.metric)
+            except InputError as exc:
+                raise fail(path, exc.message, exc.fix or "") from None
+            if measure.against != gate.against:
+                raise fail(path, f"'{gate.metric}' is measured against {measure.against}",
+                           f"write against: {measure.against}")
+            if not measure.higher_is_better:
+                raise fail(path, f"{measure.name} is better when lower; gates take floors on "
+                           "measures where higher is better", "gate score_tau, score_spearman "
+                           "or rerank_overlap@k instead (the drift figures are reported)")
+            if gate.against == "reranker" and gate.stage != "reranker":
+                raise fail((*base, "gates", j, "stage"), "fidelity measures compare rerankers "
+                           "on identical candidate lists: they exist for stage reranker only",
+                           "write stage: reranker")
+            listed = {parse_measure(m).name for m in
+                      [*spec.metrics, *spec.reference_metrics, *spec.fidelity_metrics]}
+            if measure.name not in listed:
+                raise fail(path, f"gate on {measure.name}, which the pipeline does not measure",
+                           f"add {measure.name} to pipelines[{i}].{_list_for(gate.against)}")
+
+
+def _check_reranker_methods(spec: PipelineSpec, base: KeyPath,
+                            fail: Callable[[KeyPath, str, str], InputError]) -> None:
+    """A reranker variant's quantization method must be one its backend applies (the
+    methods declare their backends): bitsandbytes or torch dynamic int8 in-process,
+    ``w8a8-int8`` (a checkpoint vLLM loads) on vllm, nothing on a running server. Refused
+    at load time, before any model or first stage runs."""
+
+    for j, variant in enumerate(spec.reranker.variants):
+        if variant.quantization is None:
+            continue
+        where = ("reference",) if j == 0 else ("candidates", j - 1)
+        key: KeyPath = (*base, "reranker", *where, "quantization", "method")
+        method = variant.quantization["method"]
+        if method not in METHODS:
+            raise fail(key, f"unknown quantization method '{method}'",
+                       f"use one of: {', '.join(METHODS)}")
+        backends = METHODS[method].backends
+        if variant.backend in backends:
+            continue
+        ok = [m for m, s in METHODS.items() if variant.backend in s.backends and m != "dtype"]
+        fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
+               f"remove quantization: backend {variant.backend} scores on a running server, "
+               "whose quantization is chosen where it starts")
+        if reranker_backend(variant.backend).quantized_by == "engine":
+            fix += " (vLLM's own methods go in vllm: {quantization: ...})"
+        raise fail(key, f"reranker variant '{variant.name}': quantization method '{method}' "
+                   f"is applied by backend {' or '.join(backends)}, not {variant.backend}",
+                   f"{fix}; or set backend: {backends[0]}")
+
+
+def _list_for(against: str) -> str:
+    return {"qrels": "metrics", "reference": "reference_metrics",
+            "reranker": "fidelity_metrics"}[against]

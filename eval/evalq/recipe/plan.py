@@ -1,0 +1,484 @@
+"""Recipe -> plan: everything a run will do, resolved and checked before any model loads.
+
+A recipe that parses can still be impossible or pointless: a gate on a measure that is
+never computed, ``quantization:`` on a backend that cannot apply it, ``device: cuda`` on a
+CPU machine, gates with no candidate to judge, an output path that is a file. Without a
+plan the runner would find these one at a time, some only after the reference has
+encoded. :func:`build_plan` resolves every variant (model folder and weights fingerprint,
+encoding settings, backend, device and its capability, which quantization applies, which
+measures each gate needs, output folder, limits) and collects *every* problem, each an
+:class:`~evalq.core.errors.InputError` naming file, line, field and fix, raised together as
+one :class:`PlanError` (exit 2). ``evalq validate`` and ``evalq run`` call it first;
+``evalq plan`` prints it.
+
+What the plan reads is declared by the things it plans for: quantization methods say
+which backends and devices they apply to (``quantize.METHODS``), backends say which
+devices, dtypes and model kinds they serve (their specs in ``backends/registry.py``).
+Route probing of HTTP endpoints is not done here (the plan makes no network calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalq.core.errors import InputError
+from evalq.core.locations import dataset_search_dirs
+from evalq.core.weights import model_fingerprint
+from evalq.data.manifest import find_manifests
+from evalq.engines.capability import check_capability, detect_device
+from evalq.engines.modelinfo import ModelNotCachedError, resolve_model_path, resolve_settings
+from evalq.engines.quantize import METHODS
+from evalq.engines.registry import BACKENDS
+from evalq.engines.spec import SERVER_CACHE_KEY
+from evalq.measure.registry import parse_measure
+from evalq.recipe.schema import load_recipe_source
+from evalq.recipe.yamlsource import load_yaml
+
+
+class PlanError(InputError):
+    """Every problem the plan found, reported at once (exit 2)."""
+
+    def __init__(self, problems: Sequence[InputError]) -> None:
+        self.problems = list(problems)
+        super().__init__(message=f"{len(self.problems)} problem(s) in the recipe")
+
+    def __str__(self) -> str:
+        if len(self.problems) == 1:
+            return str(self.problems[0])
+        lines = [f"{len(self.problems)} problems, all found before anything loaded:"]
+        lines += [f"  {i}. {p}" for i, p in enumerate(self.problems, 1)]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    text: str  # e.g. "nDCG@10 vs qrels max_drop 1%"
+    measure: str
+    against: str
+    variants: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    name: str
+    role: str  # "reference" | "candidate"
+    backend: str
+    dtype: str
+    device: str  # resolved: "cpu" | "cuda" | "remote"
+    device_name: str
+    model_path: str | None
+    model_fingerprint: str | None
+    settings: dict[str, Any] | None
+    quantization: dict[str, Any] | None  # method + params, or None
+    vectors: str
+    endpoint: str | None
+    cached: str  # what keys this variant's cache chunks
+    gates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str
+    recipe_file: Path
+    datasets: tuple[str, ...]
+    variants: tuple[VariantPlan, ...]
+    metrics: tuple[str, ...]
+    reference_metrics: tuple[str, ...]
+    gates: tuple[GatePlan, ...]
+    output: Path
+    cache_dir: Path | None
+    limits: dict[str, Any] = field(default_factory=dict)
+    # Problems of this machine, not of the recipe (device, capability), when the plan was
+    # built with ``machine=False`` (``evalq validate`` of a GPU recipe on a laptop).
+    machine_notes: tuple[str, ...] = ()
+
+    def variant(self, name: str) -> VariantPlan:
+        return next(v for v in self.variants if v.name == name)
+
+
+class _Problems:
+    """Collects problems with their recipe lines."""
+
+    def __init__(self, file: Path, located: Any, machine: bool = True) -> None:
+        self.file, self.located, self.items = file, located, []
+        self.machine, self.notes = machine, []
+
+    def machine_problem(self, path: tuple[Any, ...], message: str, fix: str) -> None:
+        """A problem of this machine: an error for a run, a note for a validation."""
+        if self.machine:
+            self.add(path, message, fix)
+        else:
+            self.notes.append(f"{message} ({'.'.join(map(str, path))}; on this machine)")
+
+    def add(self, path: tuple[Any, ...], message: str, fix: str, field: str | None = None,
+            ) -> None:
+        where_file, line = (self.located.where(path) if self.located is not None
+                            else (None, None))
+        self.items.append(InputError(message=message, file=where_file or self.file, line=line,
+                                     field=field or ".".join(map(str, path)) or None,
+                                     fix=fix))
+
+    def add_error(self, path: tuple[Any, ...], exc: InputError, prefix: str = "") -> None:
+        where_file, line = (self.located.where(path) if self.located is not None
+                            else (None, None))
+        exc_field = exc.field or ""
+        dotted = ".".join(map(str, path))
+        self.items.append(InputError(
+            message=prefix + exc.message, file=exc.file or where_file or self.file,
+            line=exc.line or line,
+            field=(f"{dotted}.{exc_field}" if exc_field and not exc_field.startswith(dotted)
+                   else exc_field or dotted) or None,
+            fix=exc.fix))
+
+
+def _streamed_datasets(recipe: Any, path: Path) -> list[str]:
+    """Names of the recipe's datasets with ``stream:`` (inline, or in the manifest a name
+    resolves to; a name that resolves to nothing is the dataset loader's to report)."""
+
+    manifests: dict[str, Any] | None = None
+    names = []
+    for entry in recipe.datasets:
+        if isinstance(entry, dict):
+            if entry.get("stream") is not None:
+                names.append(str(entry.get("name", entry.get("source", "?"))))
+            continue
+        if manifests is None:
+            try:
+                manifests = find_manifests([d.path for d in dataset_search_dirs(path)])
+            except InputError:
+                manifests = {}
+        found = manifests.get(entry)
+        if found is not None and found[1].stream is not None:
+            names.append(entry)
+    return names
+
+
+def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
+                    problems: _Problems) -> None:
+    """What needs a whole corpus in memory is refused on a streamed one: vector
+    quantization and ANN indexes are built over the full document matrix, batch
+    sensitivity and rerank pipelines read document texts by position."""
+    streamed = _streamed_datasets(recipe, path)
+    if not streamed:
+        return
+    which = ", ".join(streamed)
+    fix = (f"run it on a loaded corpus (remove `stream:` from dataset {which}), or remove "
+           "it from this recipe")
+    for i, variant in enumerate(recipe.variants):
+        if variant not in selected:
+            continue
+        if variant.vectors.quantize != "none":
+            problems.add((*_variant_path(i), "vectors", "quantize"),
+                         f"variant '{variant.name}' quantizes its document vectors, which "
+                         f"needs the whole document matrix; dataset {which} is streamed and "
+                         "searched as exact float shards", fix)
+        if variant.index is not None:
+            problems.add((*_variant_path(i), "index"),
+                         f"variant '{variant.name}' builds an ANN index over the whole "
+                         f"corpus; dataset {which} is streamed and searched as exact float "
+                         "shards", fix)
+    for key in ("batch_sensitivity", "pipelines"):
+        if getattr(recipe, key):
+            problems.add((key,), f"`{key}` reads document texts from a loaded corpus; "
+                         f"dataset {which} is streamed", fix)
+
+
+def _variant_path(i: int) -> tuple[Any, ...]:
+    return ("reference",) if i == 0 else ("candidates", i - 1)
+
+
+def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = None,
+               only: Sequence[str] | None = None, max_queries: int | None = None,
+               max_docs: int | None = None, use_cache: bool = True,
+               located: Any = None, detect: Any = None, machine: bool = True) -> Plan:
+    """Resolve ``recipe`` (a :class:`evalq.recipe.schema.Recipe`) into a :class:`Plan`, or raise
+    :class:`PlanError` listing every problem. ``detect`` (default
+    :func:`evalq.engines.capability.detect_device`) is injectable for tests."""
+
+    path = Path(path)
+    if located is None and path.is_file():
+        located = load_yaml(path)
+    problems = _Problems(path, located, machine)
+
+    names = [v.name for v in recipe.variants]
+    if only:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            problems.add((), f"--only names unknown variant(s) {', '.join(unknown)}",
+                         f"choose from {', '.join(names)}", field="--only")
+    selected = [recipe.reference] + [c for c in recipe.candidates
+                                     if not only or c.name in only]
+
+    # -- measures and gates ---------------------------------------------------------
+    computed = set()
+    for text in [*recipe.metrics, *recipe.reference_metrics]:
+        with contextlib.suppress(InputError):  # config already refused a bad one
+            computed.add(parse_measure(text).name)
+    computed.add("cosine")  # per-text cosines are always stored
+    gate_plans = []
+    for i, g in enumerate(recipe.gates):
+        try:
+            measure = parse_measure(g.metric)
+        except InputError as exc:
+            problems.add_error(("gates", i, "metric"), exc)
+            continue
+        if measure.name not in computed:
+            key = "metrics" if measure.against == "qrels" else "reference_metrics"
+            problems.add(("gates", i, "metric"),
+                         f"gate on '{g.metric}', which is not in '{key}', so it would never "
+                         "be computed",
+                         f"add {measure.name} to {key}, or gate on one of "
+                         f"{', '.join(sorted(computed))}")
+        targets = tuple(g.variants or [c.name for c in recipe.candidates])
+        rule = f"max_drop {g.max_drop}" if g.max_drop is not None else f"min {g.min}"
+        stat = f" ({g.stat})" if g.stat != "mean" else ""
+        gate_plans.append(GatePlan(f"{measure.name}{stat} vs {g.against} {rule}",
+                                   measure.name, g.against, targets))
+    if recipe.gates and not recipe.candidates:
+        problems.add(("candidates",),
+                     "the recipe has gates but no candidates, so nothing would be judged and "
+                     "the run would pass vacuously",
+                     "add a candidate variant, or remove the gates")
+
+    # -- variants ---------------------------------------------------------------------
+    device_info = None
+    if any(getattr(BACKENDS.get("embedding", v.backend), "local", False) for v in selected):
+        device_info = (detect or detect_device)()
+    variant_plans = []
+    for i, variant in enumerate(recipe.variants):
+        if variant not in selected:
+            continue
+        vpath = _variant_path(i)
+        variant_plans.append(_plan_variant(recipe, variant, vpath, i == 0, path, problems,
+                                           device_info, METHODS, gate_plans, use_cache))
+
+    _check_streamed(recipe, path, selected, problems)
+
+    # -- where things go ---------------------------------------------------------------
+    out = Path(output or recipe.output or Path("results") / recipe.name)
+    _check_writable_dir(out, ("output",) if recipe.output else (), problems,
+                        "--output" if output else ("output" if recipe.output else "output "
+                                                   "(default results/<name>)"))
+    cache_dir = Path(recipe.cache_dir) if use_cache else None
+    if cache_dir is not None:
+        _check_writable_dir(cache_dir, ("cache_dir",), problems, "cache_dir")
+
+    if problems.items:
+        raise PlanError(problems.items)
+    depth = max([10, *(parse_measure(t).cutoff or 0 for t in
+                       [*recipe.metrics, *recipe.reference_metrics,
+                        *(g.metric for g in recipe.gates)])])
+    return Plan(
+        recipe=recipe.name, recipe_file=path,
+        datasets=tuple(d if isinstance(d, str) else str(d.get("name", d)) for d in
+                       recipe.datasets),
+        variants=tuple(variant_plans),
+        metrics=tuple(parse_measure(m).name for m in recipe.metrics),
+        reference_metrics=tuple(parse_measure(m).name for m in recipe.reference_metrics),
+        gates=tuple(gate_plans), output=out, cache_dir=cache_dir,
+        limits={"max_queries": max_queries or recipe.max_queries,
+                "max_docs": max_docs or recipe.max_docs, "depth": depth,
+                "resamples": recipe.stats.resamples, "confidence": recipe.stats.confidence,
+                "cache_chunk": recipe.cache_chunk},
+        machine_notes=tuple(problems.notes),
+    )
+
+
+def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_reference: bool,
+                  file: Path, problems: _Problems, device_info: Any, methods: Any,
+                  gate_plans: list[GatePlan], use_cache: bool) -> VariantPlan:
+    support = BACKENDS.get("embedding", variant.backend)
+    label = f"variant '{variant.name}'"
+    device, device_name = "remote", "server"
+    if support is None:
+        problems.add((*vpath, "backend"), f"{label}: unknown backend '{variant.backend}'",
+                     f"use one of {', '.join(BACKENDS.names('embedding'))}")
+    elif support.local:
+        assert device_info is not None
+        if variant.device == "cuda" and device_info.kind != "cuda":
+            problems.machine_problem((*vpath, "device"),
+                         f"{label} asks for device cuda, but this machine has no CUDA GPU "
+                         "(torch sees none)",
+                         "use device: cpu or auto for this variant, or run on a GPU machine")
+        device = device_info.kind if variant.device == "auto" else variant.device
+        device_name = device_info.name if device == device_info.kind else device
+        if variant.dtype not in support.dtypes:
+            problems.add((*vpath, "dtype"), f"{label}: backend {variant.backend} does not "
+                         f"serve dtype {variant.dtype}", f"use one of {', '.join(support.dtypes)}")
+        vllm_quant = variant.vllm.quantization if variant.vllm else None
+        if device == device_info.kind:  # capability of a device we can see
+            try:
+                check_capability(variant.backend, device, vllm_quant, variant.dtype,
+                                 compute_capability=device_info.compute_capability)
+            except InputError as exc:
+                key = (*vpath, "vllm" if exc.field == "quantization" else exc.field or "backend")
+                if problems.machine:
+                    problems.add_error(key, exc, prefix=f"{label}: ")
+                else:
+                    problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
+    else:  # a remote server fixed its dtype and device when it started
+        if variant.dtype != "float32" or variant.device != "auto":
+            problems.add((*vpath, "dtype" if variant.dtype != "float32" else "device"),
+                         f"{label}: backend {variant.backend} talks to a running server, "
+                         "whose dtype and device were chosen where it started; evalq would "
+                         "silently ignore this setting",
+                         "remove dtype/device from this variant (start the server with them)")
+        if variant.http and variant.http.api_key_env:
+            value = os.environ.get(variant.http.api_key_env)
+            if not value:
+                problems.add((*vpath, "http", "api_key_env"),
+                             f"{label}: the API key environment variable "
+                             f"'{variant.http.api_key_env}' is not set or empty",
+                             f"export {variant.http.api_key_env}=... before running")
+    if support is not None and recipe.model.kind not in support.model_kinds:
+        problems.add(("model", "kind"), f"{label}: backend {variant.backend} does not serve "
+                     f"{recipe.model.kind} models", f"use a backend serving {recipe.model.kind}")
+
+    quant = None
+    if variant.quantization is not None:
+        method = variant.quantization.get("method")
+        spec = methods.get(method)
+        if spec is not None:
+            quant = dict(variant.quantization)
+            if variant.backend not in spec.backends:
+                where = ("served by a running server, whose quantization is chosen where "
+                         "it starts" if support is not None and support.quantized_by == "server"
+                         else f"not applied by backend {variant.backend}")
+                ok = [m for m, s in methods.items() if variant.backend in s.backends
+                      and m != "dtype"]
+                fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
+                       "remove quantization from this variant")
+                fix += f"; {method} runs on backend {' or '.join(spec.backends)}"
+                if support is not None and support.quantized_by == "engine":
+                    fix += " (vLLM's own methods go in vllm: {quantization: ...})"
+                problems.add((*vpath, "quantization", "method"),
+                             f"{label}: quantization method '{method}' is {where}; it would "
+                             "be ignored or fail after the reference has encoded", fix)
+            elif device != "remote" and device not in spec.devices:
+                problems.add((*vpath, "quantization", "method"),
+                             f"{label}: quantization method '{method}' runs on "
+                             f"{' or '.join(spec.devices)}, not {device}",
+                             f"use device: {spec.devices[0]} for this variant")
+
+    model_path = fingerprint = None
+    settings = None
+    spec_text = variant.model or recipe.model.path
+    try:
+        resolved = resolve_model_path(spec_text)
+        model_path = str(resolved)
+        fingerprint = model_fingerprint(resolved)
+        merged = recipe.encoding.merged(variant.encoding)
+        settings = resolve_settings(resolved, merged.model_dump(exclude_none=True)).as_dict()
+    except InputError as exc:
+        key = (*vpath, "model") if variant.model else ("model", "path")
+        if exc.field and exc.field not in ("model.path",):
+            key = (*vpath, "encoding", exc.field)
+        exc.file = exc.line = None
+        exc.field = ".".join(map(str, key))
+        if isinstance(exc, ModelNotCachedError):  # this machine's problem, not the recipe's
+            problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
+        else:
+            problems.add_error(key, exc, prefix=f"{label}: ")
+
+    endpoint = None
+    if variant.http is not None:
+        endpoint = variant.http.url
+    elif variant.vllm is not None and variant.vllm.url:
+        endpoint = variant.vllm.url
+    if not use_cache:
+        cached = "nothing (--no-cache)"
+    elif endpoint is not None or support is None:
+        cached = SERVER_CACHE_KEY
+    else:
+        cached = support.cache_key  # what the backend declares
+    gates = tuple(g.text for g in gate_plans if variant.name in g.variants)
+    return VariantPlan(
+        name=variant.name, role="reference" if is_reference else "candidate",
+        backend=variant.backend + (f" ({variant.vllm.mode})" if variant.vllm else ""),
+        dtype=variant.dtype, device=device, device_name=device_name, model_path=model_path,
+        model_fingerprint=fingerprint, settings=settings, quantization=quant,
+        vectors=variant.vectors.quantize, endpoint=endpoint, cached=cached, gates=gates)
+
+
+def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: _Problems,
+                        name: str) -> None:
+    """A folder that exists must be a writable folder; else its nearest existing parent."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # dangling link
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        problems.add(key, f"{name} '{folder}': '{probe}' is a file, not a folder",
+                     "remove that file or choose another path", field=name.split()[0])
+    elif probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        problems.add(key, f"{name} '{folder}': '{probe}' is not writable by this user",
+                     "choose a writable path or fix its permissions", field=name.split()[0])
+
+
+# -- commands ------------------------------------------------------------------------
+
+
+def plan_file(path: str | Path, **kwargs: Any) -> Plan:
+    loaded = load_recipe_source(path)  # a file, or a built-in recipe's name
+    return build_plan(loaded.recipe, loaded.path, located=loaded.located, **kwargs)
+
+
+def validate_files(paths: Sequence[Path], *, here: bool = False) -> bool:
+    """`evalq validate`: every file planned; each file's problems printed; all good?
+
+    Without ``here`` a recipe meant for another machine (device: cuda, fp8) validates,
+    with notes on what this machine could not run."""
+    import sys
+
+    ok = True
+    for path in paths:
+        try:
+            plan = plan_file(path, machine=here)
+        except InputError as exc:
+            print(f"evalq: error: {exc}", file=sys.stderr)
+            ok = False
+            continue
+        print(f"{path}: ok ({len(plan.variants) - 1} candidates, {len(plan.gates)} gates)")
+        for note in plan.machine_notes:
+            print(f"  note: {note}")
+    return ok
+
+
+def describe_plan(plan: Plan) -> str:
+    """The plan as text: what will load, encode, be cached and be gated."""
+    lines = [f"plan for recipe '{plan.recipe}' ({plan.recipe_file})",
+             f"  datasets: {', '.join(plan.datasets)}; limits: "
+             + ", ".join(f"{k}={v}" for k, v in plan.limits.items()),
+             f"  measures: {', '.join(plan.metrics)} vs qrels; "
+             f"{', '.join(plan.reference_metrics)} vs reference",
+             f"  results: {plan.output}; cache: {plan.cache_dir or 'off'}"]
+    for v in plan.variants:
+        quant = v.quantization["method"] if v.quantization else "none"
+        lines.append(f"  {v.role} {v.name}: load {v.model_path or v.endpoint} "
+                     f"[{(v.model_fingerprint or '')[:12]}] on {v.backend}, {v.dtype}, "
+                     f"device {v.device} ({v.device_name}), quantization {quant}, "
+                     f"index vectors {v.vectors}")
+        if v.endpoint:
+            lines.append(f"      endpoint {v.endpoint}")
+        if v.settings:
+            lines.append("      encode with " + ", ".join(f"{k}={v.settings[k]!r}"
+                                                          for k in v.settings))
+        lines.append(f"      cache: {v.cached}")
+        for g in v.gates:
+            lines.append(f"      gate: {g}")
+    if not plan.gates:
+        lines.append("  no gates: the run reports figures and always exits 0")
+    return "\n".join(lines)
+
+
+def print_plan(path: Path, *, output: Path | None = None,
+               only: Sequence[str] | None = None) -> Plan:
+    plan = plan_file(path, output=output, only=only)
+    print(describe_plan(plan))
+    return plan

@@ -1,0 +1,1 @@
+"""results: see DESIGN.md for what this part owns."""

