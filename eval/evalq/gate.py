@@ -73,6 +73,8 @@ Against = Literal["qrels", "reference"]
 Stat = Literal["mean", "p1", "min"]
 Over = Literal["per_dataset", "pooled"]
 Verdict = Literal["pass", "fail", "inconclusive"]
+Outcome = Literal["pass", "fail", "inconclusive", "ungated"]
+"""A candidate's verdict: ``ungated`` when no gate applies to it (never ``pass``)."""
 
 MIN_QUERIES = 10
 """Fewer varying values than this cannot pass a gate that needs an interval."""
@@ -274,11 +276,35 @@ class GateCheck:
 
 @dataclass(frozen=True)
 class VariantGate:
+    """``passed``: no check failed (what the run's exit code reads). ``gated``: at least
+    one quality gate applied; preflight checks (parity) alone do not make a candidate
+    gated, so they can fail it but never certify it."""
+
     passed: bool
     checks: tuple[GateCheck, ...]
+    gated: bool = True
+
+    @property
+    def verdict(self) -> Outcome:
+        return outcome(self.checks, self.gated)
 
     def to_dict(self) -> dict[str, object]:
         return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]}
+
+
+def outcome(checks: Sequence[GateCheck], gated: bool) -> Outcome:
+    """One rule for every kind of run: a failed check fails, an undecided one is
+    inconclusive, and only a candidate with at least one quality gate can pass."""
+    if any(c.verdict == "fail" for c in checks):
+        return "fail"
+    if any(not c.passed for c in checks):
+        return "inconclusive"
+    return "pass" if gated else "ungated"
+
+
+def summary_passed(verdict: Outcome) -> bool | None:
+    """A candidate's ``passed`` in ``summary.json``: ``None`` when ungated."""
+    return None if verdict == "ungated" else verdict == "pass"
 
 
 def _json_figure(value: Figure) -> Figure:
@@ -609,8 +635,9 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
 
 
 def decide_variant(checks: Sequence[GateCheck]) -> VariantGate:
-    """A variant passes when every one of its gates passes (no gates: passes)."""
-    return VariantGate(all(c.passed for c in checks), tuple(checks))
+    """A variant passes when every one of its gates passes (no gates: nothing failed,
+    and its verdict is ``ungated``)."""
+    return VariantGate(all(c.passed for c in checks), tuple(checks), gated=bool(checks))
 
 
 def _values_for(spec: GateSpec, per_query: PerQuery, role: str) -> np.ndarray:

@@ -66,7 +66,8 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
         for label in piped.changed:
             print(f"note: {label}: re-decided verdicts differ from the run's")
     for name, gate in verdicts.items():
-        mark = "PASS" if gate.passed else "FAIL"
+        mark = ("UNGATED" if gate.verdict == "ungated" else "PASS" if gate.passed
+                else "FAIL")
         print(f"{mark}  {name}")
         for check in gate.checks:
             print(f"      [{check.verdict}] {check.gate}: {check.reason}")

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from evalq import stats
 from evalq.config import GateConfig, Recipe
 from evalq.gate import (
     GateCheck,
@@ -22,35 +21,13 @@ from evalq.gate import (
     decide_gates,
     decide_pooled,
     gate_spec,
+    paired_values,
+    summary_passed,
 )
+from evalq.metrics.registry import parse_measure
 from evalq.metrics.values import PerQuery
 from evalq.results import RunFolder
-
-
-def _mean_entry(values: np.ndarray, recipe: Recipe) -> dict[str, Any]:
-    ci = stats.bootstrap_mean_ci(values, recipe.stats.confidence, recipe.stats.resamples,
-                                 recipe.stats.seed)
-    return {"value": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
-
-
-def _paired_entry(cand: np.ndarray, ref: np.ndarray, recipe: Recipe,
-                  confidence: float) -> dict[str, Any]:
-    """Δ vs the reference with the interval a gate on this measure uses (its confidence,
-    the recipe's method), so the table and the verdict show the same interval."""
-    from evalq import intervals
-
-    s = recipe.stats
-    if s.method == intervals.HISTORICAL_METHOD:
-        diff = stats.paired_bootstrap(cand, ref, confidence, s.resamples, s.seed)
-        delta, low, high = diff.delta, diff.ci_low, diff.ci_high
-    else:
-        iv = intervals.interval(cand - ref, s.method, confidence, s.resamples, s.seed)
-        delta, low, high = iv.estimate, iv.low, iv.high
-    p_value = stats.randomization_test(cand, ref, s.resamples, s.seed)
-    alpha = (1 - confidence) / 2
-    return {"delta": delta, "ci_low": low, "ci_high": high, "confidence": confidence,
-            "method": s.method, "p_value": p_value,
-            "mde": stats.minimum_detectable_effect(cand - ref, alpha) if len(cand) > 1 else None}
+from evalq.summary_stats import mean_entry, paired_entry
 
 
 def _entry_confidence(specs: list[tuple[GateConfig, GateSpec]], metric: str, variant: str,
@@ -123,12 +100,14 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     datasets: dict[str, Any] = {}
     checks: dict[str, list[GateCheck]] = {}
     suite_checks: dict[str, list[GateCheck]] = {}
+    preflights: dict[str, int] = {}
     pooled_pairs: dict[tuple[str, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
     for name, info in variants.items():
         if name != reference:
             parity = _parity_check(info)
             checks[name] = []
             suite_checks[name] = [] if parity is None else [parity]
+            preflights[name] = len(suite_checks[name])
     for ds_name in variants[reference]["datasets"]:
         ref_values = folder.read_per_query(ds_name, reference)
         ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
@@ -140,14 +119,14 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
             entry: dict[str, Any] = {"role": role, "metrics": {}}
             for m in metric_names:
                 cand = _column(values, m)
-                entry["metrics"][m] = _mean_entry(cand, recipe)
+                entry["metrics"][m] = mean_entry(cand, recipe.stats)
                 if name != reference:
-                    entry["metrics"][m]["vs_reference"] = _paired_entry(
-                        cand, _column(ref_values, m), recipe,
+                    entry["metrics"][m]["vs_reference"] = paired_entry(
+                        cand, _column(ref_values, m), recipe.stats,
                         _entry_confidence(specs, m, name, recipe.stats.confidence))
             if name != reference:
                 entry["reference_metrics"] = {
-                    m: _mean_entry(_column(values, m), recipe)
+                    m: mean_entry(_column(values, m), recipe.stats)
                     for m in recipe.reference_metrics
                 }
                 entry["vectors"] = ds_info.get("vectors")
@@ -171,7 +150,7 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                 checks[name].extend(gate.checks)
                 for i, s in mine:
                     if s.over == "pooled":
-                        cand, ref = _pooled_pair(s, values, ref_values)
+                        cand, ref = paired_values(s, values, ref_values)
                         pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
             entry["encode"] = ds_info.get("encode", {})
             entry["index"] = ds_info.get("index")
@@ -181,8 +160,11 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         suite_checks[name].append(decide_pooled(specs[i][1], pairs,
                                                 resamples=recipe.stats.resamples,
                                                 seed=recipe.stats.seed))
+    # Gated: a per-dataset, sensitivity or pooled gate applies. The parity preflight is
+    # checked first (suite_checks[name][0]) but alone it certifies nothing.
     verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *found)),
-                                  (*suite_checks[name], *found))
+                                  (*suite_checks[name], *found),
+                                  gated=bool(found) or len(suite_checks[name]) > preflights[name])
                 for name, found in checks.items()}
     summary_variants = {}
     for name, info in variants.items():
@@ -190,13 +172,15 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         quant = backend.get("quantization") or {}
         summary_variants[name] = {
             "role": info["role"],
-            "passed": verdicts[name].passed if name in verdicts else None,
+            "passed": summary_passed(verdicts[name].verdict) if name in verdicts else None,
             "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
             "settings_differ": settings_differ.get(name),
             **{k: info.get("timings", {}).get(k)
                for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
                          "peak_rss_method")},
         }
+        if name in verdicts:
+            summary_variants[name]["verdict"] = verdicts[name].verdict
         if name in suite_checks:
             # Checks that belong to the variant, not to one dataset: parity, pooled gates.
             summary_variants[name]["suite_checks"] = [c.to_dict() for c in suite_checks[name]]
@@ -217,22 +201,11 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     }, verdicts
 
 
-def _pooled_pair(spec: GateSpec, values: PerQuery, ref_values: PerQuery
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    from evalq.gate import paired_values
-
-    return paired_values(spec, values, ref_values)
-
-
 def _name(metric: str) -> str:
-    from evalq.metrics.registry import parse_measure
-
     return parse_measure(metric).name
 
 
 def _column(values: PerQuery, name: str) -> np.ndarray:
-    from evalq.metrics.registry import parse_measure
-
     if name in values.values:
         return np.asarray(values.values[name], dtype=np.float64)
     return np.asarray(values.values[parse_measure(name).name], dtype=np.float64)
