@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from evalq.config import Recipe
+from evalq.gate import GateSpec, decide_gates
 from evalq.metrics.values import PerQuery
 from evalq.report.runview import RunView
 from evalq.report.verdict import candidate_verdicts, recommend
@@ -171,3 +172,96 @@ def test_console_says_ungated(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert any("dyn-int8" in line and "ungated" in line for line in out.splitlines())
     assert "cheapest" not in out and "passing candidate" not in out
+
+
+# -- pipelines: one statistics path ------------------------------------------------------
+
+PIPELINE = {"name": "p", "first_stage": {"kind": "bm25"}, "depths": [5], "cutoff": 5,
+            "metrics": ["nDCG@5"], "reference_metrics": [], "fidelity_metrics": [],
+            "reranker": {"model": "fixture:minilm-cross-encoder",
+                         "candidates": [{"name": "int8"}]},
+            "gates": [{"metric": "nDCG@5", "stage": "reranker", "max_drop": 0.05}]}
+PERCENTILE = {"resamples": 500, "method": "percentile", "min_nonzero": 0}
+
+
+def _sparse_pair() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """4 of 60 queries lose 0.05: the percentile rule (min_nonzero 0) certifies a 0.05
+    margin; the default sparse-data rule (fewer than 10 non-zero differences) cannot."""
+    ref = _values(3).values["nDCG@10"]
+    cand = ref.copy()
+    cand[:4] -= 0.05
+    return {"nDCG@5": cand}, {"nDCG@5": ref}
+
+
+def test_pipeline_gates_read_the_recipes_stats() -> None:
+    from evalq.pipeline import combination_gates
+
+    cand, ref = _sparse_pair()
+    default = _recipe([], [], pipelines=[PIPELINE])
+    percentile = _recipe([], [], pipelines=[PIPELINE], stats=PERCENTILE)
+    spec = default.pipelines[0]
+    by_default = combination_gates(spec, "reranker", 5, cand, ref, default.stats)
+    by_percentile = combination_gates(spec, "reranker", 5, cand, ref, percentile.stats)
+    assert by_default is not None and by_percentile is not None
+    (d,), (p,) = by_default.checks, by_percentile.checks
+    assert (d.verdict, d.figures["method"], d.figures["min_nonzero"]) == (
+        "inconclusive", "t-and-bootstrap-t", 10)
+    assert (p.verdict, p.figures["method"], p.figures["min_nonzero"]) == ("pass", "percentile", 0)
+    # a combination no gate applies to is ungated (no verdict object at all)
+    assert combination_gates(spec, "retriever", 5, cand, ref, default.stats) is None
+
+
+def test_pipeline_delta_columns_use_the_recipes_method() -> None:
+    """The attribution and Δ intervals follow ``stats.method`` (they were always the
+    percentile bootstrap) and equal the interval the embedding table shows."""
+    from evalq.pipeline import attribution
+    from evalq.summary_stats import paired_entry
+
+    rng = np.random.default_rng(5)
+    ref, retr, rer = (rng.random(40) for _ in range(3))
+    both = ref - np.abs(rng.normal(0, 0.2, 40)) ** 3  # skewed drops
+    default = _recipe([], []).stats
+    percentile = _recipe([], [], stats=PERCENTILE).stats
+    a = attribution(ref, retr, rer, both, default)
+    b = attribution(ref, retr, rer, both, percentile)
+    assert a["total"]["method"] == "t-and-bootstrap-t" and b["total"]["method"] == "percentile"
+    assert (a["total"]["ci_low"], a["total"]["ci_high"]) != (b["total"]["ci_low"],
+                                                             b["total"]["ci_high"])
+    assert a["total"] == paired_entry(both, ref, default)
+    assert a["total"]["delta"] == b["total"]["delta"]
+
+
+def _pipeline_folder(tmp_path: Path, stats: dict[str, Any] | None = None) -> Path:
+    """A finished run of the reference alone plus one pipeline, as the run stores it."""
+    recipe = _recipe([], [], pipelines=[PIPELINE], **({"stats": stats} if stats else {}))
+    root, summary = _folder(tmp_path, recipe, {"fp32": _values(0)})
+    cand, ref = _sparse_pair()
+    pipe = RunFolder(root / "pipelines" / "p")
+    ids = tuple(f"q{i}" for i in range(N))
+    pipe.write_per_query("pydocs", "bm25+fp32@5", PerQuery(ids, ref))
+    pipe.write_per_query("pydocs", "bm25+int8@5", PerQuery(ids, cand))
+    # what the run decided: the gate at the recipe's (default) stats
+    gate = decide_gates([GateSpec("nDCG@5", "qrels", max_drop=0.05)], PerQuery(ids, cand),
+                        PerQuery(ids, ref), resamples=500)
+    summary["pipelines"] = {"p": {"datasets": {"pydocs": {"depths": {"5": {
+        "reference": "bm25+fp32@5",
+        "combinations": {"bm25+fp32@5": {"kind": "reference"},
+                         "bm25+int8@5": {"kind": "reranker", "gate": gate.to_dict()}}}}}},
+        "passed": gate.passed}}
+    summary["passed"] = summary["passed"] and gate.passed
+    RunFolder(root).write_summary(summary)
+    return root
+
+
+def test_gate_method_re_decides_pipeline_gates(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from evalq.regate import regate
+
+    root = _pipeline_folder(tmp_path)
+    assert regate(root) is False  # the default rule: 4 non-zero differences decide nothing
+    out = capsys.readouterr().out
+    assert "[inconclusive] nDCG@5" in out and "verdicts differ" not in out
+    assert regate(root, method="percentile") is True
+    out = capsys.readouterr().out
+    assert "PASS  pipeline p pydocs bm25+int8@5" in out and "[pass] nDCG@5" in out
+    assert "percentile CI" in out and "interval method: percentile" in out

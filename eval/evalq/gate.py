@@ -57,7 +57,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -745,16 +745,33 @@ def to_junit(verdicts: Mapping[str, VariantGate], suite_name: str = "evalq") -> 
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def gate_spec(cfg: GateConfig, default_confidence: float,
-              options: StatsOptions | None = None) -> GateSpec:
+class GateRule(Protocol):
+    """A gate as a recipe writes it: ``GateConfig`` (embedding gates) and
+    ``PipelineGate`` (pipeline gates) both are one."""
+
+    metric: str
+    against: str
+    max_drop: str | float | None
+    min: float | None
+    stat: Literal["mean", "p1", "min"]
+    confidence: float | None
+
+
+def gate_spec(cfg: GateConfig | GateRule, default_confidence: float,
+              options: StatsOptions | None = None, *, against: str | None = None) -> GateSpec:
     """A recipe gate as the decision rule reads it; ``options`` (the recipe's ``stats:``)
-    supply the interval method and the sparse-data rule (defaults when absent)."""
+    supply the interval method and the sparse-data rule (defaults when absent). Every
+    kind of gate (embedding, pooled, pipeline) is built here, so all read ``stats:``.
+    ``against`` overrides the gate's own (a pipeline's fidelity floor is decided against
+    the reference run)."""
     drop, relative = (None, False)
     if cfg.max_drop is not None:
         drop, relative = parse_max_drop(cfg.max_drop)
     method = options.method if options is not None else intervals.DEFAULT_METHOD
     min_nonzero = (options.min_nonzero if options is not None
                    else intervals.DEFAULT_MIN_NONZERO)
-    return GateSpec(metric=cfg.metric, against=cfg.against, max_drop=drop, relative=relative,
+    return GateSpec(metric=cfg.metric, against=against or cfg.against,  # type: ignore[arg-type]
+                    max_drop=drop, relative=relative,
                     min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence,
-                    method=method, min_nonzero=min_nonzero, over=cfg.over)
+                    method=method, min_nonzero=min_nonzero,
+                    over=getattr(cfg, "over", "per_dataset"))

@@ -1,8 +1,9 @@
 """`evalq gate RESULTS_DIR` for pipelines: re-decide every pipeline gate from the
 per-query values the run stored under ``pipelines/<name>/per_query/``.
 
-The same decision as the run (``pipeline._gates`` over the same per-query arrays, the
-same stats options from the recipe), so an unchanged recipe reproduces the run's
+The same decision as the run (``pipeline.combination_gates`` over the same per-query
+arrays, the same stats options from the recipe, so ``evalq gate --method`` re-decides
+these too), so an unchanged recipe reproduces the run's
 verdicts exactly; a recipe whose gates were edited (a margin, a floor, a new gate on a
 stored measure) is re-decided without re-running anything. Which combinations exist
 (first stage, reranker, depth, kind) is read from the stored summary: the run decided
@@ -16,6 +17,8 @@ from typing import Any
 
 from evalq.errors import InputError
 from evalq.gate import VariantGate
+from evalq.metrics.registry import parse_measure
+from evalq.pipeline import applicable_gates, combination_gates
 from evalq.results import RunFolder
 
 
@@ -33,8 +36,6 @@ class PipelineVerdicts:
 def regate_pipelines(recipe: Any, folder: RunFolder,
                      stored_summary: dict[str, Any]) -> PipelineVerdicts:
     """Re-decide the gates of every pipeline of ``recipe`` stored in ``folder``."""
-    from evalq.pipeline import _gates
-
     out = PipelineVerdicts()
     stored = stored_summary.get("pipelines") or {}
     for spec in recipe.pipelines:
@@ -59,8 +60,9 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
                                          fix="rerun 'evalq run'; the folder was edited")
                     _check_measures(spec, entry["kind"], int(depth_key), values.values,
                                     pipe_folder, ds_name, name)
-                    gate = _gates(spec, entry["kind"], int(depth_key), dict(values.values),
-                                  dict(reference.values), recipe)
+                    gate = combination_gates(spec, entry["kind"], int(depth_key),
+                                             dict(values.values), dict(reference.values),
+                                             recipe.stats)
                     if gate is None:
                         continue
                     label = f"pipeline {spec.name} {ds_name} {name}"
@@ -78,13 +80,8 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
 def _check_measures(spec: Any, kind: str, depth: int, values: dict[str, Any],
                     pipe_folder: RunFolder, ds_name: str, name: str) -> None:
     """A gate on a measure the run did not store cannot be decided from the folder
-    (the same selection of gates as ``pipeline._gates``)."""
-    from evalq.metrics.registry import parse_measure
-
-    for gate in spec.gates:
-        if (gate.depth is not None and gate.depth != depth) or \
-                (gate.stage != "pipeline" and gate.stage != kind):
-            continue
+    (the same selection of gates as the run: ``pipeline.applicable_gates``)."""
+    for gate in applicable_gates(spec, kind, depth):
         measure = parse_measure(gate.metric).name
         if measure not in values:
             raise InputError(message=f"the gate on {measure} cannot be re-decided: the run "
