@@ -27,7 +27,7 @@ from evalq.gate import (
 from evalq.metrics.registry import parse_measure
 from evalq.metrics.values import PerQuery
 from evalq.results import RunFolder
-from evalq.summary_stats import mean_entry, paired_entry
+from evalq.summary_stats import column, mean_entry, paired_entry
 
 
 def _entry_confidence(specs: list[tuple[GateConfig, GateSpec]], metric: str, variant: str,
@@ -206,6 +206,7 @@ def _name(metric: str) -> str:
 
 
 def _column(values: PerQuery, name: str) -> np.ndarray:
-    if name in values.values:
-        return np.asarray(values.values[name], dtype=np.float64)
-    return np.asarray(values.values[parse_measure(name).name], dtype=np.float64)
+    found = column(values, name)
+    if found is None:  # evalq gate on an edited folder: reported as bad input (exit 2)
+        raise KeyError(f"no per-query {name} stored")
+    return found

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalq.summary_stats import column
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -259,14 +261,14 @@ def apply_sensitivity(
                                  resamples=recipe.stats.resamples, seed=recipe.stats.seed)
         metrics: dict[str, Any] = {}
         for name in [*recipe.metrics, *(m for m in recipe.reference_metrics if m in gated)]:
-            column = _column(values, name)
-            if column is None:
+            col = column(values, name)
+            if col is None:
                 continue
-            mean = float(np.nanmean(column)) if len(column) else float("nan")
+            mean = float(np.nanmean(col)) if len(col) else float("nan")
             entry: dict[str, Any] = {"value": mean}
-            ref_column = _column(ref_values, name)
-            if ref_column is not None and len(ref_column) == len(column):
-                entry["delta"] = float(np.mean(column - ref_column))
+            ref_column = column(ref_values, name)
+            if ref_column is not None and len(ref_column) == len(col):
+                entry["delta"] = float(np.mean(col - ref_column))
             metrics[name] = entry
             metric_values.setdefault(name, []).append(entry.get("delta", mean))
         verdict = _worst_verdict(comp_gate)
@@ -328,15 +330,6 @@ def _outcome_clause(failing: Sequence[str], undecided: Sequence[str]) -> str:
     parts = [f"fails under {', '.join(failing)}"] if failing else []
     parts += [f"inconclusive under {', '.join(undecided)}"] if undecided else []
     return f" ({'; '.join(parts)})" if parts else " (passes under all)"
-
-
-def _column(values: Any, name: str) -> np.ndarray | None:
-    from evalq.metrics.registry import parse_measure
-
-    if name in values.values:
-        return np.asarray(values.values[name], dtype=np.float64)
-    key = parse_measure(name).name
-    return np.asarray(values.values[key], dtype=np.float64) if key in values.values else None
 
 
 def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:

@@ -83,6 +83,15 @@ def gate_confidence(specs: Sequence[Any], metric: str, default: float) -> float:
     return default
 
 
+def column(values: PerQuery, name: str) -> np.ndarray | None:
+    """A measure's per-query column by the recipe's spelling (``nDCG@10``) or the stored
+    one (``ndcg_cut_10`` parses to the same name); ``None`` when it was not stored."""
+    if name in values.values:
+        return np.asarray(values.values[name], dtype=np.float64)
+    key = parse_measure(name).name
+    return np.asarray(values.values[key], dtype=np.float64) if key in values.values else None
+
+
 def align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Values per ``query_ids``: reference measures are computed per reference query,
     qrels measures per judged query; they are paired on the judged queries (a judged
