@@ -320,3 +320,30 @@ def test_plan_exit_statement_names_pooled_and_sensitivity_gates(
     assert "every batch composition" in out and "ungated" not in out
     out = _plan_of(tmp_path, capsys)
     assert "no gates: the run reports figures and always exits 0" in out
+
+
+def test_a_retriever_stage_pipeline_gate_judges_the_dense_candidate(tmp_path: Path) -> None:
+    """A pipeline gate on the combination "dense candidate -> reference reranker" applies to
+    that candidate: without a gate of its own it is no longer ungated, and a failed
+    retriever gate keeps it from the recommendation."""
+    from evalq.scoring import add_pipeline_gates
+
+    recipe = _recipe([], ["dyn-int8"])
+    root, summary = _folder(tmp_path, recipe, {"fp32": _values(0), "dyn-int8": _values(0)})
+    assert summary["variants"]["dyn-int8"]["verdict"] == "ungated"
+    ids = tuple(f"q{i}" for i in range(N))
+    ref = _values(0).values["nDCG@10"]
+    gate = decide_gates([GateSpec("nDCG@5", "qrels", max_drop=0.01)],
+                        PerQuery(ids, {"nDCG@5": ref - 0.2}), PerQuery(ids, {"nDCG@5": ref}),
+                        resamples=500)
+    summary["pipelines"] = {"p": {"datasets": {"pydocs": {"depths": {"5": {"combinations": {
+        "fp32+fp32@5": {"kind": "reference", "first_stage": "fp32"},
+        "dyn-int8+fp32@5": {"kind": "retriever", "first_stage": "dyn-int8",
+                            "gate": gate.to_dict()}}}}}}}}
+    add_pipeline_gates(summary)
+    info = summary["variants"]["dyn-int8"]
+    assert info["verdict"] == "fail" and info["passed"] is False
+    assert info["pipeline_checks"][0]["gate"].startswith("pipeline p dyn-int8+fp32@5: nDCG@5")
+    RunFolder(root).write_summary(summary)
+    (verdict,) = candidate_verdicts(RunView.load(root))
+    assert verdict.status == "fail" and "pipeline p" in verdict.failures[0].gate

@@ -125,7 +125,7 @@ def run_recipe(
     from evalq.metrics.judged import JudgedIndex
     from evalq.modelinfo import model_fingerprint
     from evalq.report.console import print_run_table
-    from evalq.scoring import build_summary
+    from evalq.scoring import add_pipeline_gates, build_summary
     from evalq.snippets import write_snippets
 
     started = now_iso()
@@ -223,6 +223,7 @@ def run_recipe(
             summary.update(pipelines=pipelines.summary,
                            passed=summary["passed"] and pipelines.passed,
                            failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
+            add_pipeline_gates(summary)  # retriever-stage gates judge a dense candidate
         write_snippets(folder, datasets, [r.name for r in records],
                        words=recipe.report.snippet_words, title_separator=recipe.title_separator)
         manifest["finished"] = now_iso()

@@ -201,6 +201,35 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     }, verdicts
 
 
+def add_pipeline_gates(summary: dict[str, Any]) -> None:
+    """Fold the pipeline gates that apply to a dense candidate into its verdict: those on
+    combinations where it is the first stage under the reference reranker (``kind:
+    retriever``), the only ones that judge it alone. Its checks land in the variant's
+    ``pipeline_checks``; a candidate with no gate of its own is gated by them."""
+    variants = summary.get("variants") or {}
+    found: dict[str, list[dict[str, Any]]] = {}
+    for pipe, p in (summary.get("pipelines") or {}).items():
+        for ds, d in (p.get("datasets") or {}).items():
+            for at_depth in (d.get("depths") or {}).values():
+                for combo, entry in (at_depth.get("combinations") or {}).items():
+                    first = entry.get("first_stage")
+                    info = variants.get(first) or {}
+                    if entry.get("kind") != "retriever" or info.get("role") != "candidate":
+                        continue
+                    found.setdefault(first, []).extend(
+                        {**c, "gate": f"pipeline {pipe} {combo}: {c['gate']} on {ds}"}
+                        for c in (entry.get("gate") or {}).get("checks", []))
+    for name, checks in found.items():
+        if not checks:
+            continue
+        info = variants[name]
+        own = info.get("verdict", "ungated")
+        verdict = ("fail" if own == "fail" or any(c["verdict"] == "fail" for c in checks)
+                   else "inconclusive" if own == "inconclusive" or not all(
+                       c["passed"] for c in checks) else "pass")
+        info.update(verdict=verdict, passed=summary_passed(verdict), pipeline_checks=checks)
+
+
 def _name(metric: str) -> str:
     return parse_measure(metric).name
 

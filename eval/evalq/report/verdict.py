@@ -94,8 +94,11 @@ def costs(run: RunView, variant: str) -> Costs:
 
 def _checks(run: RunView, name: str) -> list[tuple[str, dict[str, Any]]]:
     """Every stored check of a candidate with the dataset it belongs to: per-dataset
-    (sensitivity included) and the variant's own (parity preflight, pooled gates)."""
-    out = [(SUITE, c) for c in run.summary_variant(name).get("suite_checks") or []]
+    (sensitivity included), the variant's own (parity preflight, pooled gates) and the
+    retriever-stage pipeline gates on it."""
+    info = run.summary_variant(name)
+    out = [(SUITE, c) for c in [*(info.get("suite_checks") or []),
+                                *(info.get("pipeline_checks") or [])]]
     for ds in run.datasets:
         out += [(ds, c) for c in ((run.entry(ds, name) or {}).get("gate") or {})
                 .get("checks", [])]
