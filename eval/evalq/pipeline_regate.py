@@ -12,6 +12,7 @@ that, not the gates.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,8 @@ class PipelineVerdicts:
     verdicts: dict[str, VariantGate] = field(default_factory=dict)  # by display name
     failed: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)  # verdicts differing from the run's
+    # the stored pipeline summaries with every gate and verdict re-decided
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -36,8 +39,8 @@ class PipelineVerdicts:
 def regate_pipelines(recipe: Any, folder: RunFolder,
                      stored_summary: dict[str, Any]) -> PipelineVerdicts:
     """Re-decide the gates of every pipeline of ``recipe`` stored in ``folder``."""
-    out = PipelineVerdicts()
-    stored = stored_summary.get("pipelines") or {}
+    stored = copy.deepcopy(stored_summary.get("pipelines") or {})
+    out = PipelineVerdicts(summary=stored)
     for spec in recipe.pipelines:
         if spec.name not in stored:
             raise InputError(message=f"the recipe names pipeline '{spec.name}', which this "
@@ -63,15 +66,17 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
                     gate = combination_gates(spec, entry["kind"], int(depth_key),
                                              dict(values.values), dict(reference.values),
                                              recipe.stats)
+                    stored_gate = entry.pop("gate", None) or {}
+                    entry["verdict"] = "ungated" if gate is None else gate.verdict
                     if gate is None:
                         continue
                     label = f"pipeline {spec.name} {ds_name} {name}"
                     out.verdicts[label] = gate
                     out.failed.extend(f"{label}: {c.gate} ({c.verdict})"
                                       for c in gate.checks if not c.passed)
-                    before = {c["gate"]: c["verdict"]
-                              for c in (entry.get("gate") or {}).get("checks", [])}
+                    before = {c["gate"]: c["verdict"] for c in stored_gate.get("checks", [])}
                     now = {c.gate: c.verdict for c in gate.checks}
+                    entry["gate"] = gate.to_dict()
                     if before != now:
                         out.changed.append(label)
     return out

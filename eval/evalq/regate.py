@@ -17,7 +17,7 @@ from evalq.config import Recipe
 from evalq.errors import InputError
 from evalq.gate import to_junit
 from evalq.results import RunFolder
-from evalq.scoring import build_summary
+from evalq.scoring import add_pipeline_gates, build_summary
 
 
 def _stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
@@ -62,7 +62,9 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
 
         piped = regate_pipelines(recipe, folder, stored)
         verdicts = {**verdicts, **piped.verdicts}
-        summary = {**summary, "passed": summary["passed"] and piped.passed}
+        summary = {**summary, "pipelines": piped.summary,
+                   "passed": summary["passed"] and piped.passed}
+        add_pipeline_gates(summary)  # as the run did: retriever-stage gates judge a candidate
         for label in piped.changed:
             print(f"note: {label}: re-decided verdicts differ from the run's")
     for name, gate in verdicts.items():
