@@ -343,31 +343,41 @@ def _evaluate(recipe: Any, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun
                 "first_stage_recall": mean_entry(fs_recall[f], s),
                 "metrics": {m: mean_entry(values[m], s) for m in names}}
             if kind != "reference":
-                ref_values = per_combo[ref_key]
-                # The Δ columns show the interval the gate on that measure decides with.
-                specs = combination_specs(spec, kind, depth, s)
-                conf = {m: gate_confidence(specs, m, s.confidence) for m in names}
-                for m in names:
-                    entry["metrics"][m]["vs_reference"] = paired_entry(
-                        values[m], ref_values[m], s, conf[m])
-                entry["reference_metrics"] = {m.name: mean_entry(values[m.name], s)
-                                              for m in ref_measures}
-                if kind == "both":
-                    entry["attribution"] = {
-                        m: attribution(ref_values[m], per_combo[(f, r0)][m],
-                                       per_combo[(f0, r)][m], values[m], s, conf[m])
-                        for m in names}
-                gate = combination_gates(spec, kind, depth, values, per_combo[ref_key], s)
-                entry["verdict"] = "ungated" if gate is None else gate.verdict
-                if gate is not None:
-                    entry["gate"] = gate.to_dict()
-                    failed.extend(f"pipeline {spec.name} {name}: {c.gate} ({c.verdict})"
-                                  for c in gate.checks if not c.passed)
+                failed.extend(_judge(entry, spec, name, per_combo, (f, r), (f0, r0),
+                                     names, ref_measures, s))
             combos[name] = entry
         out["depths"][str(depth)] = {"first_stage": fs_entry, "combinations": combos,
                                      "fidelity": fidelity,
                                      "reference": combo_name(f0, r0, depth)}
     return out, failed
+
+
+def _judge(entry: dict[str, Any], spec: PipelineSpec, name: str,
+           per_combo: dict[tuple[str, str], dict[str, np.ndarray]], combo: tuple[str, str],
+           reference: tuple[str, str], names: list[str], ref_measures: list[Any],
+           s: Any) -> list[str]:
+    """A candidate combination against the reference pipeline: Δ columns (the interval
+    its gate on that measure decides with), attribution, gates and verdict. Returns the
+    failed-gate lines."""
+    (f, r), (f0, r0) = combo, reference
+    kind, depth = entry["kind"], entry["depth"]
+    values, ref_values = per_combo[combo], per_combo[reference]
+    specs = combination_specs(spec, kind, depth, s)
+    conf = {m: gate_confidence(specs, m, s.confidence) for m in names}
+    for m in names:
+        entry["metrics"][m]["vs_reference"] = paired_entry(values[m], ref_values[m], s, conf[m])
+    entry["reference_metrics"] = {m.name: mean_entry(values[m.name], s) for m in ref_measures}
+    if kind == "both":
+        entry["attribution"] = {
+            m: attribution(ref_values[m], per_combo[(f, r0)][m], per_combo[(f0, r)][m],
+                           values[m], s, conf[m]) for m in names}
+    gate = combination_gates(spec, kind, depth, values, ref_values, s)
+    entry["verdict"] = "ungated" if gate is None else gate.verdict
+    if gate is None:
+        return []
+    entry["gate"] = gate.to_dict()
+    return [f"pipeline {spec.name} {name}: {c.gate} ({c.verdict})"
+            for c in gate.checks if not c.passed]
 
 
 def applicable_gates(spec: PipelineSpec, kind: str, depth: int) -> list[PipelineGate]:

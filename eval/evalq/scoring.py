@@ -166,24 +166,10 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                                   (*suite_checks[name], *found),
                                   gated=bool(found) or len(suite_checks[name]) > preflights[name])
                 for name, found in checks.items()}
-    summary_variants = {}
-    for name, info in variants.items():
-        backend = info.get("backend", {})
-        quant = backend.get("quantization") or {}
-        summary_variants[name] = {
-            "role": info["role"],
-            "passed": summary_passed(verdicts[name].verdict) if name in verdicts else None,
-            "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
-            "settings_differ": settings_differ.get(name),
-            **{k: info.get("timings", {}).get(k)
-               for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
-                         "peak_rss_method")},
-        }
-        if name in verdicts:
-            summary_variants[name]["verdict"] = verdicts[name].verdict
-        if name in suite_checks:
-            # Checks that belong to the variant, not to one dataset: parity, pooled gates.
-            summary_variants[name]["suite_checks"] = [c.to_dict() for c in suite_checks[name]]
+    summary_variants = {
+        name: _summary_variant(info, settings_differ.get(name), verdicts.get(name),
+                               suite_checks.get(name))
+        for name, info in variants.items()}
     return {
         "recipe": recipe.name,
         "reference": reference,
@@ -199,6 +185,27 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         "variants": summary_variants,
         "warnings": warnings,
     }, verdicts
+
+
+def _summary_variant(info: Mapping[str, Any], settings_differ: Any, verdict: VariantGate | None,
+                     suite_checks: list[GateCheck] | None) -> dict[str, Any]:
+    """One variant's summary entry: its verdict (candidates) and costs."""
+    quant = info.get("backend", {}).get("quantization") or {}
+    out: dict[str, Any] = {
+        "role": info["role"],
+        "passed": summary_passed(verdict.verdict) if verdict is not None else None,
+        "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
+        "settings_differ": settings_differ,
+        **{k: info.get("timings", {}).get(k)
+           for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
+                     "peak_rss_method")},
+    }
+    if verdict is not None:
+        out["verdict"] = verdict.verdict
+    if suite_checks is not None:
+        # Checks that belong to the variant, not to one dataset: parity, pooled gates.
+        out["suite_checks"] = [c.to_dict() for c in suite_checks]
+    return out
 
 
 def add_pipeline_gates(summary: dict[str, Any]) -> None:
