@@ -120,15 +120,21 @@ def test_quality_verdict_tells_inconclusive_from_failed(tmp_path) -> None:
                      "same": {"role": "candidate", "passed": False,
                               "suite_checks": [{"verdict": "pass", "passed": True}]},
                      "worse": {"role": "candidate", "passed": False},
-                     "good": {"role": "candidate", "passed": True}},
+                     "good": {"role": "candidate", "passed": True},
+                     # no gate applies: measured, never certified
+                     "free": {"role": "candidate", "passed": None, "verdict": "ungated"}},
         "datasets": {"pydocs": {"variants": {
             "same": {"gate": gate("inconclusive", "pass")},
             "worse": {"gate": gate("inconclusive", "fail")},
             "good": {"gate": {"passed": True, "checks": [{"verdict": "pass"}]}}}}}}))
     assert quality_verdicts(tmp_path) == {"fp32": "reference", "same": "inconclusive",
-                                          "worse": "fails", "good": "passes"}
+                                          "worse": "fails", "good": "passes",
+                                          "free": "ungated"}
     row = DecisionRow("same", "inconclusive", "ok",
                       plan_variant("same", {"query": Knee("query", 32.0, "requests/s")},
                                    Demand(target_qps=50), 0.1))
     assert row.sentence().startswith("same: quality inconclusive, ")
     assert recommend([row]) is None  # only a certified pass (or the reference) is recommended
+    free = DecisionRow("free", "ungated", "ok", row.plan)
+    assert free.sentence().startswith("free: quality ungated")
+    assert recommend([free]) is None

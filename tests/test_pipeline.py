@@ -95,6 +95,31 @@ def test_summary_carries_attribution_fidelity_and_cost(pipeline_run):
 
 @pytest.mark.slow
 @pytest.mark.model
+def test_ungated_dense_candidate_and_pipeline_verdicts(pipeline_run):
+    """The issue's run: a dense candidate no gate applies to, and a gated pipeline. The
+    candidate is ungated (never recommended); each combination carries its verdict, and
+    the Δ columns show the interval the recipe's method gives."""
+    from evalq.report.runview import RunView
+    from evalq.report.verdict import recommend
+
+    _, _, outcome = pipeline_run
+    summary = json.loads((outcome.output / "summary.json").read_text())
+    assert summary["variants"]["dyn-int8"]["verdict"] == "ungated"
+    assert summary["variants"]["dyn-int8"]["passed"] is None and summary["passed"] is True
+    rec = recommend(RunView.load(outcome.output))
+    assert rec.variant is None and "ungated" in rec.text
+    combos = summary["pipelines"]["dense-ce"]["datasets"]["pydocs"]["depths"]["5"][
+        "combinations"]
+    assert combos["fp32+dyn-int8@5"]["verdict"] == "pass"  # its fidelity floor applies
+    assert combos["dyn-int8+fp32@5"]["verdict"] == "ungated"
+    delta = combos["dyn-int8+fp32@5"]["metrics"]["nDCG@5"]["vs_reference"]
+    assert delta["method"] == summary["stats"]["method"] == "t-and-bootstrap-t"
+
+
+
+
+@pytest.mark.slow
+@pytest.mark.model
 def test_reference_pipeline_order_equals_scoring_the_pairs_directly(pipeline_run):
     from evalq.data.trec import read_trec_run
     from evalq.engines.rerank_fixture import build_minilm_cross_encoder

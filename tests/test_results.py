@@ -59,6 +59,8 @@ def test_other_schema_versions_are_refused(tmp_path: Path) -> None:
 
 # -- the typed contract (results_schema) ---------------------------------------------------
 
+@pytest.mark.model
+@pytest.mark.slow
 def test_every_folder_the_report_fixtures_write_parses(report_runs) -> None:
     from evalq.results.schema import RunManifest, RunSummary
 

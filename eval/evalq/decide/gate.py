@@ -56,7 +56,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -73,6 +73,8 @@ Against = Literal["qrels", "reference"]
 Stat = Literal["mean", "p1", "min"]
 Over = Literal["per_dataset", "pooled"]
 Verdict = Literal["pass", "fail", "inconclusive"]
+Outcome = Literal["pass", "fail", "inconclusive", "ungated"]
+"""A candidate's verdict: ``ungated`` when no gate applies to it (never ``pass``)."""
 
 MIN_QUERIES = 10
 """Fewer varying values than this cannot pass a gate that needs an interval."""
@@ -273,11 +275,35 @@ class GateCheck:
 
 @dataclass(frozen=True)
 class VariantGate:
+    """``passed``: no check failed (what the run's exit code reads). ``gated``: at least
+    one quality gate applied; preflight checks (parity) alone do not make a candidate
+    gated, so they can fail it but never certify it."""
+
     passed: bool
     checks: tuple[GateCheck, ...]
+    gated: bool = True
+
+    @property
+    def verdict(self) -> Outcome:
+        return outcome(self.checks, self.gated)
 
     def to_dict(self) -> dict[str, object]:
         return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]}
+
+
+def outcome(checks: Sequence[GateCheck], gated: bool) -> Outcome:
+    """One rule for every kind of run: a failed check fails, an undecided one is
+    inconclusive, and only a candidate with at least one quality gate can pass."""
+    if any(c.verdict == "fail" for c in checks):
+        return "fail"
+    if any(not c.passed for c in checks):
+        return "inconclusive"
+    return "pass" if gated else "ungated"
+
+
+def summary_passed(verdict: Outcome) -> bool | None:
+    """A candidate's ``passed`` in ``summary.json``: ``None`` when ungated."""
+    return None if verdict == "ungated" else verdict == "pass"
 
 
 def _json_figure(value: Figure) -> Figure:
@@ -666,8 +692,9 @@ def _decide_floor_stat(spec: GateSpec, cand: np.ndarray, floor: float) -> GateCh
 
 
 def decide_variant(checks: Sequence[GateCheck]) -> VariantGate:
-    """A variant passes when every one of its gates passes (no gates: passes)."""
-    return VariantGate(all(c.passed for c in checks), tuple(checks))
+    """A variant passes when every one of its gates passes (no gates: nothing failed,
+    and its verdict is ``ungated``)."""
+    return VariantGate(all(c.passed for c in checks), tuple(checks), gated=bool(checks))
 
 
 def _values_for(spec: GateSpec, per_query: PerQuery, role: str) -> np.ndarray:
@@ -743,16 +770,33 @@ def decide_gates(
     return decide_variant(checks)
 
 
-def gate_spec(cfg: GateConfig, default_confidence: float,
-              options: StatsOptions | None = None) -> GateSpec:
+class GateRule(Protocol):
+    """A gate as a recipe writes it: ``GateConfig`` (embedding gates) and
+    ``PipelineGate`` (pipeline gates) both are one."""
+
+    metric: str
+    against: str
+    max_drop: str | float | None
+    min: float | None
+    stat: Literal["mean", "p1", "min"]
+    confidence: float | None
+
+
+def gate_spec(cfg: GateConfig | GateRule, default_confidence: float,
+              options: StatsOptions | None = None, *, against: str | None = None) -> GateSpec:
     """A recipe gate as the decision rule reads it; ``options`` (the recipe's ``stats:``)
-    supply the interval method and the sparse-data rule (defaults when absent)."""
+    supply the interval method and the sparse-data rule (defaults when absent). Every
+    kind of gate (embedding, pooled, pipeline) is built here, so all read ``stats:``.
+    ``against`` overrides the gate's own (a pipeline's fidelity floor is decided against
+    the reference run)."""
     drop, relative = (None, False)
     if cfg.max_drop is not None:
         drop, relative = parse_max_drop(cfg.max_drop)
     method = options.method if options is not None else intervals.DEFAULT_METHOD
     min_nonzero = (options.min_nonzero if options is not None
                    else intervals.DEFAULT_MIN_NONZERO)
-    return GateSpec(metric=cfg.metric, against=cfg.against, max_drop=drop, relative=relative,
+    return GateSpec(metric=cfg.metric, against=against or cfg.against,  # type: ignore[arg-type]
+                    max_drop=drop, relative=relative,
                     min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence,
-                    method=method, min_nonzero=min_nonzero, over=cfg.over)
+                    method=method, min_nonzero=min_nonzero,
+                    over=getattr(cfg, "over", "per_dataset"))

@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,7 @@ from evalq.core import failure
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
 from evalq.core.protocols import Encoder
-from evalq.core.ranking import Ranking
-from evalq.core.values import EncodingSettings, PerQuery
+from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
 from evalq.data.manifest import load_dataset
 from evalq.data.streamed import is_streamed, sample_texts
@@ -40,16 +39,14 @@ from evalq.engines.factory import BuildContext, batching, create_encoder, resolv
 from evalq.engines.http_probe import launched_by_recipe, probe_http_variants, probe_one
 from evalq.engines.launch import start_launch
 from evalq.engines.modelinfo import resolve_model_path, resolve_settings
-from evalq.execute import sensitivity
+from evalq.execute import sensitivity, sensitivity_measure
 from evalq.execute import streamed as streamrun
+from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
 from evalq.execute.sensitivity import print_sensitivity
-from evalq.execute.summarize import build_summary
+from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.measure.judged import JudgedIndex
-from evalq.measure.judged import evaluate as evaluate_qrels
-from evalq.measure.reference import evaluate_reference, vector_agreement
-from evalq.measure.registry import parse_measure, parse_measures
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe_source
 from evalq.report.console import print_run_table
@@ -57,31 +54,6 @@ from evalq.report.runview import RunView
 from evalq.results import rundir
 from evalq.results.folder import RunFolder, environment, git_revision, now_iso, package_versions
 from evalq.results.snippets import write_snippets
-from evalq.retrieve.ann import ann_search, judge_index
-from evalq.retrieve.search import search
-from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
-
-
-@dataclass
-class ReferenceState:
-    """What candidates are compared against, per dataset."""
-
-    ranking: Ranking
-    query_vectors: np.ndarray
-    doc_vectors: Any  # an (n, dim) matrix, or the shards folder of a streamed corpus
-
-
-@dataclass
-class VariantRecord:
-    """Everything the summary needs about one variant, after its engine is closed."""
-
-    name: str
-    role: str
-    description: dict[str, Any]
-    settings: EncodingSettings
-    timings: dict[str, Any] = field(default_factory=dict)
-    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    parity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,12 +61,6 @@ class RunOutcome:
     passed: bool
     output: Path
     summary: dict[str, Any]
-
-
-def _required_depth(recipe: Recipe) -> int:
-    texts = [*recipe.metrics, *recipe.reference_metrics, *(g.metric for g in recipe.gates)]
-    cutoffs = [parse_measure(t).cutoff or 0 for t in texts]
-    return max([10, *cutoffs, *(p.max_depth for p in recipe.pipelines)])
 
 
 def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list[Variant]:
@@ -156,7 +122,7 @@ def run_recipe(
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
-    depth = _required_depth(recipe)
+    depth = plan.depth  # metric cutoffs, gates and pipeline depths: what `evalq plan` prints
     out_dir = plan.output
     folder = RunFolder(out_dir)
     lock = rundir.RunLock(out_dir)  # a second run into this folder is refused (exit 2)
@@ -236,6 +202,7 @@ def run_recipe(
             summary.update(pipelines=pipelines.summary,
                            passed=summary["passed"] and pipelines.passed,
                            failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
+            add_pipeline_gates(summary)  # retriever-stage gates judge a dense candidate
         write_snippets(folder, datasets, [r.name for r in records],
                        words=recipe.report.snippet_words, title_separator=recipe.title_separator)
         manifest["finished"] = now_iso()
@@ -352,10 +319,10 @@ def _run_variant(
                                     role="document", progress=show_progress, **options)
             queries = encode_texts(encoder, list(ds.queries.texts), role="query",
                                    progress=show_progress, **options)
-            _score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
+            score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
                            judged[ds.name], record)
             if sensitivity.measured(recipe, variant):  # #14: other batch compositions
-                record.datasets[ds.name]["batch_sensitivity"] = sensitivity.measure_dataset(
+                record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
                     recipe, variant, encoder, ds, reference[ds.name], folder, options, depth,
                     show_progress, docs, queries)
     finally:
@@ -413,96 +380,6 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
             "differences": {k: list(v) for k, v in result.differences.items()}}
 
 
-def _score_dataset(
-    recipe: Recipe, variant: Variant, role: str, ds: Any, docs: Any, queries: Any, depth: int,
-    folder: RunFolder, reference: dict[str, ReferenceState], judged: Any,
-    record: VariantRecord,
-) -> None:
-    sharded = isinstance(docs, streamrun.ShardedDocuments)  # a streamed corpus
-    spec = stored = None
-    if variant.vectors.quantize != "none":
-        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
-        stored = quantize_documents(docs.vectors, spec)
-    t0 = time.perf_counter()
-    if sharded:
-        ranking = streamrun.search(queries.vectors, docs, ds.corpus.ids, ds.queries.ids,
-                                   depth)
-    else:
-        ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
-                         query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
-                         quantized=stored)
-    search_s = time.perf_counter() - t0
-    exact_ranking = None
-    if variant.index is not None:  # judged on its ANN run; the exact one splits the loss
-
-        exact_ranking = ranking
-        ann = ann_search(queries.vectors, docs.vectors, ds.corpus.ids, ds.queries.ids, depth,
-                         variant.index, where=f"candidates.{variant.name}.index")
-        ranking = ann.ranking
-        folder.write_run(ds.name, f"{variant.name}.exact", exact_ranking)
-    folder.write_run(ds.name, variant.name, ranking)
-    qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
-    entry: dict[str, Any] = {
-        "encode": {"documents": asdict(docs.stats), "queries": asdict(queries.stats)},
-        "search_s": search_s,
-        "documents": len(ds.corpus),
-    }
-    if sharded:
-        entry["index"] = {"quantize": "none", "bytes": docs.nbytes}
-        entry["stream"] = {"blocks": docs.blocks, "shards": docs.shards,
-                           "shard_rows": ds.corpus.options.shard_rows}
-        doc_vectors = docs.root
-    elif spec is not None and stored is not None:
-        entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes}
-        # What the index holds, as floats: the drift a deployment actually sees.
-        doc_vectors = stored.stored_vectors(np.arange(len(ds.corpus)))
-    else:
-        entry["index"] = {"quantize": "none", "bytes": int(docs.vectors.nbytes)}
-        doc_vectors = docs.vectors
-    if exact_ranking is not None:
-        ref_state = reference.get(ds.name)
-        entry["index"] = judge_index(
-            ann, variant.index, exact_ranking, judged=judged, metrics=recipe.metrics,
-            reference_metrics=recipe.reference_metrics,
-            reference_run=ref_state.ranking if ref_state else None,
-            reference_values=folder.read_per_query(ds.name, recipe.reference.name)
-            if ref_state else None)
-    values = dict(qrels_values.values)
-    if role == "reference":
-        reference[ds.name] = ReferenceState(ranking, queries.vectors, doc_vectors)
-    else:
-        ref = reference[ds.name]
-        q_agree = vector_agreement(ref.query_vectors, queries.vectors, list(ds.queries.ids))
-        if sharded:  # shard by shard; this candidate's shards are not needed after
-            d_agree = streamrun.document_agreement(ref.doc_vectors, docs.root, ds.corpus.ids)
-            shutil.rmtree(docs.root, ignore_errors=True)
-        else:
-            d_agree = vector_agreement(ref.doc_vectors, doc_vectors, list(ds.corpus.ids))
-        ref_values = evaluate_reference(ranking, ref.ranking,
-                                        parse_measures(recipe.reference_metrics),
-                                        query_agreement=q_agree)
-        values.update(_align(ref_values, qrels_values.query_ids))
-        folder.write_per_text(ds.name, variant.name, {
-            "query": dict(zip(q_agree.ids, q_agree.cosine.tolist())),
-            "document": dict(zip(d_agree.ids, d_agree.cosine.tolist())),
-        })
-        entry["vectors"] = {"query": asdict(q_agree.summary()),
-                            "document": asdict(d_agree.summary())}
-    folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
-    record.datasets[ds.name] = entry
-
-
-def _align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Reference measures are computed per reference query; qrels measures per judged
-    query. Pair them on the judged queries (a judged query with no run row scores 0)."""
-    position = {q: i for i, q in enumerate(values.query_ids)}
-    idx = np.array([position.get(q, -1) for q in query_ids])
-    out = {}
-    for name, col in values.values.items():
-        col = np.asarray(col, dtype=np.float64)
-        out[name] = np.where(idx >= 0, col[np.maximum(idx, 0)], 0.0) if len(col) else \
-            np.zeros(len(query_ids))
-    return out
 
 
 def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:

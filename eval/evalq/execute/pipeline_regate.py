@@ -1,8 +1,9 @@
 """`evalq gate RESULTS_DIR` for pipelines: re-decide every pipeline gate from the
 per-query values the run stored under ``pipelines/<name>/per_query/``.
 
-The same decision as the run (``pipeline._gates`` over the same per-query arrays, the
-same stats options from the recipe), so an unchanged recipe reproduces the run's
+The same decision as the run (``pipeline.combination_gates`` over the same per-query
+arrays, the same stats options from the recipe, so ``evalq gate --method`` re-decides
+these too), so an unchanged recipe reproduces the run's
 verdicts exactly; a recipe whose gates were edited (a margin, a floor, a new gate on a
 stored measure) is re-decided without re-running anything. Which combinations exist
 (first stage, reranker, depth, kind) is read from the stored summary: the run decided
@@ -11,12 +12,13 @@ that, not the gates.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.decide.gate import VariantGate
-from evalq.execute.pipelines import _gates
+from evalq.execute.pipelines import applicable_gates, combination_gates
 from evalq.measure.registry import parse_measure
 from evalq.results.folder import RunFolder
 
@@ -26,6 +28,8 @@ class PipelineVerdicts:
     verdicts: dict[str, VariantGate] = field(default_factory=dict)  # by display name
     failed: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)  # verdicts differing from the run's
+    # the stored pipeline summaries with every gate and verdict re-decided
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -35,9 +39,8 @@ class PipelineVerdicts:
 def regate_pipelines(recipe: Any, folder: RunFolder,
                      stored_summary: dict[str, Any]) -> PipelineVerdicts:
     """Re-decide the gates of every pipeline of ``recipe`` stored in ``folder``."""
-
-    out = PipelineVerdicts()
-    stored = stored_summary.get("pipelines") or {}
+    stored = copy.deepcopy(stored_summary.get("pipelines") or {})
+    out = PipelineVerdicts(summary=stored)
     for spec in recipe.pipelines:
         if spec.name not in stored:
             raise InputError(message=f"the recipe names pipeline '{spec.name}', which this "
@@ -60,17 +63,20 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
                                          fix="rerun 'evalq run'; the folder was edited")
                     _check_measures(spec, entry["kind"], int(depth_key), values.values,
                                     pipe_folder, ds_name, name)
-                    gate = _gates(spec, entry["kind"], int(depth_key), dict(values.values),
-                                  dict(reference.values), recipe)
+                    gate = combination_gates(spec, entry["kind"], int(depth_key),
+                                             dict(values.values), dict(reference.values),
+                                             recipe.stats)
+                    stored_gate = entry.pop("gate", None) or {}
+                    entry["verdict"] = "ungated" if gate is None else gate.verdict
                     if gate is None:
                         continue
                     label = f"pipeline {spec.name} {ds_name} {name}"
                     out.verdicts[label] = gate
                     out.failed.extend(f"{label}: {c.gate} ({c.verdict})"
                                       for c in gate.checks if not c.passed)
-                    before = {c["gate"]: c["verdict"]
-                              for c in (entry.get("gate") or {}).get("checks", [])}
+                    before = {c["gate"]: c["verdict"] for c in stored_gate.get("checks", [])}
                     now = {c.gate: c.verdict for c in gate.checks}
+                    entry["gate"] = gate.to_dict()
                     if before != now:
                         out.changed.append(label)
     return out
@@ -79,12 +85,8 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
 def _check_measures(spec: Any, kind: str, depth: int, values: dict[str, Any],
                     pipe_folder: RunFolder, ds_name: str, name: str) -> None:
     """A gate on a measure the run did not store cannot be decided from the folder
-    (the same selection of gates as ``pipeline._gates``)."""
-
-    for gate in spec.gates:
-        if (gate.depth is not None and gate.depth != depth) or \
-                (gate.stage != "pipeline" and gate.stage != kind):
-            continue
+    (the same selection of gates as the run: ``pipeline.applicable_gates``)."""
+    for gate in applicable_gates(spec, kind, depth):
         measure = parse_measure(gate.metric).name
         if measure not in values:
             raise InputError(message=f"the gate on {measure} cannot be re-decided: the run "

@@ -38,8 +38,15 @@ import numpy as np
 from evalq.core.errors import InputError
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
-from evalq.decide import stats
-from evalq.decide.gate import GateSpec, decide_gates, parse_max_drop
+from evalq.decide.gate import GateSpec, VariantGate, decide_gates, gate_spec
+from evalq.decide.summary_stats import (
+    StatsSettings,
+    align,
+    difference_interval,
+    gate_confidence,
+    mean_entry,
+    paired_entry,
+)
 from evalq.encode.pairs import (
     build_reranker,
     dense_layout,
@@ -111,39 +118,19 @@ def gather(pairs: np.ndarray, flat: np.ndarray, docs: np.ndarray, n_docs: int) -
     return np.where(docs >= 0, flat[pos], np.nan)
 
 
-def align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Values per ``query_ids`` (a query missing from ``values`` scores 0)."""
-    position = {q: i for i, q in enumerate(values.query_ids)}
-    idx = np.array([position.get(q, -1) for q in query_ids], dtype=np.int64)
-    out = {}
-    for name, col in values.values.items():
-        col = np.asarray(col, dtype=np.float64)
-        out[name] = (np.where(idx >= 0, col[np.maximum(idx, 0)], 0.0) if len(col)
-                     else np.zeros(len(query_ids)))
-    return out
-
-
-def _mean(values: np.ndarray, s: Any) -> dict[str, Any]:
-    ci = stats.bootstrap_mean_ci(values, s.confidence, s.resamples, s.seed)
-    return {"value": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
-
-
-def _paired(cand: np.ndarray, ref: np.ndarray, s: Any) -> dict[str, Any]:
-    d = stats.paired_bootstrap(cand, ref, s.confidence, s.resamples, s.seed)
-    return {"delta": d.delta, "ci_low": d.ci_low, "ci_high": d.ci_high,
-            "p_value": stats.randomization_test(cand, ref, s.resamples, s.seed)}
-
-
 def attribution(ref: np.ndarray, retriever: np.ndarray, reranker: np.ndarray,
-                both: np.ndarray, s: Any) -> dict[str, Any]:
+                both: np.ndarray, s: StatsSettings, confidence: float | None = None
+                ) -> dict[str, Any]:
     """Per-query paired split of ``both − ref`` into its parts; the deltas add up exactly:
-    total = retriever + reranker + interaction."""
+    total = retriever + reranker + interaction. Every part's interval is the recipe's
+    method at ``confidence`` (default the recipe's), as the Δ columns and gates use."""
+    confidence = s.confidence if confidence is None else confidence
     interaction = both - retriever - reranker + ref
-    inter = stats.bootstrap_mean_ci(interaction, s.confidence, s.resamples, s.seed)
-    return {"total": _paired(both, ref, s), "retriever_only": _paired(retriever, ref, s),
-            "reranker_only": _paired(reranker, ref, s),
-            "interaction": {"delta": inter.mean, "ci_low": inter.ci_low,
-                            "ci_high": inter.ci_high}}
+    delta, low, high = difference_interval(interaction, s, confidence)
+    return {"total": paired_entry(both, ref, s, confidence),
+            "retriever_only": paired_entry(retriever, ref, s, confidence),
+            "reranker_only": paired_entry(reranker, ref, s, confidence),
+            "interaction": {"delta": delta, "ci_low": low, "ci_high": high}}
 
 
 def _memory_figures(figures: dict[str, Any]) -> dict[str, Any]:
@@ -327,8 +314,8 @@ def _evaluate(recipe: Any, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun
                           run.ranking.indices[:, :depth], run.ranking.scores[:, :depth])
             values = evaluate_qrels(cut, judged, [recall, *measures])
             fs_recall[run.name] = values.values[recall.name]
-            fs_entry[run.name] = {recall.name: _mean(values.values[recall.name], s),
-                                  **{m: _mean(values.values[m], s) for m in names}}
+            fs_entry[run.name] = {recall.name: mean_entry(values.values[recall.name], s),
+                                  **{m: mean_entry(values.values[m], s) for m in names}}
         per_combo: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         rankings: dict[tuple[str, str], Ranking] = {}
         for f in fs_names:
@@ -347,7 +334,7 @@ def _evaluate(recipe: Any, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun
             pair = ScorePair(qids, cands[f0][:, :depth], scores[r0][f0][:, :depth],
                              scores[r][f0][:, :depth], doc_ids)
             fid = evaluate_fidelity(pair, fid_measures)
-            fidelity[r] = {"measures": {m.name: _mean(fid.values[m.name], s)
+            fidelity[r] = {"measures": {m.name: mean_entry(fid.values[m.name], s)
                                         for m in fid_measures},
                            "drift": pooled_drift(pair), "first_stage": f0}
             per_combo[(f0, r)].update(align(fid, judged_ids))
@@ -361,23 +348,11 @@ def _evaluate(recipe: Any, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun
             folder.write_per_query(ds.name, name, PerQuery(judged_ids, values))
             entry: dict[str, Any] = {
                 "first_stage": f, "reranker": r, "depth": depth, "kind": kind,
-                "first_stage_recall": _mean(fs_recall[f], s),
-                "metrics": {m: _mean(values[m], s) for m in names}}
+                "first_stage_recall": mean_entry(fs_recall[f], s),
+                "metrics": {m: mean_entry(values[m], s) for m in names}}
             if kind != "reference":
-                ref_values = per_combo[ref_key]
-                for m in names:
-                    entry["metrics"][m]["vs_reference"] = _paired(values[m], ref_values[m], s)
-                entry["reference_metrics"] = {m.name: _mean(values[m.name], s)
-                                              for m in ref_measures}
-                if kind == "both":
-                    entry["attribution"] = {
-                        m: attribution(ref_values[m], per_combo[(f, r0)][m],
-                                       per_combo[(f0, r)][m], values[m], s) for m in names}
-                gate = _gates(spec, kind, depth, values, per_combo[ref_key], recipe)
-                if gate is not None:
-                    entry["gate"] = gate.to_dict()
-                    failed.extend(f"pipeline {spec.name} {name}: {c.gate} ({c.verdict})"
-                                  for c in gate.checks if not c.passed)
+                failed.extend(_judge(entry, spec, name, per_combo, (f, r), (f0, r0),
+                                     names, ref_measures, s))
             combos[name] = entry
         out["depths"][str(depth)] = {"first_stage": fs_entry, "combinations": combos,
                                      "fidelity": fidelity,
@@ -385,30 +360,63 @@ def _evaluate(recipe: Any, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun
     return out, failed
 
 
-def _gates(spec: PipelineSpec, kind: str, depth: int, values: dict[str, np.ndarray],
-           reference: dict[str, np.ndarray], recipe: Any) -> Any:
-    mine: list[GateSpec] = []
-    for g in spec.gates:
-        if g.depth is not None and g.depth != depth:
-            continue
-        if g.stage != "pipeline" and g.stage != kind:
-            continue
-        mine.append(_gate_spec(g, recipe.stats.confidence, parse_max_drop))
+def _judge(entry: dict[str, Any], spec: PipelineSpec, name: str,
+           per_combo: dict[tuple[str, str], dict[str, np.ndarray]], combo: tuple[str, str],
+           reference: tuple[str, str], names: list[str], ref_measures: list[Any],
+           s: Any) -> list[str]:
+    """A candidate combination against the reference pipeline: Δ columns (the interval
+    its gate on that measure decides with), attribution, gates and verdict. Returns the
+    failed-gate lines."""
+    (f, r), (f0, r0) = combo, reference
+    kind, depth = entry["kind"], entry["depth"]
+    values, ref_values = per_combo[combo], per_combo[reference]
+    specs = combination_specs(spec, kind, depth, s)
+    conf = {m: gate_confidence(specs, m, s.confidence) for m in names}
+    for m in names:
+        entry["metrics"][m]["vs_reference"] = paired_entry(values[m], ref_values[m], s, conf[m])
+    entry["reference_metrics"] = {m.name: mean_entry(values[m.name], s) for m in ref_measures}
+    if kind == "both":
+        entry["attribution"] = {
+            m: attribution(ref_values[m], per_combo[(f, r0)][m], per_combo[(f0, r)][m],
+                           values[m], s, conf[m]) for m in names}
+    gate = combination_gates(spec, kind, depth, values, ref_values, s)
+    entry["verdict"] = "ungated" if gate is None else gate.verdict
+    if gate is None:
+        return []
+    entry["gate"] = gate.to_dict()
+    return [f"pipeline {spec.name} {name}: {c.gate} ({c.verdict})"
+            for c in gate.checks if not c.passed]
+
+
+def applicable_gates(spec: PipelineSpec, kind: str, depth: int) -> list[PipelineGate]:
+    """The pipeline's gates on a combination of ``kind`` at ``depth``: ``stage: pipeline``
+    applies to every candidate combination, ``retriever``/``reranker`` to their own."""
+    return [g for g in spec.gates
+            if (g.depth is None or g.depth == depth) and g.stage in ("pipeline", kind)]
+
+
+def combination_specs(spec: PipelineSpec, kind: str, depth: int,
+                      s: Any) -> list[GateSpec]:
+    """The gates of a combination as the decision rule reads them: the same builder as
+    the embedding gates, with the recipe's ``stats:`` (method, ``min_nonzero``,
+    confidence). Fidelity floors (``against: reranker``) are decided like floors against
+    the reference run."""
+    return [gate_spec(g, s.confidence, s,
+                      against="reference" if g.against == "reranker" else g.against)
+            for g in applicable_gates(spec, kind, depth)]
+
+
+def combination_gates(spec: PipelineSpec, kind: str, depth: int,
+                      values: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+                      s: Any) -> VariantGate | None:
+    """Decide a combination's gates from its per-query values (``None``: no gate applies;
+    the combination is ungated). ``evalq gate`` calls this on the stored values."""
+    mine = combination_specs(spec, kind, depth, s)
     if not mine:
         return None
     ids = tuple(str(i) for i in range(len(next(iter(values.values())))))
     return decide_gates(mine, PerQuery(ids, values), PerQuery(ids, reference),
-                        resamples=recipe.stats.resamples, seed=recipe.stats.seed)
-
-
-def _gate_spec(g: PipelineGate, confidence: float, parse_max_drop: Any) -> Any:
-    drop, relative = (None, False)
-    if g.max_drop is not None:
-        drop, relative = parse_max_drop(g.max_drop)
-    # Fidelity floors are decided like floors against the reference run.
-    against = "reference" if g.against == "reranker" else g.against
-    return GateSpec(metric=g.metric, against=against, max_drop=drop, relative=relative,
-                    min=g.min, stat=g.stat, confidence=g.confidence or confidence)
+                        resamples=s.resamples, seed=s.seed)
 
 
 def _cost(spec: PipelineSpec, runs: list[FirstStageRun], rerankers: dict[str, Any],

@@ -9,7 +9,6 @@ edited or written by another evalq version).
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.decide import intervals
 from evalq.execute.pipeline_regate import regate_pipelines
-from evalq.execute.summarize import build_summary
+from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.recipe.schema import Recipe
 from evalq.report.junit import to_junit
 from evalq.report.markdown import job_summary
@@ -65,13 +64,14 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
 
         piped = regate_pipelines(recipe, folder, stored)
         pipeline_verdicts = piped.verdicts
-        summary = {**summary, "passed": summary["passed"] and piped.passed,
-                   "pipelines": _redecided_pipelines(stored.get("pipelines") or {},
-                                                     piped.verdicts)}
+        summary = {**summary, "pipelines": piped.summary,
+                   "passed": summary["passed"] and piped.passed}
+        add_pipeline_gates(summary)  # as the run did: retriever-stage gates judge a candidate
         for label in piped.changed:
             print(f"note: {label}: re-decided verdicts differ from the run's")
     for name, gate in {**verdicts, **pipeline_verdicts}.items():
-        mark = "PASS" if gate.passed else "FAIL"
+        mark = ("UNGATED" if gate.verdict == "ungated" else "PASS" if gate.passed
+                else "FAIL")
         print(f"{mark}  {name}")
         for check in gate.checks:
             print(f"      [{check.verdict}] {check.gate}: {check.reason}")
@@ -96,23 +96,3 @@ def regate(results: str | Path, *, junit: str | Path | None = None,
                              fix="give --markdown a path in a writable folder") from None
     print("gates " + ("PASSED" if summary["passed"] else "FAILED"))
     return bool(summary["passed"])
-
-
-def _redecided_pipelines(stored: dict[str, Any], verdicts: dict[str, Any]) -> dict[str, Any]:
-    """The stored pipeline summaries with each combination's gate replaced by its
-    re-decided verdict (keyed as ``pipeline_regate`` labels them), for the markdown."""
-    out = copy.deepcopy(stored)
-    for name, pipe in out.items():
-        failed: list[str] = []
-        for ds_name, ds in (pipe.get("datasets") or {}).items():
-            for at_depth in (ds.get("depths") or {}).values():
-                for combo, entry in (at_depth.get("combinations") or {}).items():
-                    gate = verdicts.get(f"pipeline {name} {ds_name} {combo}")
-                    if gate is None:
-                        entry.pop("gate", None)
-                        continue
-                    entry["gate"] = gate.to_dict()
-                    failed += [f"pipeline {name} {combo}: {c.gate} ({c.verdict})"
-                               for c in gate.checks if not c.passed]
-        pipe["passed"], pipe["failed_gates"] = not failed, failed
-    return out

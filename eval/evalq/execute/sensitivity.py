@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evalq.decide.gate import VariantGate, decide_gates
+from evalq.decide.summary_stats import column
+from evalq.encode.composition import declared_dependence
 from evalq.recipe.sensitivity import BatchSensitivity
 
 if TYPE_CHECKING:
@@ -69,7 +71,6 @@ def compositions(opts: BatchSensitivity, run_tokens: int) -> list[Composition]:
 
 def measured(recipe: Recipe, variant: Variant) -> bool:
     """Whether ``variant`` gets re-encoded under several compositions in this run."""
-    from evalq.encode.composition import declared_dependence
 
     opts = recipe.batch_sensitivity
     if opts is None or variant is recipe.reference:
@@ -83,90 +84,8 @@ def stored_name(variant: str, composition: str) -> str:
     return f"{_STORED_PREFIX}/{variant}/{composition}"
 
 
-def measure_dataset(
-    recipe: Recipe, variant: Variant, encoder: Any, ds: Any, reference: Any, folder: RunFolder,
-    options: Mapping[str, Any], depth: int, show_progress: bool, run_docs: Any,
-    run_queries: Any,
-) -> dict[str, Any]:
-    """Re-encode ``variant`` on the slice of ``ds`` under every composition and score each.
-
-    ``reference`` is the run's ``ReferenceState`` for ``ds``; ``options`` the run's
-    ``encode_texts`` options for this variant; ``run_docs`` / ``run_queries`` the run's
-    own ``Encoded`` vectors, whose slice rows *are* the as-run composition (nothing is
-    re-encoded for it). Returns the manifest entry that :func:`apply_sensitivity` later
-    turns into summary figures and verdicts.
-    """
-    from evalq.core.values import PerQuery
-    from evalq.data.slicing import slice_dataset
-    from evalq.encode.batching import Encoded, encode_texts
-    from evalq.encode.composition import cache_composition, declared_dependence
-    from evalq.execute.evaluate import ReferenceState, VariantRecord, _score_dataset
-    from evalq.measure.judged import JudgedIndex
-    from evalq.measure.judged import evaluate as evaluate_qrels
-    from evalq.measure.registry import parse_measures
-    from evalq.retrieve.search import search
-
-    opts = recipe.batch_sensitivity
-    assert opts is not None
-    began = time.perf_counter()
-    sub = slice_dataset(ds, opts.max_queries, opts.max_docs)
-    judged = JudgedIndex.build(sub.qrels, sub.corpus.ids)
-    # The reference on the slice: its run vectors, re-searched over the sliced corpus.
-    q_rows = _rows(ds.queries.ids, sub.queries.ids)
-    d_rows = _rows(ds.corpus.ids, sub.corpus.ids)
-    ref_q, ref_d = reference.query_vectors[q_rows], reference.doc_vectors[d_rows]
-    ref_ranking = search(ref_q, ref_d, doc_ids=list(sub.corpus.ids),
-                         query_ids=list(sub.queries.ids), depth=depth)
-    ref_values = evaluate_qrels(ref_ranking, judged, parse_measures(recipe.metrics))
-    ref_name = stored_name(recipe.reference.name, "slice")
-    folder.write_per_query(sub.name, ref_name,
-                           PerQuery(ref_values.query_ids, dict(ref_values.values)))
-    slice_reference = {sub.name: ReferenceState(ref_ranking, ref_q, ref_d)}
-
-    # Always keyed by composition here, even for a variant declared invariant and named
-    # explicitly: each composition must really be computed, never read from another's.
-    key = dict(cache_composition(variant) or {"backend": variant.backend})
-    entries, stacks = [], []
-    doc_texts = sub.corpus.texts_for_encoding(recipe.title_separator)
-    for comp in compositions(opts, int(options["batch_tokens"])):
-        t0 = time.perf_counter()
-        if comp.id == "as-run":
-            docs = Encoded(run_docs.vectors[d_rows], run_docs.stats)
-            queries = Encoded(run_queries.vectors[q_rows], run_queries.stats)
-        else:
-            kwargs = {**options, "batch_tokens": comp.batch_tokens,
-                      "shuffle_seed": comp.shuffle_seed, "composition": key}
-            docs = encode_texts(encoder, doc_texts, role="document", progress=show_progress,
-                                **kwargs)
-            queries = encode_texts(encoder, list(sub.queries.texts), role="query",
-                                   progress=show_progress, **kwargs)
-        name = stored_name(variant.name, comp.id)
-        record = VariantRecord(name=name, role="candidate", description={},
-                               settings=encoder.settings)
-        _score_dataset(recipe, variant.model_copy(update={"name": name}), "candidate", sub,
-                       docs, queries, depth, folder, slice_reference, judged, record)
-        scored = record.datasets[sub.name]
-        entries.append({**comp.as_dict(), "stored_as": name,
-                        "seconds": time.perf_counter() - t0,
-                        "reused_from_run": comp.id == "as-run",
-                        "computed_texts": 0 if comp.id == "as-run" else
-                        docs.stats.n_computed + queries.stats.n_computed,
-                        "vectors": scored.get("vectors")})
-        stacks.append(np.vstack([queries.vectors, docs.vectors]))
-    return {
-        "dependence": declared_dependence(variant).as_dict(),
-        "slice": {"max_queries": opts.max_queries, "max_docs": opts.max_docs,
-                  "queries": len(sub.queries), "documents": len(sub.corpus)},
-        "reference_stored_as": ref_name,
-        "compositions": entries,
-        "between_compositions": between_compositions(stacks),
-        "seconds": time.perf_counter() - began,
-    }
 
 
-def _rows(all_ids: Sequence[str], kept: Sequence[str]) -> np.ndarray:
-    position = {x: i for i, x in enumerate(all_ids)}
-    return np.asarray([position[x] for x in kept], dtype=np.int64)
 
 
 def between_compositions(stacks: Sequence[np.ndarray]) -> dict[str, Any]:
@@ -198,7 +117,6 @@ def apply_sensitivity(
     """Gate every composition from stored values; returns the summary section, the
     variant's gate on this dataset (worst composition under ``verdict: worst``) and the
     sentence the summary's warnings carry."""
-    from evalq.decide.gate import VariantGate, decide_gates
 
     opts = recipe.batch_sensitivity
     rule = opts.verdict if opts is not None else "worst"
@@ -216,14 +134,14 @@ def apply_sensitivity(
                                  resamples=recipe.stats.resamples, seed=recipe.stats.seed)
         metrics: dict[str, Any] = {}
         for name in [*recipe.metrics, *(m for m in recipe.reference_metrics if m in gated)]:
-            column = _column(values, name)
-            if column is None:
+            col = column(values, name)
+            if col is None:
                 continue
-            mean = float(np.nanmean(column)) if len(column) else float("nan")
+            mean = float(np.nanmean(col)) if len(col) else float("nan")
             entry: dict[str, Any] = {"value": mean}
-            ref_column = _column(ref_values, name)
-            if ref_column is not None and len(ref_column) == len(column):
-                entry["delta"] = float(np.mean(column - ref_column))
+            ref_column = column(ref_values, name)
+            if ref_column is not None and len(ref_column) == len(col):
+                entry["delta"] = float(np.mean(col - ref_column))
             metrics[name] = entry
             metric_values.setdefault(name, []).append(entry.get("delta", mean))
         verdict = _worst_verdict(comp_gate)
@@ -285,15 +203,6 @@ def _outcome_clause(failing: Sequence[str], undecided: Sequence[str]) -> str:
     parts = [f"fails under {', '.join(failing)}"] if failing else []
     parts += [f"inconclusive under {', '.join(undecided)}"] if undecided else []
     return f" ({'; '.join(parts)})" if parts else " (passes under all)"
-
-
-def _column(values: Any, name: str) -> np.ndarray | None:
-    from evalq.measure.registry import parse_measure
-
-    if name in values.values:
-        return np.asarray(values.values[name], dtype=np.float64)
-    key = parse_measure(name).name
-    return np.asarray(values.values[key], dtype=np.float64) if key in values.values else None
 
 
 def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from evalq.core.values import PerQuery
-from evalq.decide import intervals, stats
 from evalq.decide.gate import (
     GateCheck,
     GateSpec,
@@ -23,36 +22,13 @@ from evalq.decide.gate import (
     decide_pooled,
     gate_spec,
     paired_values,
+    summary_passed,
 )
+from evalq.decide.summary_stats import column, mean_entry, paired_entry
 from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
 from evalq.recipe.schema import GateConfig, Recipe
 from evalq.results.folder import RunFolder
-
-
-def _mean_entry(values: np.ndarray, recipe: Recipe) -> dict[str, Any]:
-    ci = stats.bootstrap_mean_ci(values, recipe.stats.confidence, recipe.stats.resamples,
-                                 recipe.stats.seed)
-    return {"value": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
-
-
-def _paired_entry(cand: np.ndarray, ref: np.ndarray, recipe: Recipe,
-                  confidence: float) -> dict[str, Any]:
-    """Δ vs the reference with the interval a gate on this measure uses (its confidence,
-    the recipe's method), so the table and the verdict show the same interval."""
-
-    s = recipe.stats
-    if s.method == intervals.HISTORICAL_METHOD:
-        diff = stats.paired_bootstrap(cand, ref, confidence, s.resamples, s.seed)
-        delta, low, high = diff.delta, diff.ci_low, diff.ci_high
-    else:
-        iv = intervals.interval(cand - ref, s.method, confidence, s.resamples, s.seed)
-        delta, low, high = iv.estimate, iv.low, iv.high
-    p_value = stats.randomization_test(cand, ref, s.resamples, s.seed)
-    alpha = (1 - confidence) / 2
-    return {"delta": delta, "ci_low": low, "ci_high": high, "confidence": confidence,
-            "method": s.method, "p_value": p_value,
-            "mde": stats.minimum_detectable_effect(cand - ref, alpha) if len(cand) > 1 else None}
 
 
 def _entry_confidence(specs: list[tuple[GateConfig, GateSpec]], metric: str, variant: str,
@@ -125,12 +101,14 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     datasets: dict[str, Any] = {}
     checks: dict[str, list[GateCheck]] = {}
     suite_checks: dict[str, list[GateCheck]] = {}
+    preflights: dict[str, int] = {}
     pooled_pairs: dict[tuple[str, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
     for name, info in variants.items():
         if name != reference:
             parity = _parity_check(info)
             checks[name] = []
             suite_checks[name] = [] if parity is None else [parity]
+            preflights[name] = len(suite_checks[name])
     for ds_name in variants[reference]["datasets"]:
         ref_values = folder.read_per_query(ds_name, reference)
         ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
@@ -142,14 +120,14 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
             entry: dict[str, Any] = {"role": role, "metrics": {}}
             for m in metric_names:
                 cand = _column(values, m)
-                entry["metrics"][m] = _mean_entry(cand, recipe)
+                entry["metrics"][m] = mean_entry(cand, recipe.stats)
                 if name != reference:
-                    entry["metrics"][m]["vs_reference"] = _paired_entry(
-                        cand, _column(ref_values, m), recipe,
+                    entry["metrics"][m]["vs_reference"] = paired_entry(
+                        cand, _column(ref_values, m), recipe.stats,
                         _entry_confidence(specs, m, name, recipe.stats.confidence))
             if name != reference:
                 entry["reference_metrics"] = {
-                    m: _mean_entry(_column(values, m), recipe)
+                    m: mean_entry(_column(values, m), recipe.stats)
                     for m in recipe.reference_metrics
                 }
                 entry["vectors"] = ds_info.get("vectors")
@@ -172,7 +150,7 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                 checks[name].extend(gate.checks)
                 for i, s in mine:
                     if s.over == "pooled":
-                        cand, ref = _pooled_pair(s, values, ref_values)
+                        cand, ref = paired_values(s, values, ref_values)
                         pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
             entry["encode"] = ds_info.get("encode", {})
             entry["index"] = ds_info.get("index")
@@ -182,25 +160,16 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         suite_checks[name].append(decide_pooled(specs[i][1], pairs,
                                                 resamples=recipe.stats.resamples,
                                                 seed=recipe.stats.seed))
+    # Gated: a per-dataset, sensitivity or pooled gate applies. The parity preflight is
+    # checked first (suite_checks[name][0]) but alone it certifies nothing.
     verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *found)),
-                                  (*suite_checks[name], *found))
+                                  (*suite_checks[name], *found),
+                                  gated=bool(found) or len(suite_checks[name]) > preflights[name])
                 for name, found in checks.items()}
-    summary_variants = {}
-    for name, info in variants.items():
-        backend = info.get("backend", {})
-        quant = backend.get("quantization") or {}
-        summary_variants[name] = {
-            "role": info["role"],
-            "passed": verdicts[name].passed if name in verdicts else None,
-            "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
-            "settings_differ": settings_differ.get(name),
-            **{k: info.get("timings", {}).get(k)
-               for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
-                         "peak_rss_method")},
-        }
-        if name in suite_checks:
-            # Checks that belong to the variant, not to one dataset: parity, pooled gates.
-            summary_variants[name]["suite_checks"] = [c.to_dict() for c in suite_checks[name]]
+    summary_variants = {
+        name: _summary_variant(info, settings_differ.get(name), verdicts.get(name),
+                               suite_checks.get(name))
+        for name, info in variants.items()}
     return {
         "recipe": recipe.name,
         "reference": reference,
@@ -218,9 +187,54 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     }, verdicts
 
 
-def _pooled_pair(spec: GateSpec, values: PerQuery, ref_values: PerQuery
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    return paired_values(spec, values, ref_values)
+def _summary_variant(info: Mapping[str, Any], settings_differ: Any, verdict: VariantGate | None,
+                     suite_checks: list[GateCheck] | None) -> dict[str, Any]:
+    """One variant's summary entry: its verdict (candidates) and costs."""
+    quant = info.get("backend", {}).get("quantization") or {}
+    out: dict[str, Any] = {
+        "role": info["role"],
+        "passed": summary_passed(verdict.verdict) if verdict is not None else None,
+        "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
+        "settings_differ": settings_differ,
+        **{k: info.get("timings", {}).get(k)
+           for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
+                     "peak_rss_method")},
+    }
+    if verdict is not None:
+        out["verdict"] = verdict.verdict
+    if suite_checks is not None:
+        # Checks that belong to the variant, not to one dataset: parity, pooled gates.
+        out["suite_checks"] = [c.to_dict() for c in suite_checks]
+    return out
+
+
+def add_pipeline_gates(summary: dict[str, Any]) -> None:
+    """Fold the pipeline gates that apply to a dense candidate into its verdict: those on
+    combinations where it is the first stage under the reference reranker (``kind:
+    retriever``), the only ones that judge it alone. Its checks land in the variant's
+    ``pipeline_checks``; a candidate with no gate of its own is gated by them."""
+    variants = summary.get("variants") or {}
+    found: dict[str, list[dict[str, Any]]] = {}
+    for pipe, p in (summary.get("pipelines") or {}).items():
+        for ds, d in (p.get("datasets") or {}).items():
+            for at_depth in (d.get("depths") or {}).values():
+                for combo, entry in (at_depth.get("combinations") or {}).items():
+                    first = entry.get("first_stage")
+                    info = variants.get(first) or {}
+                    if entry.get("kind") != "retriever" or info.get("role") != "candidate":
+                        continue
+                    found.setdefault(first, []).extend(
+                        {**c, "gate": f"pipeline {pipe} {combo}: {c['gate']} on {ds}"}
+                        for c in (entry.get("gate") or {}).get("checks", []))
+    for name, checks in found.items():
+        if not checks:
+            continue
+        info = variants[name]
+        own = info.get("verdict", "ungated")
+        verdict = ("fail" if own == "fail" or any(c["verdict"] == "fail" for c in checks)
+                   else "inconclusive" if own == "inconclusive" or not all(
+                       c["passed"] for c in checks) else "pass")
+        info.update(verdict=verdict, passed=summary_passed(verdict), pipeline_checks=checks)
 
 
 def _name(metric: str) -> str:
@@ -228,6 +242,7 @@ def _name(metric: str) -> str:
 
 
 def _column(values: PerQuery, name: str) -> np.ndarray:
-    if name in values.values:
-        return np.asarray(values.values[name], dtype=np.float64)
-    return np.asarray(values.values[parse_measure(name).name], dtype=np.float64)
+    found = column(values, name)
+    if found is None:  # evalq gate on an edited folder: reported as bad input (exit 2)
+        raise KeyError(f"no per-query {name} stored")
+    return found

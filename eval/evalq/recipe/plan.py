@@ -61,6 +61,7 @@ class GatePlan:
     measure: str
     against: str
     variants: tuple[str, ...]
+    pooled: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,18 @@ class Plan:
     # Problems of this machine, not of the recipe (device, capability), when the plan was
     # built with ``machine=False`` (``evalq validate`` of a GPU recipe on a laptop).
     machine_notes: tuple[str, ...] = ()
+    # Gates on rerank pipelines ("pipeline <name>: <gate>"); they decide the exit code too.
+    pipeline_gates: tuple[str, ...] = ()
+    # Batch sensitivity decides the variants' own gates under every batch composition.
+    sensitivity: bool = False
 
     def variant(self, name: str) -> VariantPlan:
         return next(v for v in self.variants if v.name == name)
+
+    @property
+    def depth(self) -> int:
+        """The depth the run searches to (pipelines included)."""
+        return int(self.limits["depth"])
 
 
 class _Problems:
@@ -192,6 +202,16 @@ def _variant_path(i: int) -> tuple[Any, ...]:
     return ("reference",) if i == 0 else ("candidates", i - 1)
 
 
+def required_depth(recipe: Any) -> int:
+    """How deep every dense variant searches: the deepest cutoff of a metric or gate, and
+    the deepest first stage of a pipeline (which reranks a dense variant's stored run).
+    Computed here once; the run searches to the plan's depth."""
+
+    texts = [*recipe.metrics, *recipe.reference_metrics, *(g.metric for g in recipe.gates)]
+    cutoffs = [parse_measure(t).cutoff or 0 for t in texts]
+    return max([10, *cutoffs, *(p.max_depth for p in recipe.pipelines)])
+
+
 def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = None,
                only: Sequence[str] | None = None, max_queries: int | None = None,
                max_docs: int | None = None, use_cache: bool = True,
@@ -238,7 +258,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         rule = f"max_drop {g.max_drop}" if g.max_drop is not None else f"min {g.min}"
         stat = f" ({g.stat})" if g.stat != "mean" else ""
         gate_plans.append(GatePlan(f"{measure.name}{stat} vs {g.against} {rule}",
-                                   measure.name, g.against, targets))
+                                   measure.name, g.against, targets, g.over == "pooled"))
     if recipe.gates and not recipe.candidates:
         problems.add(("candidates",),
                      "the recipe has gates but no candidates, so nothing would be judged and "
@@ -270,9 +290,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
 
     if problems.items:
         raise PlanError(problems.items)
-    depth = max([10, *(parse_measure(t).cutoff or 0 for t in
-                       [*recipe.metrics, *recipe.reference_metrics,
-                        *(g.metric for g in recipe.gates)])])
+    depth = required_depth(recipe)
     return Plan(
         recipe=recipe.name, recipe_file=path,
         datasets=tuple(d if isinstance(d, str) else str(d.get("name", d)) for d in
@@ -286,7 +304,21 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
                 "resamples": recipe.stats.resamples, "confidence": recipe.stats.confidence,
                 "cache_chunk": recipe.cache_chunk},
         machine_notes=tuple(problems.notes),
+        pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
+        sensitivity=recipe.batch_sensitivity is not None,
     )
+
+
+def _pipeline_gate_texts(recipe: Any) -> list[str]:
+    out = []
+    for p in recipe.pipelines:
+        for g in p.gates:
+            rule = f"max_drop {g.max_drop}" if g.max_drop is not None else f"min {g.min}"
+            stat = f" ({g.stat})" if g.stat != "mean" else ""
+            at = f" at depth {g.depth}" if g.depth is not None else ""
+            out.append(f"pipeline {p.name}: {g.metric}{stat} vs {g.against} {rule} on "
+                       f"{g.stage} combinations{at}")
+    return out
 
 
 def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_reference: bool,
@@ -472,9 +504,30 @@ def describe_plan(plan: Plan) -> str:
         lines.append(f"      cache: {v.cached}")
         for g in v.gates:
             lines.append(f"      gate: {g}")
-    if not plan.gates:
-        lines.append("  no gates: the run reports figures and always exits 0")
+    lines += [f"  gate: {g}" for g in plan.pipeline_gates]
+    lines.append("  " + exit_statement(plan))
     return "\n".join(lines)
+
+
+def exit_statement(plan: Plan) -> str:
+    """What decides the exit code: every kind of gate counts (embedding per-dataset and
+    pooled, batch-sensitivity compositions, pipeline), and candidates no gate applies to
+    are named: they are measured but never certified."""
+    if not plan.gates and not plan.pipeline_gates:
+        return "no gates: the run reports figures and always exits 0"
+    pooled = sum(1 for g in plan.gates if g.pooled)
+    parts = [f"{len(plan.gates)} gate(s) on the embedding variants"
+             + (f" ({pooled} pooled over the suite)" if pooled else "")]
+    if plan.gates and plan.sensitivity:
+        parts.append("decided under every batch composition of the measured candidates")
+    if plan.pipeline_gates:
+        parts.append(f"{len(plan.pipeline_gates)} pipeline gate(s)")
+    text = "exits 1 if any gate fails or is inconclusive: " + "; ".join(parts)
+    ungated = [v.name for v in plan.variants if v.role == "candidate" and not v.gates]
+    if ungated:
+        text += (f"; ungated (measured, not certified, never recommended): "
+                 f"{', '.join(ungated)}")
+    return text
 
 
 def print_plan(path: Path, *, output: Path | None = None,

@@ -15,7 +15,8 @@ from evalq.report.runview import RunView, finite
 from evalq.report.verdict import candidate_verdicts, costs, recommend
 
 _STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
-          "inconclusive": ("inconclusive", "yellow"), "no verdict": ("—", "dim")}
+          "inconclusive": ("inconclusive", "yellow"), "ungated": ("ungated", "dim"),
+          "no verdict": ("—", "dim")}
 
 
 def _mib(value: float | None) -> str:

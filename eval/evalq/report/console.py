@@ -80,8 +80,8 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
             row += [_rate(v.get("encode", {})), _mib(info.get("weight_bytes")),
                     _mib((v.get("index") or {}).get("bytes"))]
             gate = v.get("gate")
-            row.append("" if gate is None else
-                       "[green]pass[/green]" if gate["passed"] else "[red]FAIL[/red]")
+            row.append("" if gate is None else "ungated" if info.get("verdict") == "ungated"
+                       else "[green]pass[/green]" if gate["passed"] else "[red]FAIL[/red]")
             table.add_row(*row)
         console.print(table)
         for name, v in ds["variants"].items():

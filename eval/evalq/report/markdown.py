@@ -16,7 +16,7 @@ from evalq.report.runview import RunView, finite
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
 
 ICON = {"ship": "✅ may ship", "fail": "❌ failed", "inconclusive": "⚠️ inconclusive",
-        "not run": "➖ did not run", "no verdict": "➖ no verdict"}
+        "not run": "➖ did not run", "no verdict": "➖ no verdict", "ungated": "➖ ungated"}
 
 
 def md(text: Any) -> str:

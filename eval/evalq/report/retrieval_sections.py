@@ -65,6 +65,8 @@ def verdict_section(run: RunView, page: Page) -> Markup:
             why = "named in the recipe, absent from the results (run with --only, or it failed)"
         elif v.status == "no verdict":
             why = "no gate verdict stored"
+        elif v.status == "ungated":
+            why = "no gate applies to it: measured, not certified (never recommended)"
         else:
             items = Markup("").join(
                 Markup("<li><span class=\"{}\">{}</span> {}{}: {}</li>").format(

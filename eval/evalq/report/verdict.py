@@ -1,5 +1,6 @@
-"""Which candidates may ship, which failed and why, which are undecided, and the
-recommendation: the cheapest candidate that passes every gate.
+"""Which candidates may ship, which failed and why, which are undecided or ungated, and
+the recommendation: the cheapest candidate that passed every gate that applies to it and
+had at least one (an ungated candidate is never recommended).
 
 Read from the stored gate verdicts and cost figures (weight bytes, index bytes, encode
 throughput); nothing is re-decided here. Every report (HTML, markdown, console) takes its
@@ -9,11 +10,19 @@ verdict from these functions, so they never disagree about what may ship.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from evalq.report.runview import RunView, finite
 
-Status = Literal["ship", "fail", "inconclusive", "not run", "no verdict"]
+Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdict"]
+
+# summary.json's per-candidate verdict -> the reports' status
+_STATUS: dict[str, Status] = {"pass": "ship", "fail": "fail", "inconclusive": "inconclusive",
+                              "ungated": "ungated"}
+# Folders written before summaries carried a verdict: the parity preflight is told apart
+# by its label (it checks the engine, it is no quality gate).
+_PREFLIGHT_LABEL = "parity preflight"
+SUITE = "all datasets"  # the dataset a pooled or parity check is reported under
 
 COST_LABELS = {"weight_bytes": "weight bytes", "index_bytes": "index bytes",
                "throughput": "encode throughput"}
@@ -83,37 +92,56 @@ def costs(run: RunView, variant: str) -> Costs:
                  texts / seconds if seconds > 0 else None, rss)
 
 
+def _checks(run: RunView, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every stored check of a candidate with the dataset it belongs to: per-dataset
+    (sensitivity included), the variant's own (parity preflight, pooled gates) and the
+    retriever-stage pipeline gates on it."""
+    info = run.summary_variant(name)
+    out = [(SUITE, c) for c in [*(info.get("suite_checks") or []),
+                                *(info.get("pipeline_checks") or [])]]
+    for ds in run.datasets:
+        out += [(ds, c) for c in ((run.entry(ds, name) or {}).get("gate") or {})
+                .get("checks", [])]
+    return out
+
+
+def _stored_status(run: RunView, name: str, checks: list[tuple[str, dict[str, Any]]]
+                   ) -> Status:
+    stored = run.summary_variant(name).get("verdict")
+    if stored in _STATUS:
+        return _STATUS[stored]
+    if run.summary is None:
+        return "no verdict"
+    # Written before summaries carried a verdict: the same rule, from the checks.
+    if any(c.get("verdict") == "fail" for _, c in checks):
+        return "fail"
+    if any(not c.get("passed") for _, c in checks):
+        return "inconclusive"
+    gated = any(not str(c.get("gate", "")).startswith(_PREFLIGHT_LABEL) for _, c in checks)
+    return "ship" if gated else "ungated"
+
+
 def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:
     out = []
     for name in run.candidates:
         if not run.ran(name):
             out.append(CandidateVerdict(name, "not run", (), None))
             continue
+        checks = _checks(run, name)
         failures: list[Failure] = []
         needed: list[int] = []
-        seen_gate = False
-        for ds in run.datasets:
-            gate = (run.entry(ds, name) or {}).get("gate")
-            if not gate:
+        for ds, check in checks:
+            if check.get("passed"):
                 continue
-            seen_gate = True
-            for check in gate.get("checks", []):
-                if check.get("passed"):
-                    continue
-                failures.append(Failure(ds, str(check.get("gate")), str(check.get("verdict")),
-                                        str(check.get("reason"))))
-                q = (check.get("figures") or {}).get("queries_needed")
-                if check.get("verdict") == "inconclusive" and isinstance(q, int | float):
-                    needed.append(int(q))
-        if not seen_gate:
-            out.append(CandidateVerdict(name, "no verdict", (), None))
-        elif not failures:
-            out.append(CandidateVerdict(name, "ship", (), None))
-        elif any(f.verdict != "inconclusive" for f in failures):
-            out.append(CandidateVerdict(name, "fail", tuple(failures), None))
-        else:
-            out.append(CandidateVerdict(name, "inconclusive", tuple(failures),
-                                        max(needed) if needed else None))
+            failures.append(Failure(ds, str(check.get("gate")), str(check.get("verdict")),
+                                    str(check.get("reason"))))
+            q = (check.get("figures") or {}).get("queries_needed")
+            if check.get("verdict") == "inconclusive" and isinstance(q, int | float):
+                needed.append(int(q))
+        status = _stored_status(run, name, checks)
+        out.append(CandidateVerdict(name, status, tuple(failures) if status in (
+            "fail", "inconclusive") else (), max(needed) if needed and status ==
+            "inconclusive" else None))
     return out
 
 
@@ -126,9 +154,10 @@ def _fmt_cost(key: str, value: float | None) -> str:
 
 
 def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> Recommendation:
-    """The cheapest passing candidate by the recipe's ``report.cost`` (lower bytes, or
-    higher throughput), ties broken by the other two costs. A candidate whose deciding
-    cost is unknown ranks after those whose cost is known."""
+    """The cheapest certified candidate (passed every gate that applies to it and had at
+    least one) by the recipe's ``report.cost`` (lower bytes, or higher throughput), ties
+    broken by the other two costs. A candidate whose deciding cost is unknown ranks after
+    those whose cost is known."""
     key = run.cost_key
     verdicts = candidate_verdicts(run) if verdicts is None else verdicts
     passing = [v.name for v in verdicts if v.status == "ship"]
@@ -136,6 +165,11 @@ def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> R
     if run.summary is None:
         return Recommendation(None, key, "no recommendation: the run did not finish")
     if not passing:
+        ungated = [v.name for v in verdicts if v.status == "ungated"]
+        if ungated and len(ungated) == len(verdicts):
+            return Recommendation(None, key, f"no recommendation: no gate applies to "
+                                  f"{', '.join(ungated)} (ungated); add gates to certify a "
+                                  f"candidate, or keep serving {run.reference}")
         return Recommendation(None, key, f"no candidate passes every gate: keep serving "
                               f"{run.reference}")
     order = [key] + [k for k in ("weight_bytes", "index_bytes", "throughput") if k != key]

@@ -89,7 +89,7 @@ class LoadFolder:
 
 
 def quality_verdicts(run_root: Path) -> dict[str, str]:
-    """Per variant "passes" / "fails" / "inconclusive" / "reference" from the folder's
+    """Per variant "passes" / "fails" / "inconclusive" / "ungated" / "reference" from the folder's
     ``summary.json`` (the latest finished ``evalq run`` of the same recipe); empty when
     there is none. A variant that failed no gate but could not be certified (too few
     queries) is "inconclusive", not "fails": its gate checks say which."""
@@ -104,6 +104,8 @@ def quality_verdicts(run_root: Path) -> dict[str, str]:
     for name, v in (data.get("variants") or {}).items():
         if v.get("role") == "reference":
             out[name] = "reference"
+        elif v.get("verdict") == "ungated":  # measured, never certified by a gate
+            out[name] = "ungated"
         elif v.get("passed") is not None:
             checks = [*(v.get("suite_checks") or []),
                       *(c for ds in (data.get("datasets") or {}).values()

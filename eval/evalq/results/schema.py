@@ -161,6 +161,8 @@ class VariantSummary(Part):
     children_peak_rss_mb: float | None = None
     peak_rss_method: str | None = None
     suite_checks: list[GateCheck] | None = None
+    # Retriever-stage pipeline gates that judge this dense candidate (scoring folds them in).
+    pipeline_checks: list[GateCheck] | None = None
 
 
 class StatsPart(Part):
@@ -191,15 +193,16 @@ class Attribution(Part):
 
 
 class Combination(Part):
-    first_stage: str
-    reranker: str
-    depth: int
+    first_stage: str | None = None
+    reranker: str | None = None
+    depth: int | None = None
     kind: Literal["reference", "retriever", "reranker", "both"]
-    first_stage_recall: MeanEntry
-    metrics: dict[str, MetricEntry]
+    first_stage_recall: MeanEntry | None = None
+    metrics: dict[str, MetricEntry] | None = None
     reference_metrics: dict[str, MeanEntry] | None = None
     attribution: dict[str, Attribution] | None = None
     gate: GateResult | None = None
+    verdict: Verdict | None = None
 
 
 class Fidelity(Part):
@@ -209,14 +212,14 @@ class Fidelity(Part):
 
 
 class PipelineDepth(Part):
-    first_stage: dict[str, dict[str, MeanEntry]]
+    first_stage: dict[str, dict[str, MeanEntry]] | None = None
     combinations: dict[str, Combination]
-    fidelity: dict[str, Fidelity]
-    reference: str
+    fidelity: dict[str, Fidelity] | None = None
+    reference: str | None = None
 
 
 class PipelineDataset(Part):
-    queries: int
+    queries: int | None = None
     depths: dict[str, PipelineDepth]
 
 
@@ -258,15 +261,15 @@ class RerankerInfo(Part):
 
 
 class PipelineSummary(Part):
-    depths: list[int]
-    cutoff: int
-    first_stage: dict[str, Any]  # the recipe's first_stage block, as dumped
-    reranker_reference: str
+    depths: list[int] | None = None
+    cutoff: int | None = None
+    first_stage: dict[str, Any] | None = None  # the recipe's first_stage block, as dumped
+    reranker_reference: str | None = None
     datasets: dict[str, PipelineDataset]
-    cost: dict[str, PipelineCost]
-    rerankers: dict[str, RerankerInfo]
-    passed: bool
-    failed_gates: list[str]
+    cost: dict[str, PipelineCost] | None = None
+    rerankers: dict[str, RerankerInfo] | None = None
+    passed: bool | None = None
+    failed_gates: list[str] | None = None
     note: str | None = None
 
 

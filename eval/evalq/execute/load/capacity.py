@@ -121,13 +121,14 @@ def plan_variant(variant: str, knees: Mapping[str, Knee], demand: Demand,
 @dataclass(frozen=True)
 class DecisionRow:
     variant: str
-    quality: str  # "passes" | "fails" | "inconclusive" | "reference" | "unknown"
+    quality: str  # "passes" | "fails" | "inconclusive" | "ungated" | "reference" | "unknown"
     parity: str  # "ok" | "differs" | "not checked"
     plan: VariantPlan
 
     def sentence(self) -> str:
         quality = {"passes": "passes quality", "fails": "FAILS quality",
                    "inconclusive": "quality inconclusive",
+                   "ungated": "quality ungated (no gate applies)",
                    "reference": "reference", "unknown": "quality not run"}[self.quality]
         if not self.plan.feasible:
             return f"{self.variant}: {quality}, infeasible ({'; '.join(self.plan.notes)})"

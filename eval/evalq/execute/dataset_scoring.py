@@ -1,0 +1,131 @@
+"""One dataset scored for one variant: search (exact, quantized, sharded or ANN), the run
+file, the measures against qrels and against the reference, and the per-query and
+per-text values written to the results folder.
+
+The evaluation loop (:mod:`evalq.execute.evaluate`) and batch sensitivity
+(:mod:`evalq.execute.sensitivity_measure`) score datasets the same way, so both import it
+from here (sensitivity used to reach into the runner's private helper).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from evalq.core.ranking import Ranking
+from evalq.core.values import EncodingSettings, PerQuery
+from evalq.decide.summary_stats import align
+from evalq.execute import streamed as streamrun
+from evalq.measure.judged import evaluate as evaluate_qrels
+from evalq.measure.reference import evaluate_reference, vector_agreement
+from evalq.measure.registry import parse_measures
+from evalq.recipe.schema import Recipe, Variant
+from evalq.results.folder import RunFolder
+from evalq.retrieve.ann import ann_search, judge_index
+from evalq.retrieve.search import search
+from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
+
+
+@dataclass
+class ReferenceState:
+    """What candidates are compared against, per dataset."""
+
+    ranking: Ranking
+    query_vectors: np.ndarray
+    doc_vectors: Any  # an (n, dim) matrix, or the shards folder of a streamed corpus
+
+
+@dataclass
+class VariantRecord:
+    """Everything the summary needs about one variant, after its engine is closed."""
+
+    name: str
+    role: str
+    description: dict[str, Any]
+    settings: EncodingSettings
+    timings: dict[str, Any] = field(default_factory=dict)
+    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parity: dict[str, Any] | None = None
+
+
+def score_dataset(
+    recipe: Recipe, variant: Variant, role: str, ds: Any, docs: Any, queries: Any, depth: int,
+    folder: RunFolder, reference: dict[str, ReferenceState], judged: Any,
+    record: VariantRecord,
+) -> None:
+    sharded = isinstance(docs, streamrun.ShardedDocuments)  # a streamed corpus
+    spec = stored = None
+    if variant.vectors.quantize != "none":
+        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
+        stored = quantize_documents(docs.vectors, spec)
+    t0 = time.perf_counter()
+    if sharded:
+        ranking = streamrun.search(queries.vectors, docs, ds.corpus.ids, ds.queries.ids,
+                                   depth)
+    else:
+        ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
+                         query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
+                         quantized=stored)
+    search_s = time.perf_counter() - t0
+    exact_ranking = None
+    if variant.index is not None:  # judged on its ANN run; the exact one splits the loss
+
+        exact_ranking = ranking
+        ann = ann_search(queries.vectors, docs.vectors, ds.corpus.ids, ds.queries.ids, depth,
+                         variant.index, where=f"candidates.{variant.name}.index")
+        ranking = ann.ranking
+        folder.write_run(ds.name, f"{variant.name}.exact", exact_ranking)
+    folder.write_run(ds.name, variant.name, ranking)
+    qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
+    entry: dict[str, Any] = {
+        "encode": {"documents": asdict(docs.stats), "queries": asdict(queries.stats)},
+        "search_s": search_s,
+        "documents": len(ds.corpus),
+    }
+    if sharded:
+        entry["index"] = {"quantize": "none", "bytes": docs.nbytes}
+        entry["stream"] = {"blocks": docs.blocks, "shards": docs.shards,
+                           "shard_rows": ds.corpus.options.shard_rows}
+        doc_vectors = docs.root
+    elif spec is not None and stored is not None:
+        entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes}
+        # What the index holds, as floats: the drift a deployment actually sees.
+        doc_vectors = stored.stored_vectors(np.arange(len(ds.corpus)))
+    else:
+        entry["index"] = {"quantize": "none", "bytes": int(docs.vectors.nbytes)}
+        doc_vectors = docs.vectors
+    if exact_ranking is not None:
+        ref_state = reference.get(ds.name)
+        entry["index"] = judge_index(
+            ann, variant.index, exact_ranking, judged=judged, metrics=recipe.metrics,
+            reference_metrics=recipe.reference_metrics,
+            reference_run=ref_state.ranking if ref_state else None,
+            reference_values=folder.read_per_query(ds.name, recipe.reference.name)
+            if ref_state else None)
+    values = dict(qrels_values.values)
+    if role == "reference":
+        reference[ds.name] = ReferenceState(ranking, queries.vectors, doc_vectors)
+    else:
+        ref = reference[ds.name]
+        q_agree = vector_agreement(ref.query_vectors, queries.vectors, list(ds.queries.ids))
+        if sharded:  # shard by shard; this candidate's shards are not needed after
+            d_agree = streamrun.document_agreement(ref.doc_vectors, docs.root, ds.corpus.ids)
+            shutil.rmtree(docs.root, ignore_errors=True)
+        else:
+            d_agree = vector_agreement(ref.doc_vectors, doc_vectors, list(ds.corpus.ids))
+        ref_values = evaluate_reference(ranking, ref.ranking,
+                                        parse_measures(recipe.reference_metrics),
+                                        query_agreement=q_agree)
+        values.update(align(ref_values, qrels_values.query_ids))
+        folder.write_per_text(ds.name, variant.name, {
+            "query": dict(zip(q_agree.ids, q_agree.cosine.tolist())),
+            "document": dict(zip(d_agree.ids, d_agree.cosine.tolist())),
+        })
+        entry["vectors"] = {"query": asdict(q_agree.summary()),
+                            "document": asdict(d_agree.summary())}
+    folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
+    record.datasets[ds.name] = entry
