@@ -167,7 +167,7 @@ def test_console_says_ungated(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     from evalq.report.console import print_run_table
 
     recipe = _recipe([], ["dyn-int8"])
-    root, summary = _folder(tmp_path, recipe, {"fp32": _values(0), "dyn-int8": _values(0)})
+    root, _ = _folder(tmp_path, recipe, {"fp32": _values(0), "dyn-int8": _values(0)})
     print_run_table(RunView.load(root), wide=wide)  # the console reads the folder
     out = capsys.readouterr().out
     assert any("dyn-int8" in line and "ungated" in line for line in out.splitlines())
