@@ -118,8 +118,19 @@ def minilm_w8a8(minilm_path: Path, tmp_path_factory):
 _CLOSE_THE_EMBEDDING_ENGINE = ("test_vllm_rerank.py", "test_vllm_rerank_server.py")
 
 
+# Fixtures that run whole recipes on the real model: a test using one is a model test and
+# a slow one, whatever markers it was written with (a new test cannot slip into the fast
+# tier by forgetting them).
+_WHOLE_RUN_FIXTURES = ("report_runs", "pipeline_run")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Move the reranker-engine modules to the end, keeping every other order as collected."""
+    """Mark the tests of whole-run fixtures; move the reranker-engine modules to the end,
+    keeping every other order as collected."""
+    for item in items:
+        if any(f in getattr(item, "fixturenames", ()) for f in _WHOLE_RUN_FIXTURES):
+            item.add_marker(pytest.mark.model)
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name in _CLOSE_THE_EMBEDDING_ENGINE)
 
 

@@ -443,3 +443,27 @@ def load_dataset(
         max_queries if max_queries is not None else spec.max_queries,
         max_docs if max_docs is not None else spec.max_docs,
     )
+
+
+def load_datasets(specs: Sequence[Any], recipe_path: Path, max_queries: int | None,
+                  max_docs: int | None) -> list[Any]:
+    """A recipe's ``datasets:`` (names or inline specs) loaded and sliced, in order; an
+    inline spec's error points at the recipe, and two datasets may not share a name."""
+    loaded = []
+    search_dirs = [d.path for d in dataset_search_dirs(recipe_path)]
+    for i, spec in enumerate(specs):
+        try:
+            loaded.append(load_dataset(spec, search_dirs=search_dirs,
+                                       base_dir=recipe_path.resolve().parent,
+                                       max_queries=max_queries, max_docs=max_docs))
+        except InputError as exc:
+            if exc.file is None:  # an inline spec: point at the recipe
+                exc.file = recipe_path
+                exc.field = f"datasets.{i}" + (f".{exc.field}" if exc.field else "")
+            raise
+    names = [d.name for d in loaded]
+    if len(set(names)) != len(names):
+        raise InputError(message=f"two datasets share a name ({', '.join(names)})",
+                         file=recipe_path, field="datasets",
+                         fix="give inline datasets distinct 'name' fields")
+    return loaded

@@ -23,6 +23,7 @@ import numpy as np
 
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
+from evalq.data.streamed import sample_texts
 
 DEFAULT_MIN_COSINE = 0.9999
 
@@ -187,3 +188,19 @@ def _diff_text(diffs: Mapping[str, tuple[Any, Any]]) -> str:
         return ""
     parts = [f"{k}: {mine!r} vs reference {theirs!r}" for k, (mine, theirs) in diffs.items()]
     return ": " + "; ".join(parts)
+
+
+def parity_sample(datasets: Sequence[Any], n: int) -> list[str]:
+    """A few dozen texts from the first dataset: the longest (truncation is where engines
+    differ most) and an even sample of the rest, queries and documents alike. Of a
+    streamed corpus, its first block."""
+
+    ds = datasets[0]
+    return pick_parity_texts([*ds.queries.texts, *sample_texts(ds, " ")], n)
+
+
+def exact_parity_required(variant: Any) -> bool:
+    """Whether a variant must match the reference at parity: float32, unquantized, same
+    weights. Others are reported only; their quantization is meant to move the cosine."""
+    return (variant.dtype == "float32" and variant.quantization is None
+            and variant.model is None and variant.vectors.quantize == "none")

@@ -24,21 +24,19 @@ import numpy as np
 
 from evalq.core import failure
 from evalq.core.errors import InputError
-from evalq.core.locations import dataset_search_dirs
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
-from evalq.data.manifest import load_dataset
-from evalq.data.streamed import is_streamed, sample_texts
+from evalq.data.manifest import load_datasets
+from evalq.data.streamed import is_streamed
 from evalq.encode.batching import encode_texts
 from evalq.encode.cache import EmbeddingCache
 from evalq.encode.composition import cache_composition
 from evalq.encode.executors import open_executor
-from evalq.encode.parity import compare_vectors, pick_parity_texts
+from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
 from evalq.engines.factory import BuildContext, batching, create_encoder, resolve_device
 from evalq.engines.http_probe import launched_by_recipe, probe_http_variants, probe_one
 from evalq.engines.launch import start_launch
-from evalq.engines.modelinfo import resolve_model_path, resolve_settings
 from evalq.execute import sensitivity, sensitivity_measure
 from evalq.execute import streamed as streamrun
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
@@ -61,33 +59,6 @@ class RunOutcome:
     passed: bool
     output: Path
     summary: dict[str, Any]
-
-
-def _select_variants(recipe: Recipe, only: list[str] | None, file: Path) -> list[Variant]:
-    if not only:
-        return recipe.variants
-    names = {v.name for v in recipe.variants}
-    unknown = sorted(set(only) - names)
-    if unknown:
-        raise InputError(message=f"--only names unknown variant(s) {', '.join(unknown)}",
-                         file=file, field="--only",
-                         fix=f"choose from {', '.join(sorted(names))}")
-    return [recipe.reference] + [c for c in recipe.candidates if c.name in only]
-
-
-def _search_dirs(recipe_path: Path) -> list[Path]:
-    return [d.path for d in dataset_search_dirs(recipe_path)]
-
-
-def _settings_for(
-    recipe: Recipe, variant: Variant, model_path: Path, file: Path
-) -> EncodingSettings:
-    merged = recipe.encoding.merged(variant.encoding)
-    return resolve_settings(model_path, merged.model_dump(exclude_none=True), file=file)
-
-
-def _variant_model_path(recipe: Recipe, variant: Variant, file: Path) -> Path:
-    return resolve_model_path(variant.model or recipe.model.path, file=file)
 
 
 def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
@@ -115,13 +86,16 @@ def run_recipe(
     # Every recipe error that can be known before work, at once (plan.py).
     plan = build_plan(recipe, recipe_path, output=output, only=only, max_queries=max_queries,
                       max_docs=max_docs, use_cache=use_cache, located=_located)
-    variants = _select_variants(recipe, only, recipe_path)
+    # The plan selected the variants (--only checked there) and resolved their models and
+    # settings; the run reads them from it instead of resolving them again.
+    planned = {vp.name: vp for vp in plan.variants}
+    variants = [v for v in recipe.variants if v.name in planned]
 
     http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
     ray_exec = open_executor(recipe, recipe_path, executor, address)
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
-    datasets = _load_datasets(recipe, recipe_path, max_queries, max_docs)
+    datasets = load_datasets(recipe.datasets, recipe_path, max_queries, max_docs)
     depth = plan.depth  # metric cutoffs, gates and pipeline depths: what `evalq plan` prints
     out_dir = plan.output
     folder = RunFolder(out_dir)
@@ -133,7 +107,7 @@ def run_recipe(
     cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
     if ray_exec is not None and cache is None:  # Ray hands vectors over through a cache
         cache = ray_exec.private_cache(folder.root)
-    model_paths = {v.name: _variant_model_path(recipe, v, recipe_path) for v in variants}
+    model_paths = {name: vp.model_folder() for name, vp in planned.items()}
     manifest: dict[str, Any] = {
         "evalq_version": package_versions()["evalq"],
         "git_revision": git_revision(),
@@ -157,7 +131,7 @@ def run_recipe(
     reference: dict[str, ReferenceState] = {}
     judged = {d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets}
     records: list[VariantRecord] = []
-    parity_texts = _parity_texts(datasets, recipe.parity.texts)
+    parity_texts = parity_sample(datasets, recipe.parity.texts)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
     try:
         if ray_exec is not None:
@@ -167,7 +141,7 @@ def run_recipe(
             manifest["executor"] = {"type": "local"}
         for variant in variants:
             role = "reference" if variant is recipe.reference else "candidate"
-            settings = _settings_for(recipe, variant, model_paths[variant.name], recipe_path)
+            settings = planned[variant.name].encoding_settings()
             print(f"[evalq] {role} {variant.name}: {variant.backend}"
                   f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
                   f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
@@ -227,36 +201,6 @@ def run_recipe(
     if recipe.batch_sensitivity is not None:
         print_sensitivity(view.summary or {})
     return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
-
-
-def _load_datasets(recipe: Recipe, recipe_path: Path, max_queries: int | None,
-                   max_docs: int | None) -> list[Any]:
-    loaded = []
-    for i, spec in enumerate(recipe.datasets):
-        try:
-            loaded.append(load_dataset(spec, search_dirs=_search_dirs(recipe_path),
-                                       base_dir=recipe_path.resolve().parent,
-                                       max_queries=max_queries, max_docs=max_docs))
-        except InputError as exc:
-            if exc.file is None:  # an inline spec: point at the recipe
-                exc.file = recipe_path
-                exc.field = f"datasets.{i}" + (f".{exc.field}" if exc.field else "")
-            raise
-    names = [d.name for d in loaded]
-    if len(set(names)) != len(names):
-        raise InputError(message=f"two datasets share a name ({', '.join(names)})",
-                         file=recipe_path, field="datasets",
-                         fix="give inline datasets distinct 'name' fields")
-    return loaded
-
-
-def _parity_texts(datasets: list[Any], n: int) -> list[str]:
-    """A few dozen texts from the first dataset: the longest (truncation is where engines
-    differ most) and an even sample of the rest, queries and documents alike. Of a
-    streamed corpus, its first block."""
-
-    ds = datasets[0]
-    return pick_parity_texts([*ds.queries.texts, *sample_texts(ds, " ")], n)
 
 
 def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:
@@ -351,13 +295,6 @@ def _launched(recipe: Recipe, variant: Variant, model_path: Path, folder: RunFol
             launched.close()
 
 
-def _parity_checked(variant: Variant) -> bool:
-    """Whether a variant must match the reference at parity: float32, unquantized, same
-    weights. Others are reported only; their quantization is meant to move the cosine."""
-    return (variant.dtype == "float32" and variant.quantization is None
-            and variant.model is None and variant.vectors.quantize == "none")
-
-
 def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
                   ref: tuple[np.ndarray, EncodingSettings] | None, variant: Variant,
                   recipe: Recipe) -> dict[str, Any]:
@@ -372,7 +309,7 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
                 "settings_fingerprint": settings.fingerprint()}
     result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                              recipe.parity.min_cosine)
-    checked = _parity_checked(variant)
+    checked = exact_parity_required(variant)
     return {"texts": len(vectors), "checked": checked,
             "min_cosine": recipe.parity.min_cosine, "cosine_mean": result.mean_cosine,
             "cosine_min": result.min_cosine, "passed": result.passed if checked else None,
@@ -387,14 +324,14 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
 
     loaded = load_recipe_source(recipe_path)
     recipe, path = loaded.recipe, loaded.path
-    build_plan(recipe, path, use_cache=False, located=loaded.located)
-    datasets = _load_datasets(recipe, path, max_queries=texts, max_docs=texts)
-    sample = _parity_texts(datasets, texts)
+    plan = build_plan(recipe, path, use_cache=False, located=loaded.located)
+    datasets = load_datasets(recipe.datasets, path, max_queries=texts, max_docs=texts)
+    sample = parity_sample(datasets, texts)
     ref: tuple[np.ndarray, EncodingSettings] | None = None
     ok = True
     for variant in recipe.variants:
-        model_path = _variant_model_path(recipe, variant, path)
-        settings = _settings_for(recipe, variant, model_path, path)
+        model_path = plan.variant(variant.name).model_folder()
+        settings = plan.variant(variant.name).encoding_settings()
         ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
                            resolve_device(variant.device), Path(recipe.cache_dir))
 
@@ -412,7 +349,7 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
             continue
         result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                                  recipe.parity.min_cosine)
-        exact = _parity_checked(variant)
+        exact = exact_parity_required(variant)
         verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
         ok = ok and (result.passed or not exact)
         print(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "

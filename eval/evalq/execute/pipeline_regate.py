@@ -48,6 +48,7 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
                              "summary.json", field=f"pipelines.{spec.name}",
                              fix="rerun 'evalq run' to write a fresh folder")
         pipe_folder = RunFolder(folder.root / "pipelines" / spec.name)
+        pipe_failed: list[str] = []  # as the run lists them in the pipeline's summary
         for ds_name, ds in stored[spec.name].get("datasets", {}).items():
             for depth_key, at_depth in ds.get("depths", {}).items():
                 combos = at_depth["combinations"]
@@ -74,11 +75,15 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
                     out.verdicts[label] = gate
                     out.failed.extend(f"{label}: {c.gate} ({c.verdict})"
                                       for c in gate.checks if not c.passed)
+                    pipe_failed.extend(f"pipeline {spec.name} {name}: {c.gate} ({c.verdict})"
+                                       for c in gate.checks if not c.passed)
                     before = {c["gate"]: c["verdict"] for c in stored_gate.get("checks", [])}
                     now = {c.gate: c.verdict for c in gate.checks}
                     entry["gate"] = gate.to_dict()
                     if before != now:
                         out.changed.append(label)
+        stored[spec.name]["passed"], stored[spec.name]["failed_gates"] = (not pipe_failed,
+                                                                          pipe_failed)
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
+from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
 from evalq.data.manifest import find_manifests
 from evalq.engines.capability import check_capability, detect_device
@@ -80,6 +81,18 @@ class VariantPlan:
     endpoint: str | None
     cached: str  # what keys this variant's cache chunks
     gates: tuple[str, ...]
+
+    def encoding_settings(self) -> EncodingSettings:
+        """The settings the plan resolved (model defaults + recipe overrides): what every
+        executor encodes with, so none resolves them again."""
+        if self.settings is None:
+            raise ValueError(f"variant '{self.name}' has no resolved settings (plan failed)")
+        return EncodingSettings(**self.settings)
+
+    def model_folder(self) -> Path:
+        if self.model_path is None:
+            raise ValueError(f"variant '{self.name}' has no resolved model (plan failed)")
+        return Path(self.model_path)
 
 
 @dataclass(frozen=True)

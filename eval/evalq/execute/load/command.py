@@ -32,8 +32,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalq.core.errors import InputError
+from evalq.data.manifest import load_datasets
 from evalq.data.streamed import sample_texts
-from evalq.encode.parity import compare_vectors
+from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
 from evalq.engines.factory import BuildContext, create_encoder, resolve_device
 from evalq.engines.launch import start_launch
 from evalq.engines.openai_http import TokenCounter
@@ -41,18 +42,11 @@ from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import or_list
 from evalq.engines.vllm_build import build_vllm_encoder
 from evalq.engines.vllm_server import vllm_request_fields
-from evalq.execute.evaluate import (
-    _load_datasets,
-    _parity_checked,
-    _parity_texts,
-    _settings_for,
-    _variant_model_path,
-)
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
 from evalq.execute.load.serverstats import read_server_settings
 from evalq.execute.load.sweep import Endpoint, TextPool, run_workload
 from evalq.recipe.load import LoadSection
-from evalq.recipe.plan import build_plan
+from evalq.recipe.plan import Plan, build_plan
 from evalq.recipe.schema import Recipe, Variant, VllmOptions, load_recipe, load_recipe_source
 from evalq.recipe.yamlsource import Located
 from evalq.results.folder import environment, git_revision, now_iso, package_versions
@@ -180,12 +174,12 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolder,
+def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
           section: LoadSection) -> Iterator[Served]:
     """Start (or attach to) one variant's server; stop it on the way out."""
 
-    model_path = _variant_model_path(recipe, variant, recipe_path)
-    settings = _settings_for(recipe, variant, model_path, recipe_path)
+    model_path = resolved.variant(variant.name).model_folder()
+    settings = resolved.variant(variant.name).encoding_settings()
     # an HTTP server's device is its own business (and resolving "auto" imports torch)
     backend = embedding_backend(variant.backend)
     device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
@@ -260,23 +254,24 @@ def token_counter(model_path: Path, settings: Any) -> Any:
     return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
 
 
-def _texts(recipe: Recipe, recipe_path: Path) -> tuple[TextPool, list[str], Any]:
-    datasets = _load_datasets(recipe, recipe_path, recipe.max_queries, recipe.max_docs)
+def _texts(recipe: Recipe, recipe_path: Path, resolved: Plan
+           ) -> tuple[TextPool, list[str], Any]:
+    datasets = load_datasets(recipe.datasets, recipe_path, recipe.max_queries, recipe.max_docs)
     ds = datasets[0]
-    model_path = _variant_model_path(recipe, recipe.reference, recipe_path)
-    settings = _settings_for(recipe, recipe.reference, model_path, recipe_path)
+    model_path = resolved.variant(recipe.reference.name).model_folder()
+    settings = resolved.variant(recipe.reference.name).encoding_settings()
     queries = [settings.query_prefix + q for q in ds.queries.texts]
     documents = [settings.document_prefix + d
                  for d in sample_texts(ds, recipe.title_separator)]
     counter = token_counter(model_path, settings)
     pool = TextPool(queries, counter(queries), documents, counter(documents))
-    return pool, _parity_texts(datasets, recipe.parity.texts), settings
+    return pool, parity_sample(datasets, recipe.parity.texts), settings
 
 
-def _reference_vectors(recipe: Recipe, recipe_path: Path, texts: list[str]) -> Any:
+def _reference_vectors(recipe: Recipe, resolved: Plan, texts: list[str]) -> Any:
     ref = recipe.reference
-    model_path = _variant_model_path(recipe, ref, recipe_path)
-    settings = _settings_for(recipe, ref, model_path, recipe_path)
+    model_path = resolved.variant(ref.name).model_folder()
+    settings = resolved.variant(ref.name).encoding_settings()
     ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
                        resolve_device(ref.device), Path(recipe.cache_dir))
     encoder = create_encoder(ref, ctx)
@@ -291,7 +286,7 @@ def _parity(variant: Variant, recipe: Recipe, served: Served, texts: list[str],
     vectors = served.encoder.embed(texts)
     result = compare_vectors(variant.name, served.encoder.settings, vectors, ref[1], ref[0],
                              recipe.parity.min_cosine)
-    checked = _parity_checked(variant)
+    checked = exact_parity_required(variant)
     return {"texts": len(texts), "checked": checked, "min_cosine": recipe.parity.min_cosine,
             "cosine_mean": result.mean_cosine, "cosine_min": result.min_cosine,
             "passed": result.passed if checked else None, "reason": result.reason}
@@ -337,7 +332,7 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
 
     # The recipe's plan (capabilities of the vLLM variants on this machine, paths, outputs),
     # every problem at once, before any server starts.
-    build_plan(recipe, recipe_path, output=output, located=located, use_cache=False)
+    resolved = build_plan(recipe, recipe_path, output=output, located=located, use_cache=False)
     run_root = Path(output or recipe.output or Path("results") / recipe.name)
     folder = LoadFolder(run_root)
     folder.prepare()
@@ -351,13 +346,13 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     folder.write_summary(summary)
     broken: list[str] = []
     try:
-        pool, parity_texts, _ = _texts(recipe, recipe_path)
+        pool, parity_texts, _ = _texts(recipe, recipe_path, resolved)
         ref = None
         if section.parity:
             _log(f"parity texts through the reference '{recipe.reference.name}'")
-            ref = _reference_vectors(recipe, recipe_path, parity_texts)
+            ref = _reference_vectors(recipe, resolved, parity_texts)
         for variant in plan.variants:
-            broken += _drive_variant(recipe, variant, recipe_path, folder, section, pool,
+            broken += _drive_variant(recipe, variant, resolved, folder, section, pool,
                                      parity_texts, ref, summary)
     except KeyboardInterrupt:
         summary["status"] = "interrupted"
@@ -380,7 +375,7 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     return 1 if broken else 0
 
 
-def _drive_variant(recipe: Recipe, variant: Variant, recipe_path: Path, folder: LoadFolder,
+def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
                    section: LoadSection, pool: TextPool, parity_texts: list[str], ref: Any,
                    summary: dict[str, Any]) -> list[str]:
     broken: list[str] = []
@@ -388,7 +383,7 @@ def _drive_variant(recipe: Recipe, variant: Variant, recipe_path: Path, folder: 
     summary["variants"][variant.name] = entry
     _log(f"{variant.name}: starting its server")
     t0 = time.perf_counter()
-    with serve(recipe, variant, recipe_path, folder, section) as served:
+    with serve(recipe, variant, resolved, folder, section) as served:
         entry["startup_s"] = round(time.perf_counter() - t0, 2)
         entry["server"] = served.describe
         entry["url"] = served.endpoint.url
