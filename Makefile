@@ -63,15 +63,13 @@ chromium:
 	    exit 1; \
 	  fi; }
 
-test: install llmcompressor-venv infinity-venv chromium docs
-	$(BIN)/ruff check eval tests bench
+test: install llmcompressor-venv infinity-venv chromium docs lint
 	$(BIN)/python -m pytest tests
 
 # Markers are registered in pyproject.toml; this tier needs neither the extra venvs nor chromium.
 FAST_TIER := not model and not process and not server and not vllm and not slow
 
-test-fast: install
-	$(BIN)/ruff check eval tests bench
+test-fast: install lint
 	$(BIN)/python -m pytest tests -m "$(FAST_TIER)"
 
 # The docs site: reference pages generated from the code (docs/gen_pages.py writes
@@ -99,8 +97,10 @@ bench: install llmcompressor-venv
 screenshot: install chromium
 	$(BIN)/python scripts/report_screenshot.py results/quickstart docs/report-screenshot.png
 
+# ruff, then the rules between the package's parts ([tool.importlinter] in pyproject.toml).
 lint: install
-	$(BIN)/ruff check eval tests bench
+	$(BIN)/ruff check eval tests bench docs scripts
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) .evalq-cache results/*

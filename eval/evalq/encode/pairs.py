@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,9 +34,11 @@ from evalq.engines.modelinfo import resolve_model_path
 from evalq.engines.registry import reranker_backend
 from evalq.engines.rerank_fixture import is_fixture, resolve_fixture
 from evalq.engines.reranker import Reranker
-from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
 
 DEFAULT_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
+
+if TYPE_CHECKING:  # the reranker's spec and variant are read, never imported
+    from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
 
 
 @dataclass(frozen=True)

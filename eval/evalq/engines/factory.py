@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from evalq.core.protocols import Encoder
 from evalq.engines.context import BuildContext  # re-exported: builders' old import path
 from evalq.engines.registry import embedding_backend
-from evalq.recipe.schema import Variant
+
+if TYPE_CHECKING:  # builders read a variant's fields; they never import the recipe
+    from evalq.recipe.schema import Variant
 
 
 def resolve_device(requested: str) -> str:

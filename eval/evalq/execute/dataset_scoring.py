@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ from evalq.measure.reference import evaluate_reference, vector_agreement
 from evalq.measure.registry import parse_measures
 from evalq.recipe.schema import Recipe, Variant
 from evalq.results.folder import RunFolder
-from evalq.retrieve.ann import ann_search, judge_index
+from evalq.retrieve.ann import AnnResult, ann_search, index_report
+from evalq.retrieve.options import IndexSpec
 from evalq.retrieve.search import search
 from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
 
@@ -129,3 +131,34 @@ def score_dataset(
                             "document": asdict(d_agree.summary())}
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
+
+
+def judge_index(
+    ann: AnnResult, spec: IndexSpec, exact: Ranking, *, judged: Any, metrics: Sequence[str],
+    reference_metrics: Sequence[str], reference_run: Ranking | None,
+    reference_values: Any | None,
+) -> dict[str, Any]:
+    """:func:`index_report` for a variant: each qrels metric's mean on the reference's
+    exact run, this variant's exact run and its ANN run; each reference metric (against
+    the reference's exact run) for the exact and the ANN run. Cosine measures vectors,
+    not rankings, so it has no index loss and is skipped."""
+
+    measures = parse_measures(list(metrics))
+    exact_vals = evaluate_qrels(exact, judged, measures).values
+    ann_vals = evaluate_qrels(ann.ranking, judged, measures).values
+    table: dict[str, dict[str, float | None]] = {}
+    for m in measures:
+        ref = None
+        if reference_values is not None and m.name in reference_values.values:
+            ref = float(np.mean(reference_values.values[m.name]))
+        table[m.name] = {"reference": ref, "exact": float(np.mean(exact_vals[m.name])),
+                         "ann": float(np.mean(ann_vals[m.name]))}
+    ref_measures = [m for m in parse_measures(list(reference_metrics)) if m.family != "cosine"]
+    if reference_run is not None and ref_measures:
+        ex = evaluate_reference(exact, reference_run, ref_measures).values
+        an = evaluate_reference(ann.ranking, reference_run, ref_measures).values
+        for m in ref_measures:
+            # The reference agrees with itself perfectly: its value is the measure's top.
+            table[m.name] = {"reference": None, "exact": float(np.mean(ex[m.name])),
+                             "ann": float(np.mean(an[m.name]))}
+    return index_report(ann.cost, spec, ann.ranking, exact, table)
