@@ -273,3 +273,29 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
         assert (site / page).is_file(), page
     ci = (site / "reports-and-ci" / "index.html").read_text(encoding="utf-8")
     assert "embedding-quality-gate" in ci  # the GitHub example, inlined by the snippet
+
+
+def test_results_page_follows_the_typed_models() -> None:
+    from pydantic import Field
+
+    from evalq.results.schema import RunManifest, RunSummary
+
+    class Wider(RunSummary):
+        brand_new_key: int = Field(default=0, description="a key only this test knows")
+
+    plain = gen_pages.results_reference()
+    assert "`schema_version`" in plain and "`failed_gates`" in plain
+    wider = gen_pages.results_reference(Wider, RunManifest)
+    assert "`brand_new_key`" in wider and "`brand_new_key`" not in plain
+
+
+def test_contracts_page_quotes_the_import_linter_configuration() -> None:
+    config = gen_pages.import_contracts()
+    plain = gen_pages.contracts_reference(config)
+    for contract in config["contracts"]:
+        assert f"## {contract['name']}" in plain
+    extra = {**config, "contracts": [*config["contracts"], {
+        "name": "A contract only this test knows", "type": "forbidden",
+        "source_modules": ["evalq.core"], "forbidden_modules": ["evalq.app"]}]}
+    wider = gen_pages.contracts_reference(extra)
+    assert "## A contract only this test knows" in wider and "only this test" not in plain
