@@ -1,6 +1,6 @@
 """The restructure moved nearly every module; this holds the numbers still.
 
-``tests/data/baselines/quickstart-slice-summary.json`` is the ``summary.json`` that
+``results/baselines/quickstart-slice-summary.json`` is the ``summary.json`` that
 ``evalq run quickstart --max-queries 40 --max-docs 100`` wrote at commit 71d496c, the
 last commit before the package-by-stage restructure. The same command is run here and
 every value of that file is compared exactly: aggregates, intervals, p-values, gate
@@ -25,7 +25,8 @@ from evalq.app.cli import main
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-BASELINE = Path(__file__).parent / "data" / "baselines" / "quickstart-slice-summary.json"
+BASELINE = (Path(__file__).resolve().parents[1] / "results" / "baselines"
+            / "quickstart-slice-summary.json")
 # What depends on the machine or on the cache's state, not on the model's numbers.
 MACHINE = re.compile(r"/encode/|seconds|_s$|_s/|peak_rss|texts_per_s|tokens_per_s")
 
