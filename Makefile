@@ -103,4 +103,5 @@ lint: install
 	$(BIN)/lint-imports
 
 clean:
-	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) .evalq-cache results/*
+	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) .evalq-cache
+	find results -mindepth 1 -maxdepth 1 ! -name baselines -exec rm -rf {} +  # keep baselines
