@@ -52,20 +52,29 @@ class FakeEmbeddingServer:
         self.state = state
         handler = _make_handler(self)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
+        # Handler threads are joined on close: one still inside torch when the interpreter
+        # exits aborts the process ("terminate called without an active exception").
+        self.httpd.daemon_threads = False
+        self.httpd.block_on_close = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._stopped = False
+        self._closed = threading.Event()
 
     def start(self) -> FakeEmbeddingServer:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        if not self._stopped:
-            self._stopped = True
-            self.httpd.shutdown()
-            self.httpd.server_close()
+        """Stop serving and wait for every request in flight (also when a dying server's
+        own thread got here first)."""
+        if self._stopped:
+            self._closed.wait(timeout=120)
+            return
+        self._stopped = True
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._closed.set()
 
     def embed(self, texts: list[str], *, normalize: bool, direction: str) -> np.ndarray:
         """Real MiniLM embeddings with TEI's truncation semantics (special tokens kept)."""
