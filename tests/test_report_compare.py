@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from evalq.app.cli import main
-from evalq.report.compare import compare_runs, render_markdown, render_text
+from evalq.app.compare_command import compare_runs
+from evalq.report.compare import render_markdown, render_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 

@@ -15,7 +15,7 @@ import pytest
 
 from evalq.app.cli import main
 from evalq.report.page import render_run
-from evalq.report.retrieval_sections import pareto_front
+from evalq.report.retrieval_cost_sections import pareto_front
 from evalq.report.runview import RunView
 from evalq.report.sections import section
 from evalq.report.verdict import candidate_verdicts, costs, recommend

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalq.app.api import run  # the Python API's run: one code path for both
+from evalq.app.compare_command import compare_command
 from evalq.app.metrics_command import metrics_report
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
 from evalq.core import failure
@@ -31,7 +32,6 @@ from evalq.execute.evaluate import parity_only
 from evalq.execute.load.command import run_load_cli
 from evalq.execute.regate import regate
 from evalq.recipe.plan import print_plan, validate_files
-from evalq.report.compare import compare_command
 from evalq.report.page import write_report
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2

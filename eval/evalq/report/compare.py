@@ -2,11 +2,9 @@
 (two commits, two machines, two library versions).
 
 Per dataset, variant and measure, the stored per-query values of B and A are paired by
-query id and the mean difference B − A gets a paired bootstrap interval and a
-randomization p-value (``evalq.decide.stats``, with A's recipe's confidence, resamples and
-seed). A difference counts as *changed* when its interval excludes 0; values equal on
-every query are *identical*. Verdicts that changed, and settings, versions and
-fingerprints that differ, are listed beside it.
+query id here (:func:`paired_values`); the command computes their paired differences
+(:mod:`evalq.execute.compare`) and this module renders the differences it is given, with
+the verdicts that changed and the settings, versions and fingerprints that differ.
 
 Two runs are comparable only on the same data: the same datasets with the same
 fingerprints and the same query ids. Anything else is refused (exit 2) naming what
@@ -18,37 +16,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from evalq.core.comparison import MetricDiff, PairedValues
 from evalq.core.errors import InputError
-from evalq.decide import stats
 from evalq.report.markdown import md
 from evalq.report.runview import RunView
 from evalq.report.verdict import costs
-
-Change = Literal["identical", "within noise", "higher", "lower", "undefined"]
 
 # Recorded per run but expected to differ between any two runs: not "settings".
 _VOLATILE = ("started", "finished", "stopped", "status", "timings", "environment.argv",
              "recipe_file", "schema_version", "error", "datasets", "variants",
              "options.use_cache")
-
-
-@dataclass(frozen=True)
-class MetricDiff:
-    dataset: str
-    variant: str
-    metric: str
-    n: int
-    a: float
-    b: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    change: Change
 
 
 @dataclass(frozen=True)
@@ -153,8 +134,23 @@ def check_comparable(a: RunView, b: RunView) -> None:
                          "(same --max-queries/--max-docs)")
 
 
-def _metric_diff(ds: str, variant: str, metric: str, a: RunView, b: RunView,
-                 s: dict[str, Any]) -> MetricDiff | None:
+def load_comparable(path_a: str | Path, path_b: str | Path) -> tuple[RunView, RunView]:
+    """Both folders, refused unless they are comparable (:func:`check_comparable`)."""
+    a, b = RunView.load(path_a), RunView.load(path_b)
+    check_comparable(a, b)
+    return a, b
+
+
+def stats_settings(run: RunView) -> dict[str, Any]:
+    """The recipe's ``stats`` (confidence, resamples, seed) a comparison uses: A's."""
+    return run.recipe.get("stats") or {}
+
+
+def _both(a: RunView, b: RunView) -> list[str]:
+    return [v for v in a.variants if a.ran(v) and b.ran(v)]
+
+
+def _pair(ds: str, variant: str, metric: str, a: RunView, b: RunView) -> PairedValues | None:
     pa, pb = a.per_query(ds, variant), b.per_query(ds, variant)
     if pa is None or pb is None or metric not in pa.values or metric not in pb.values:
         return None
@@ -163,48 +159,34 @@ def _metric_diff(ds: str, variant: str, metric: str, a: RunView, b: RunView,
     va = np.array([pa.values[metric][i] for i, q in enumerate(pa.query_ids) if q in row_b],
                   dtype=np.float64)
     vb = np.array([pb.values[metric][row_b[q]] for q in ids], dtype=np.float64)
-    ok = np.isfinite(va) & np.isfinite(vb)
-    n = int(ok.sum())
-    if n == 0:
-        nan = math.nan
-        return MetricDiff(ds, variant, metric, 0, nan, nan, nan, nan, nan, nan, "undefined")
-    va, vb = va[ok], vb[ok]
-    confidence = float(s.get("confidence", 0.95))
-    resamples, seed = int(s.get("resamples", 10_000)), int(s.get("seed", 0))
-    diff = stats.paired_bootstrap(vb, va, confidence, resamples, seed)
-    p = stats.randomization_test(vb, va, resamples, seed)
-    change: Change
-    if np.array_equal(va, vb):
-        change = "identical"
-    elif diff.ci_low > 0:
-        change = "higher"
-    elif diff.ci_high < 0:
-        change = "lower"
-    else:
-        change = "within noise"
-    undefined = int(len(ok) - n)
-    if undefined and change != "identical":
-        change = "undefined"
-    return MetricDiff(ds, variant, metric, n, diff.reference_mean, diff.candidate_mean,
-                      diff.delta, diff.ci_low, diff.ci_high, p, change)
+    return PairedValues(ds, variant, metric, va, vb)
 
 
-def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
-    a, b = RunView.load(path_a), RunView.load(path_b)
-    check_comparable(a, b)
-    s = a.recipe.get("stats") or {}
-    out = Comparison(a=a, b=b, confidence=float(s.get("confidence", 0.95)))
-    out.only_in_a = [v for v in a.variants if a.ran(v) and not b.ran(v)]
-    out.only_in_b = [v for v in b.variants if b.ran(v) and not a.ran(v)]
-    both = [v for v in a.variants if a.ran(v) and b.ran(v)]
+def paired_values(a: RunView, b: RunView) -> list[PairedValues]:
+    """The stored per-query values of every measure of A's recipe, for every variant both
+    runs ran, paired by query id (dataset, variant, measure order)."""
     measures = list(dict.fromkeys([*a.recipe.get("metrics", []),
                                    *a.recipe.get("reference_metrics", [])]))
+    out = []
+    for ds in a.datasets:
+        for v in _both(a, b):
+            for m in measures:
+                pair = _pair(ds, v, m, a, b)
+                if pair is not None:
+                    out.append(pair)
+    return out
+
+
+def comparison(a: RunView, b: RunView, metrics: list[MetricDiff]) -> Comparison:
+    """The comparison of two comparable runs around the paired differences the command
+    computed: verdicts that changed, settings that differ, costs side by side."""
+    s = stats_settings(a)
+    out = Comparison(a=a, b=b, confidence=float(s.get("confidence", 0.95)), metrics=metrics)
+    out.only_in_a = [v for v in a.variants if a.ran(v) and not b.ran(v)]
+    out.only_in_b = [v for v in b.variants if b.ran(v) and not a.ran(v)]
+    both = _both(a, b)
     for ds in a.datasets:
         for v in both:
-            for m in measures:
-                d = _metric_diff(ds, v, m, a, b, s)
-                if d is not None:
-                    out.metrics.append(d)
             checks_a = {c.gate: c.verdict for c in a.gate_checks(ds, v)}
             checks_b = {c.gate: c.verdict for c in b.gate_checks(ds, v)}
             for gate in dict.fromkeys([*checks_a, *checks_b]):
@@ -344,9 +326,3 @@ def render_markdown(c: Comparison) -> str:
               f"{_ratio(r.a, r.b)} |" for r in c.costs]
     lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
-
-
-def compare_command(path_a: Path, path_b: Path, *, markdown: bool = False) -> int:
-    comparison = compare_runs(path_a, path_b)
-    print(render_markdown(comparison) if markdown else render_text(comparison), end="")
-    return 0

@@ -1,11 +1,12 @@
-"""The sections of a retrieval run (embedding variants scored against qrels and against
-the reference): verdict, metric table, quality against cost, per-query view, embedding
-drift, settings and provenance. Each renders from stored results only.
+"""The quality sections of a retrieval run (embedding variants scored against qrels and
+against the reference): verdict, metric table and per-query view, and the helpers every
+retrieval section shares (kind, colours, status cells, dataset headings). The cost,
+drift, settings and provenance sections are in :mod:`evalq.report.retrieval_cost_sections`.
+Each renders from stored results only.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -24,22 +25,22 @@ STATUS_TEXT = {"ship": "may ship", "fail": "failed", "inconclusive": "inconclusi
 MOST_HURT = 5
 
 
-def _go() -> Any:
+def plotly_go() -> Any:
     import plotly.graph_objects as go
 
     return go
 
 
-def _colour(run: RunView, variant: str) -> str:
+def variant_colour(run: RunView, variant: str) -> str:
     return PALETTE[run.variants.index(variant) % len(PALETTE)]
 
 
-def _status_cell(status: str) -> tuple[str, str]:
+def status_cell(status: str) -> tuple[str, str]:
     css = {"ship": "pass", "fail": "fail", "inconclusive": "inconclusive"}.get(status, "muted")
     return STATUS_TEXT.get(status, status), css
 
 
-def _ds_heading(run: RunView, ds: str) -> Markup:
+def ds_heading(run: RunView, ds: str) -> Markup:
     if len(run.datasets) < 2:
         return Markup("")
     return Markup("<h3>dataset {}</h3>").format(ds)
@@ -78,7 +79,7 @@ def verdict_section(run: RunView, page: Page) -> Markup:
                 why = Markup("{}<p>about {} queries would decide it</p>").format(
                     why, v.queries_needed)
         rows.append([Markup("<span class=\"variant\">{}</span>").format(v.name),
-                     _status_cell(v.status), why])
+                     status_cell(v.status), why])
     parts.append(table(["candidate", "verdict", "why"], rows))
     for w in (run.summary or {}).get("warnings", []):
         parts.append(note(f"warning: {w}"))
@@ -132,7 +133,7 @@ def metrics_section(run: RunView, page: Page) -> Markup:
             is_ref = name == run.reference
             row: list[Any] = [Markup("<span class=\"variant\">{}</span>{}").format(
                 name, " (reference)" if is_ref else "")]
-            row.append(("reference", "muted") if is_ref else _status_cell(
+            row.append(("reference", "muted") if is_ref else status_cell(
                 statuses.get(name, "no verdict")))
             for m in metrics:
                 e = (entry.get("metrics") or {}).get(m)
@@ -145,100 +146,13 @@ def metrics_section(run: RunView, page: Page) -> Markup:
                     "—" if c.peak_rss_mb is None else f"{c.peak_rss_mb:.0f} MiB"]
             rows.append(row)
         numeric = list(range(2, len(headers)))
-        parts += [_ds_heading(run, ds),
+        parts += [ds_heading(run, ds),
                   Markup("<p class=\"muted\">{} queries, {} documents</p>").format(
                       ds_entry.get("queries", "?"), ds_entry.get("documents", "?")),
                   table(headers, rows, numeric=numeric)]
         missing = [v for v in run.variants if run.ran(v) and run.entry(ds, v) is None]
         if missing:
             parts.append(note(f"no summary entry for {', '.join(missing)}"))
-    return Markup("").join(parts)
-
-
-# -- quality against cost --------------------------------------------------------------
-
-def pareto_front(points: list[tuple[str, float, float]], higher_cost_better: bool) -> set[str]:
-    """Names of the points no other point dominates (at most the same cost and at least
-    the same quality, better in one). ``points`` are (name, cost, quality)."""
-    front = set()
-    for name, cost, quality in points:
-        dominated = False
-        for other, c2, q2 in points:
-            if other == name:
-                continue
-            cheaper_or_equal = c2 >= cost if higher_cost_better else c2 <= cost
-            strictly = (c2 > cost if higher_cost_better else c2 < cost) or q2 > quality
-            if cheaper_or_equal and q2 >= quality and strictly:
-                dominated = True
-                break
-        if not dominated:
-            front.add(name)
-    return front
-
-
-@section("quality-cost", "Quality against cost", kind=KIND, order=30)
-def quality_cost_section(run: RunView, page: Page) -> Markup:
-    metric = run.headline_metric()
-    if run.summary is None or metric is None:
-        return note("no summary.json or no metric: nothing to place against cost")
-    from plotly.subplots import make_subplots
-
-    go = _go()
-    statuses = {v.name: v.status for v in candidate_verdicts(run)}
-    axes = [("weight_bytes", "weights (MiB)", 1 / 2**20, False),
-            ("index_bytes", "index (MiB)", 1 / 2**20, False),
-            ("throughput", "encode throughput (documents/s)", 1.0, True)]
-    parts = [Markup("<p class=\"muted\">One point per variant: Δ {} against the reference "
-                    "(bars: CI) by cost. Larger markers with a line: the Pareto front "
-                    "(no other variant is cheaper and at least as good). Colour and "
-                    "hover give the verdict.</p>").format(metric)]
-    for ds in run.datasets:
-        fig = make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.05,
-                            subplot_titles=[a[1] for a in axes])
-        missing_axes = []
-        for col, (key, _label, scale, higher) in enumerate(axes, start=1):
-            points = []
-            for name in run.variants:
-                entry = run.entry(ds, name)
-                value = costs(run, name).get(key)
-                if entry is None or value is None:
-                    continue
-                vs = ((entry.get("metrics") or {}).get(metric) or {}).get("vs_reference")
-                delta = 0.0 if name == run.reference else finite((vs or {}).get("delta"))
-                if delta is None:
-                    continue
-                points.append((name, value * scale, delta, vs or {}))
-            if not points:
-                missing_axes.append(key)
-                continue
-            front = pareto_front([(n, c, q) for n, c, q, _ in points], higher)
-            for name, cost, delta, vs in points:
-                status = "reference" if name == run.reference else STATUS_TEXT.get(
-                    statuses.get(name, ""), "")
-                low, high = finite(vs.get("ci_low")), finite(vs.get("ci_high"))
-                error = None
-                if low is not None and high is not None:
-                    error = {"type": "data", "symmetric": False, "array": [high - delta],
-                             "arrayminus": [delta - low], "thickness": 1}
-                fig.add_trace(go.Scatter(
-                    x=[cost], y=[delta], mode="markers", name=plot_text(name),
-                    legendgroup=plot_text(name), showlegend=col == 1, error_y=error,
-                    marker={"size": 14 if name in front else 9, "color": _colour(run, name),
-                            "symbol": "diamond" if name in front else "circle",
-                            "line": {"width": 1, "color": "#222"}},
-                    hovertemplate=plot_text(f"{name} · {status}") + "<br>cost %{x:.4g}"
-                    "<br>Δ %{y:.4f}<extra></extra>"), row=1, col=col)
-            ordered = sorted((p for p in points if p[0] in front),
-                             key=lambda p: p[1], reverse=higher)
-            fig.add_trace(go.Scatter(
-                x=[p[1] for p in ordered], y=[p[2] for p in ordered], mode="lines",
-                line={"dash": "dot", "color": "#555", "width": 1}, showlegend=col == 1,
-                name="Pareto front", legendgroup="front", hoverinfo="skip"), row=1, col=col)
-        fig.update_yaxes(title_text=plot_text(f"Δ {metric}"), row=1, col=1)
-        parts += [_ds_heading(run, ds), page.figure(fig, height=420)]
-        if missing_axes:
-            parts.append(note("not plotted (figure not stored, or every chunk was cached so "
-                              f"no throughput was timed): {', '.join(missing_axes)}"))
     return Markup("").join(parts)
 
 
@@ -314,12 +228,12 @@ def _most_hurt(run: RunView, ds: str, variant: str, metric: str) -> Markup:
 
 @section("per-query", "Per-query view", kind=KIND, order=40)
 def per_query_section(run: RunView, page: Page) -> Markup:
-    go = _go()
+    go = plotly_go()
     metrics = list(run.recipe.get("metrics", []))
     headline = run.headline_metric()
     parts: list[Markup] = []
     for ds in run.datasets:
-        parts.append(_ds_heading(run, ds))
+        parts.append(ds_heading(run, ds))
         if run.per_query(ds, run.reference) is None:
             parts.append(note(f"no per_query/{ds}/{run.reference}.jsonl: the per-query view "
                               "needs the reference's stored values"))
@@ -344,12 +258,12 @@ def per_query_section(run: RunView, page: Page) -> Markup:
                 scatter.add_trace(go.Scatter(
                     x=ref, y=cand, mode="markers", name=plot_text(name), visible=visible,
                     text=[plot_text(q) for q in ids], opacity=0.6,
-                    marker={"color": _colour(run, name), "size": 6},
+                    marker={"color": variant_colour(run, name), "size": 6},
                     hovertemplate="query %{text}<br>reference %{x:.4f}<br>candidate "
                     "%{y:.4f}<extra>" + plot_text(name) + "</extra>"))
                 box.add_trace(go.Box(
                     y=cand - ref, name=plot_text(name), boxpoints="all", jitter=0.4,
-                    pointpos=0, marker={"color": _colour(run, name), "size": 3},
+                    pointpos=0, marker={"color": variant_colour(run, name), "size": 3},
                     text=[plot_text(q) for q in ids],
                     hovertemplate="query %{text}<br>Δ %{y:.4f}<extra></extra>"))
             scatter.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="y = x",
@@ -370,162 +284,4 @@ def per_query_section(run: RunView, page: Page) -> Markup:
             parts.append(Markup("<details{}><summary>{}</summary>{}</details>").format(
                 Markup(" open") if name == focus else "", name,
                 _most_hurt(run, ds, name, headline)))
-    return Markup("").join(parts)
-
-
-# -- embedding drift -------------------------------------------------------------------
-
-@section("cosines", "Embedding drift: cosine(reference, candidate)", kind=KIND, order=50)
-def cosine_section(run: RunView, page: Page) -> Markup:
-    go = _go()
-    parts: list[Markup] = [Markup(
-        "<p class=\"muted\">Per text: the cosine between the reference's and the candidate's "
-        "embedding of the same query or document (documents as the index stores them).</p>")]
-    for ds in run.datasets:
-        parts.append(_ds_heading(run, ds))
-        fig = go.Figure()
-        missing = []
-        rows = []
-        legend_shown: set[str] = set()
-        for name in run.candidates:
-            per_text = run.per_text(ds, name)
-            vectors = (run.entry(ds, name) or {}).get("vectors") or {}
-            for role in ("query", "document"):
-                s = vectors.get(role) or {}
-                if s:
-                    rows.append([name, role, fmt(finite(s.get("mean")), 6),
-                                 fmt(finite(s.get("p1")), 6), fmt(finite(s.get("min")), 6),
-                                 str(s.get("nan", 0)), str(s.get("inf", 0))])
-            if per_text is None:
-                if run.ran(name):
-                    missing.append(name)
-                continue
-            for role, colour in (("query", "#4c72b0"), ("document", "#dd8452")):
-                values = [v for v in (per_text.get(role) or {}).values() if v is not None]
-                if not values:
-                    continue
-                label = "queries" if role == "query" else "documents"
-                fig.add_trace(go.Box(
-                    x=[plot_text(name)] * len(values), y=values, name=label,
-                    legendgroup=role, showlegend=role not in legend_shown,
-                    marker={"color": colour, "size": 3}, boxpoints="outliers"))
-                legend_shown.add(role)
-        if fig.data:
-            fig.update_layout(boxmode="group", yaxis_title="cosine to the reference")
-            parts.append(page.figure(fig, height=420))
-        if rows:
-            parts.append(table(["variant", "texts", "mean", "p1", "min", "NaN", "Inf"], rows,
-                               numeric=[2, 3, 4, 5, 6]))
-        if missing:
-            parts.append(note(f"no per-text cosines stored for {', '.join(missing)} "
-                              f"(per_text/{ds}/ is missing them): distribution not drawn"))
-    return Markup("").join(parts)
-
-
-# -- settings ----------------------------------------------------------------------------
-
-_SETTING_KEYS = ("pooling", "normalize", "max_length", "truncation_side", "query_prefix",
-                 "document_prefix")
-
-
-def _variant_recipe(run: RunView, name: str) -> dict[str, Any]:
-    for v in [run.recipe.get("reference") or {}, *run.recipe.get("candidates", [])]:
-        if v.get("name") == name:
-            return v
-    return {}
-
-
-def _settings_row(run: RunView, name: str) -> dict[str, str]:
-    info = run.manifest_variant(name)
-    backend = info.get("backend") or {}
-    settings = info.get("settings") or backend.get("settings") or {}
-    quant = backend.get("quantization") if isinstance(backend.get("quantization"), dict) else {}
-    recipe_v = _variant_recipe(run, name)
-    vectors = recipe_v.get("vectors") or {}
-    row = {k: json.dumps(settings.get(k)) if k in settings else "—" for k in _SETTING_KEYS}
-    row["backend"] = str(backend.get("backend") or recipe_v.get("backend") or "—")
-    row["dtype"] = str(backend.get("dtype") or recipe_v.get("dtype") or "—")
-    q = quant or {}
-    method = q.get("method") or "—"
-    bits = f" {q.get('bits')}-bit" if q.get("bits") else ""
-    params = q.get("params") or {}
-    row["quantization"] = f"{method}{bits}" + (f" {json.dumps(params, sort_keys=True)}"
-                                               if params else "")
-    quantize = vectors.get("quantize", "none")
-    row["vectors"] = quantize + (f", rescore ×{vectors['rescore']}"
-                                 if vectors.get("rescore") else "")
-    return row
-
-
-@section("settings", "Encoding settings", kind=KIND, order=60)
-def settings_section(run: RunView, page: Page) -> Markup:
-    names = [v for v in run.variants if run.ran(v)]
-    if not names:
-        return note("no variant finished: no settings recorded")
-    rows_by = {n: _settings_row(run, n) for n in names}
-    keys = [*_SETTING_KEYS, "backend", "dtype", "quantization", "vectors"]
-    ref = rows_by.get(run.reference, {})
-    rows = []
-    for n in names:
-        row: list[Any] = [Markup("<span class=\"variant\">{}</span>").format(n)]
-        for k in keys:
-            value = rows_by[n][k]
-            row.append((value, "differs") if n != run.reference and value != ref.get(k)
-                       else value)
-        rows.append(row)
-    parts = [Markup("<p class=\"muted\">Highlighted: differs from the reference. A "
-                    "difference in pooling, normalization, truncation or prefixes is not "
-                    "quantization, and the usual cause of a broken retrieval.</p>"),
-             table(["variant", *keys], rows)]
-    for name in names:
-        differ = run.summary_variant(name).get("settings_differ")
-        if differ:
-            parts.append(note(f"{name}: encoding settings differ from {run.reference} in "
-                              + ", ".join(sorted(differ))))
-    return Markup("").join(parts)
-
-
-# -- provenance ------------------------------------------------------------------------
-
-@section("provenance", "Provenance", kind=KIND, order=70)
-def provenance_section(run: RunView, page: Page) -> Markup:
-    m = run.manifest
-    model = m.get("model") or {}
-    facts = [
-        ("evalq version", m.get("evalq_version")),
-        ("git revision", m.get("git_revision")),
-        ("status", m.get("status")),
-        ("started", m.get("started")),
-        ("finished", m.get("finished") or m.get("stopped")),
-        ("recipe file", m.get("recipe_file")),
-        ("options", json.dumps(m.get("options"), sort_keys=True)),
-        ("model", model.get("path")),
-        ("model fingerprint", model.get("fingerprint")),
-        ("platform", (m.get("environment") or {}).get("platform")),
-        ("CPUs", (m.get("environment") or {}).get("cpu_count")),
-        ("results folder", str(run.root)),
-    ]
-    parts = [table(["", ""], [[k, "—" if v is None else str(v)] for k, v in facts])]
-    ds_rows = []
-    for name, d in (m.get("datasets") or {}).items():
-        source = d.get("source") or {}
-        ds_rows.append([name, d.get("fingerprint") or "—", str(d.get("queries", "—")),
-                        str(d.get("documents", "—")),
-                        str(source.get("source") or source.get("path") or "—")])
-    parts += [Markup("<h3>Datasets</h3>"),
-              table(["dataset", "fingerprint", "queries", "documents", "source"], ds_rows)]
-    v_rows = []
-    for name in run.variants:
-        backend = run.manifest_variant(name).get("backend") or {}
-        v_rows.append([name, backend.get("backend") or "—",
-                       backend.get("model_fingerprint") or "—", backend.get("fingerprint") or "—",
-                       "yes" if run.ran(name) else "no"])
-    parts += [Markup("<h3>Variants</h3>"),
-              table(["variant", "backend", "model fingerprint", "backend fingerprint", "ran"],
-                    v_rows)]
-    versions = m.get("versions") or {}
-    parts += [Markup("<h3>Package versions</h3>"),
-              table(["package", "version"], [[k, str(v)] for k, v in versions.items()]),
-              Markup("<details><summary>recipe as resolved</summary><pre>{}</pre></details>"
-                     ).format(json.dumps(run.recipe, indent=2))]
     return Markup("").join(parts)
