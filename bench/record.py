@@ -100,8 +100,12 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict[str, Any]:
-    """``git rev-parse HEAD`` and whether tracked files differed from it (results/ aside)."""
+    """``git rev-parse HEAD`` and whether tracked files differed from it. Where the tree
+    is a copy without ``.git`` (the GPU machine), ``$EVALQ_COMMIT`` names the commit."""
     head = _git("rev-parse", "HEAD")
+    if not head:
+        head = os.environ.get("EVALQ_COMMIT") or None
+        return {"commit": head, "short": head[:7] if head else None, "dirty": None}
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"commit": head, "short": head[:7] if head else None,
             "dirty": None if status is None else bool(status)}
