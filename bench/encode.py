@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from record import host, write_record
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -247,6 +249,22 @@ def main() -> None:
             "batch_size_st": BATCH_SIZE, "rows": rows,
             "load_average": os.getloadavg(),
         })
+    machine = host(peak=False)
+    machine.update(matmul_fp32_gflops=round(peak["flops"] / 1e9, 1),
+                   matmul_method=f"torch float32 2048² matmul in a worker, {peak['threads']} "
+                                 "threads (this script's own peak)")
+    write_record(
+        "encode",
+        figures={"documents": len(texts), "tokens": tokens, "useful_gflop": flops / 1e9,
+                 "matmul_gflop_per_cpu_s": peak["flops_per_cpu_s"] / 1e9,
+                 "batch_size_st": BATCH_SIZE, "repeats": args.repeats, "rows": rows},
+        ratios={f"{r['engine']} / st texts/s": r["ratio_vs_st"] for r in rows
+                if r["engine"] != "st"}
+        | {f"{r['engine']} / st CPU s (inverse)": r["cpu_ratio_vs_st"] for r in rows
+           if r["engine"] != "st"},
+        peer=f"sentence-transformers SentenceTransformer.encode (batch {BATCH_SIZE}) on the "
+             "same texts, fp32 MiniLM, each in a fresh worker, best of the repeats",
+        host_info=machine)
 
 
 if __name__ == "__main__":

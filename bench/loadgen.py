@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from record import write_record
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -225,6 +227,16 @@ def main() -> None:
           f"{results['loadavg_end'][0]:.1f} on {os.cpu_count()} cores (shared machine)")
     if a.json:
         a.json.write_text(json.dumps(results, indent=2, default=str))
+    ratios = {f"evalq / vllm bench {f} @ {rate} req/s": r["ratio"][f]
+              for rate, r in results.get("peer", {}).get("rates", {}).items()
+              for f in ("rps", "p50", "p99")}
+    if "ceiling" in results:
+        ratios["open-loop achieved / offered (trivial server)"] = (
+            results["ceiling"]["open"]["achieved_vs_offered"])
+    write_record("loadgen", figures=results, ratios=ratios,
+                 peer="vLLM's own serving benchmark (vllm bench serve) on the same server, "
+                      "bodies and rates, medians of the repeats; the ceiling phase against a "
+                      "trivial server has no peer (achieved over offered rate)")
 
 
 if __name__ == "__main__":

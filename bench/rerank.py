@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from record import write_record
+
 # bench/vllm.py sits beside this file: this folder on sys.path would shadow the vllm package.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
@@ -61,7 +63,7 @@ def timed(fn):
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def bench_inprocess(model: Path, qs: list[str], docs: list[str], repeats: int) -> None:
+def bench_inprocess(model: Path, qs: list[str], docs: list[str], repeats: int) -> dict:
     from sentence_transformers import CrossEncoder
 
     from evalq.encode.pairs import score_pairs
@@ -83,9 +85,12 @@ def bench_inprocess(model: Path, qs: list[str], docs: list[str], repeats: int) -
     print(f"  ratio evalq / sentence-transformers: {best['st'][0] / best['evalq'][0]:.2f}x "
           f"(target >= 1.2)   max |Δscore| {np.abs(a - b).max():.2e}")
     ours.close()
+    return {"pairs": n, "evalq_wall_s": best["evalq"][0], "evalq_cpu_s": best["evalq"][1],
+            "st_wall_s": best["st"][0], "st_cpu_s": best["st"][1],
+            "max_abs_delta_score": float(np.abs(a - b).max())}
 
 
-def bench_vllm(model: Path, qs: list[str], docs: list[str], repeats: int) -> None:
+def bench_vllm(model: Path, qs: list[str], docs: list[str], repeats: int) -> dict:
     from vllm.pooling_params import PoolingParams
 
     from evalq.encode.pairs import score_pairs
@@ -112,6 +117,8 @@ def bench_vllm(model: Path, qs: list[str], docs: list[str], repeats: int) -> Non
             print(f"  {name:6s} {n / wall:8.1f} pairs/s  wall {wall:6.2f}s")
         print(f"  evalq overhead vs raw LLM.score: {best['evalq'] / best['raw'] - 1:+.1%} "
               f"(target <= 5%)   max |Δscore| {np.abs(a - b).max():.2e}")
+        return {"pairs": n, "evalq_wall_s": best["evalq"], "raw_wall_s": best["raw"],
+                "max_abs_delta_score": float(np.abs(a - b).max())}
     finally:
         engine.close()
 
@@ -127,9 +134,21 @@ def main() -> None:
 
     model = build_minilm_cross_encoder(Path(tempfile.gettempdir()) / "evalq-bench-models")
     qs, docs = bm25_pairs(args.queries, args.depth)
-    bench_inprocess(model, qs, docs, args.repeats)
+    figures: dict = {"queries": args.queries, "depth": args.depth, "repeats": args.repeats,
+                     "inprocess": bench_inprocess(model, qs, docs, args.repeats)}
+    inp = figures["inprocess"]
+    ratios = {"evalq / sentence-transformers pairs/s (in-process)":
+              inp["st_wall_s"] / inp["evalq_wall_s"],
+              "evalq / sentence-transformers pairs per CPU s (in-process)":
+              inp["st_cpu_s"] / inp["evalq_cpu_s"]}
     if args.vllm:
-        bench_vllm(model, qs, docs, args.repeats)
+        figures["vllm"] = bench_vllm(model, qs, docs, args.repeats)
+        ratios["evalq / raw LLM.score wall (vLLM engine)"] = (
+            figures["vllm"]["evalq_wall_s"] / figures["vllm"]["raw_wall_s"])
+    write_record("rerank", figures=figures, ratios=ratios,
+                 peer="sentence-transformers CrossEncoder.predict (batch 32) on the same BM25 "
+                      "pairs, fp32 fixture cross-encoder, best of the repeats; with --vllm, raw "
+                      "LLM.score on the same engine")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import write_record
+
 VOCAB = (
     "index", "vector", "query", "model", "shard", "token", "corpus", "search", "recall",
     "cache", "encode", "batch", "memory", "latency", "replica", "cluster", "engine", "score",
@@ -100,7 +102,7 @@ def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
             "method": whole.figures()["peak_rss_method"].replace("the variant", "the run")}
 
 
-def memory_part(n: int, block: int) -> bool:
+def memory_part(n: int, block: int, figures: dict | None = None) -> bool:
     """N and 10·N, each in a fresh process, with the same block and shard sizes (N rows a
     shard), so the only thing that changes is how many of them stream through."""
     small, big = _children("--child", n, block)
@@ -109,6 +111,8 @@ def memory_part(n: int, block: int) -> bool:
         print(f"N={r['n']:>8,}  shards {r['shards']:>3}  encode {r['encode_s']:7.1f}s  "
               f"search {r['search_s']:.2f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB "
               f"(encoding {r['encode_peak_mb']:.1f}, search {r['search_peak_mb']:.1f})")
+    if figures is not None:
+        figures["memory"] = {"small": small, "big": big}
     return _growth_verdict(small, big, variants=1, what="the vectors alone grew",
                            target="target < 1, memory does not follow corpus size")
 
@@ -185,7 +189,7 @@ def run_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
             "cosine_mean": variants["trunc8"]["vectors"]["document"]["mean"]}
 
 
-def run_part(n: int, block: int) -> bool:
+def run_part(n: int, block: int, figures: dict | None = None) -> bool:
     """`evalq run` at N and 10·N streamed documents, each in a fresh process."""
     small, big = _children("--run-child", n, block)
     print(f"evalq run, streamed: blocks of {block} rows, shards of {n} rows, 2 variants; "
@@ -193,6 +197,8 @@ def run_part(n: int, block: int) -> bool:
     for r in (small, big):
         print(f"N={r['n']:>8,}  wall {r['wall_s']:7.1f}s  peak RSS {r['peak_rss_mb']:8.1f} MiB"
               f"  nDCG@10 {r['nDCG@10']:.4f}  trunc8 cosine {r['cosine_mean']:.4f}")
+    if figures is not None:
+        figures["run"] = {"small": small, "big": big}
     return _growth_verdict(small, big, variants=2, what="both variants' vectors grew",
                            target="target < 1")
 
@@ -214,7 +220,7 @@ stats: {{resamples: 200}}
 """
 
 
-def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> None:
+def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> dict[str, float]:
     from evalq.execute.evaluate import run_recipe_file
 
     cpus = len(os.sched_getaffinity(0))
@@ -242,6 +248,7 @@ def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> None:
                   f"({max_docs} docs, {max_queries} queries, {cpus} CPUs), "
                   f"nDCG@10 {nd['value']:.6f}{where}")
     print(f"Ray / local wall = {walls['ray'] / walls['local']:.2f}x (target <= 1.3x)")
+    return walls
 
 
 def main() -> None:
@@ -265,13 +272,34 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     passed = True
+    figures: dict = {"part": args.part, "n": args.n}
     if args.part in ("memory", "all"):
-        passed = memory_part(args.n, args.block or max(1, args.n // 2))
+        passed = memory_part(args.n, args.block or max(1, args.n // 2), figures)
     if args.part in ("run", "all"):
-        passed = run_part(args.n, args.block or max(1, args.n // 2)) and passed
+        passed = run_part(args.n, args.block or max(1, args.n // 2), figures) and passed
     if args.part in ("ray", "all"):
-        ray_part(args.max_docs, args.max_queries, args.order)
+        figures["ray_wall_s"] = ray_part(args.max_docs, args.max_queries, args.order)
+    figures["passed"] = passed
+    write_record("scale", figures=figures, ratios=scale_ratios(figures),
+                 peer="the same path at N documents (peak RSS growth at 10·N over the vectors' "
+                      "growth, target < 1); for the ray part, the local executor on the same "
+                      "recipe (target <= 1.3)")
     sys.exit(0 if passed else 1)
+
+
+def scale_ratios(figures: dict) -> dict[str, float]:
+    """Peak RSS growth over vector growth (memory and run parts), Ray over local wall."""
+    ratios = {}
+    for part, variants in (("memory", 1), ("run", 2)):
+        if part in figures:
+            small, big = figures[part]["small"], figures[part]["big"]
+            vectors = variants * (big["n"] - small["n"]) * big["dim"] * 4 / 2**20
+            ratios[f"{part}: peak RSS growth / vector growth (10·N vs N)"] = (
+                (big["peak_rss_mb"] - small["peak_rss_mb"]) / vectors)
+    if "ray_wall_s" in figures:
+        walls = figures["ray_wall_s"]
+        ratios["ray / local wall"] = walls["ray"] / walls["local"]
+    return ratios
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from record import write_record
+
 # This file is named vllm.py: its own folder on sys.path would shadow the vllm package.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
@@ -251,6 +253,11 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(fig, handle, indent=2)
+    write_record("vllm", figures=fig,
+                 ratios={k: v for k, v in fig.items() if k.startswith("ratio_")},
+                 peer="raw vLLM LLM.embed on the same engine and texts (ratio_evalq_over_raw); "
+                      "the other ratio_ keys name their own peer (server vs engine, W8A8 vs "
+                      "the fp32 engine, vLLM vs in-process and sentence-transformers)")
 
 
 if __name__ == "__main__":

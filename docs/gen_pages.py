@@ -312,13 +312,76 @@ def contracts_reference(config: Mapping[str, Any] | None = None) -> str:
     return "".join(out)
 
 
+# --------------------------------------------------------------------------- benchmarks
+
+RECORDS = ROOT / "bench" / "results"
+
+
+def bench_records(records_dir: Path = RECORDS) -> list[dict[str, Any]]:
+    """The committed bench records (``bench/record.py`` writes them), newest first; a JSON
+    file without a ``bench`` key is not a record and is left out."""
+    records = []
+    for path in sorted(Path(records_dir).glob("*.json")) if Path(records_dir).is_dir() else []:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(record, dict) and "bench" in record:
+            records.append({**record, "file": path.name})
+    return sorted(records, key=lambda r: (r["bench"], r.get("date", "")), reverse=True)
+
+
+def _ratio(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—" if value is None else str(value)
+    return f"{value:.3g}×"
+
+
+def _host(host: Mapping[str, Any]) -> str:
+    peak = host.get("matmul_fp32_gflops")
+    threads = host.get("omp_num_threads")
+    return (f"{host.get('cpu', 'unknown CPU')}, {host.get('logical_cores', '?')} cores; "
+            f"matmul peak {f'{peak:g} GFLOP/s' if peak else 'not measured'}"
+            + (f" (OMP_NUM_THREADS={threads})" if threads else "")
+            + (f"; {host['gpu']}" if host.get("gpu") else ""))
+
+
+def _commit(git: Mapping[str, Any]) -> str:
+    short = git.get("short") or "unknown"
+    return f"`{short}`" + (" (dirty tree)" if git.get("dirty") else "")
+
+
+def benchmarks_reference(records_dir: Path = RECORDS) -> str:
+    """One table per bench from the committed records: each ratio with its peer, the host
+    (CPU, cores, fp32 matmul peak measured in the same run), the date and the commit."""
+    records = bench_records(records_dir)
+    out = [HEADER, "# Benchmark records\n\n",
+           "Generated from the records the bench scripts write (`bench/record.py`) and that "
+           "are committed under `bench/results/`. Each ratio is evalq against a peer measured "
+           "in the same run, on the host named beside it (the machines are shared and "
+           "noisy: the matmul peak measured in the run says how fast the host was then). "
+           "Rerun a script to add a record; see [Benchmarks](../benchmarks.md) for what each "
+           "script measures.\n"]
+    if not records:
+        out.append("\nNo record is committed yet: `bench/results/` holds none.\n")
+        return "".join(out)
+    for bench in sorted({r["bench"] for r in records}):
+        rows = [(f"`{name}`", _ratio(value), r.get("peer", ""), _host(r.get("host", {})),
+                 r.get("date", "")[:10], _commit(r.get("git", {})),
+                 "`" + " ".join(r.get("command", [])[1:]) + "`")
+                for r in records if r["bench"] == bench
+                for name, value in r.get("ratios", {}).items()]
+        out.append(f"\n## {bench}\n\n")
+        out.append(_table(("ratio", "value", "peer", "host", "date", "commit", "command"), rows)
+                   if rows else "A record with no ratio.\n")
+    return "".join(out)
+
+
 # ---------------------------------------------------------------------------------- main
 
 
 def pages() -> dict[str, str]:
     return {"recipe-keys.md": recipe_reference(), "measures.md": measures_reference(),
             "cli.md": cli_reference(), "support.md": support_reference(),
-            "results.md": results_reference(), "contracts.md": contracts_reference()}
+            "results.md": results_reference(), "contracts.md": contracts_reference(),
+            "benchmarks.md": benchmarks_reference()}
 
 
 def write(out: Path = OUT) -> list[Path]:

@@ -269,7 +269,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     site = tmp_path / "site"
     for page in ("index.html", "reference/cli/index.html", "reference/recipe-keys/index.html",
                  "reference/measures/index.html", "reference/support/index.html",
-                 "development/architecture/index.html"):
+                 "reference/benchmarks/index.html", "development/architecture/index.html"):
         assert (site / page).is_file(), page
     ci = (site / "reports-and-ci" / "index.html").read_text(encoding="utf-8")
     assert "embedding-quality-gate" in ci  # the GitHub example, inlined by the snippet
@@ -299,3 +299,35 @@ def test_contracts_page_quotes_the_import_linter_configuration() -> None:
         "source_modules": ["evalq.core"], "forbidden_modules": ["evalq.app"]}]}
     wider = gen_pages.contracts_reference(extra)
     assert "## A contract only this test knows" in wider and "only this test" not in plain
+
+
+def _bench_record_module():
+    """bench/record.py loaded by path: bench/ on sys.path would shadow vllm with
+    bench/vllm.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_record", REPO / "bench" / "record.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmarks_page_renders_the_committed_records(tmp_path: Path) -> None:
+    empty = gen_pages.benchmarks_reference(tmp_path / "none")
+    assert "No record is committed yet" in empty
+    record = _bench_record_module()
+    fake_host = {"cpu": "Fake CPU 9000", "logical_cores": 3, "matmul_fp32_gflops": 123.4}
+    path = record.write_record("fakebench", figures={"seconds": {"evalq": 1.0, "peer": 4.0}},
+                               ratios={"evalq / peer seconds": 0.25},
+                               peer="a peer only this test knows", out_dir=tmp_path,
+                               host_info=fake_host)
+    assert path.parent == tmp_path and path.name.startswith("fakebench-")
+    (tmp_path / "not-a-record.json").write_text('{"rows": []}', encoding="utf-8")
+    page = gen_pages.benchmarks_reference(tmp_path)
+    assert "## fakebench" in page and "No record is committed yet" not in page
+    row = next(line for line in page.splitlines() if "`evalq / peer seconds`" in line)
+    for cell in ("0.25×", "a peer only this test knows", "Fake CPU 9000, 3 cores",
+                 "matmul peak 123.4 GFLOP/s"):
+        assert cell in row, cell
+    assert "benchmarks.md" in gen_pages.pages()
