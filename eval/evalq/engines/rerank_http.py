@@ -31,6 +31,16 @@ if TYPE_CHECKING:
     from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
 
 
+# What a TEI server's /info says about the model behind it (a field it leaves out is None).
+_INFO_IDENTITY = ("model_id", "model_sha", "model_dtype", "model_type", "max_input_length")
+# The probe: fixed pairs whose scores tell one served model from another.
+_PROBE_QUERY = "what is the boiling point of water at sea level"
+_PROBE_TEXTS = ("Water boils at 100 degrees Celsius at sea level.",
+                "The Eiffel Tower is in Paris.",
+                "At higher altitudes water boils at a lower temperature.")
+_PROBE_DECIMALS = 3
+
+
 class RerankHttpOptions(StrictOptions):
     """A reranker variant's ``http:`` options (backends tei and rerank-api)."""
 
@@ -74,6 +84,8 @@ class HttpReranker:
                                     api_key=read_api_key(api_key_env))
         self.info: dict[str, Any] | None = None
         self.max_batch = max_batch
+        self._fingerprint: str | None = None
+        self._served_model: Any = None  # the "model" a /v1/rerank answer names
         if style == "tei":
             info = self._http.get_json("/info")
             if not isinstance(info, dict):
@@ -92,13 +104,30 @@ class HttpReranker:
                                                             local_files_only=True)
 
     def fingerprint(self) -> str:
+        """The score-cache identity: the settings, what the server says it serves, and a
+        probe of its scores on fixed pairs. A URL names a place, not a model: a different
+        model redeployed behind it answers the probe differently, so it gets a new key."""
+        if self._fingerprint is not None:
+            return self._fingerprint
+        probe = self._probe_server()
         key = {"backend": self.style, "url_model": self.model,
-               "server": {k: (self.info or {}).get(k) for k in
-                          ("model_id", "model_sha", "model_dtype")},
+               "server": {k: (self.info or {}).get(k) for k in _INFO_IDENTITY},
+               "served_model": self._served_model, "probe": probe,
                "activation": self.activation, "max_length": self.max_length}
         if self.info is None:  # no server identity to read: the URL stands in for it
             key["url"] = self.url
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        self._fingerprint = hashlib.sha256(json.dumps(key, sort_keys=True).encode()
+                                           ).hexdigest()[:16]
+        return self._fingerprint
+
+    def _probe_server(self) -> list[float]:
+        """The server's scores of the fixed probe pairs, rounded so a server's run-to-run
+        jitter keeps its key (a rounding edge costs a recompute, never a wrong score).
+        Not counted in ``requests``: it scores nothing of the run's."""
+        sent = self.requests
+        scores = self.score([_PROBE_QUERY] * len(_PROBE_TEXTS), list(_PROBE_TEXTS))
+        self.requests = sent
+        return [round(float(s), _PROBE_DECIMALS) for s in scores]
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.style, "kind": self.kind, "url": self.url, "model": self.model,
@@ -155,6 +184,8 @@ class HttpReranker:
                                                 "top_n": len(texts), **self._fields()})
             items = body.get("results") if isinstance(body, dict) else None
             score_key = "relevance_score"
+            if isinstance(body, dict) and isinstance(body.get("model"), str):
+                self._served_model = body["model"]
         scores = np.full(len(texts), np.nan)
         if isinstance(items, list):
             for item in items:

@@ -17,7 +17,9 @@ one depth plans for another depth linearly (a first-order assumption, stated in 
 plan). Cost per million queries = replicas · $/replica-hour / (target_qps · 3600) · 10⁶.
 
 A workload whose SLO broke at the very first step has no knee: more replicas do not make
-one request faster, so the plan is *infeasible* for that variant, with the reason.
+one request faster, so the plan is *infeasible* for that variant, with the reason. So is
+one whose first step's requests failed (timed out, or none succeeded): a knee and a plan
+need successful requests.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SECONDS_PER_DAY = 86_400.0
+# Ends the reason of a knee whose first step's requests failed (timeouts, no answer): not
+# a slow server that more replicas cannot speed up, but traffic that measured nothing.
+NEEDS_ANSWERS = "a knee and a capacity plan need successful requests"
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,11 @@ def plan_variant(variant: str, knees: Mapping[str, Knee], demand: Demand,
             notes.append(f"no '{kind}' workload was measured: the plan leaves out its demand")
             continue
         if knee.per_s is None or knee.per_s <= 0:
+            why = knee.reason or "no knee"
             return VariantPlan(variant, feasible=False, replicas=None, load=None,
-                               notes=[*notes, f"{kind}: {knee.reason or 'no knee'}; more "
-                                      "replicas do not make one request faster"])
+                               notes=[*notes, f"{kind}: {why}" if why.endswith(NEEDS_ANSWERS)
+                                      else f"{kind}: {why}; more replicas do not make one "
+                                      "request faster"])
         if kind == "query":
             shares[kind] = demand.target_qps / knee.per_s
         elif kind == "rerank":

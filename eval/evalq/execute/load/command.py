@@ -14,8 +14,9 @@ Order of work, one server alive at a time:
    latest ``evalq run`` -> ``load/summary.json``.
 
 Exit 0 when every workload found a knee within the error budget and every fp32 variant
-matched the reference; 1 when a workload broke its SLO at the first step, a step broke the
-error budget, a server died or parity failed; 2 for bad input or a server that never
+matched the reference; 1 when a workload broke its SLO (or its requests failed: timeouts,
+no successful request) at the first step, a step broke the error budget, a server died or
+parity failed; 2 for bad input or a server that never
 started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kept.
 """
 

@@ -7,8 +7,9 @@ candidate passages to a ``/rerank``-style route (``query`` + ``documents``, or T
 ``texts``).
 
 The sweep offers each level (rate or concurrency) in ascending order; a step *passes*
-when its p99 is under the workload's SLO, its server-error rate is within the error
-budget and the generator sent every request it was asked to. The first step that fails
+when its p99 is under the workload's SLO, its server-error rate and its failed requests
+(timeouts included) are within the error budget, at least one request succeeded, and the
+generator sent every request it was asked to. The first step that fails
 ends the series (``stop_on_break``). The knee is the highest passing level before that:
 its offered rate for open-loop query traffic, its achieved texts/s for ingest and pairs/s
 for rerank, in the unit :mod:`evalq.execute.load.capacity` plans with.
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from evalq.execute.load.capacity import Knee
+from evalq.execute.load.capacity import NEEDS_ANSWERS, Knee
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, StepMeasurement
 from evalq.execute.load.serverstats import ProcessSampler
 from evalq.recipe.load import LoadSection, Workload
@@ -88,7 +89,12 @@ def build_series(endpoint: Endpoint, workload: Workload,
     if workload.kind == "ingest":
         out = []
         docs, toks = list(pool.documents), list(pool.document_tokens)
-        for size in workload.batch_sizes or []:
+        for asked in workload.batch_sizes or []:
+            # A batch larger than the corpus sends the whole corpus: the series is labelled
+            # with what was sent (sizes that collapse onto one are measured once).
+            size = min(asked, len(docs)) if docs else asked
+            if any(label == f"batch={size}" for label, _ in out):
+                continue
             reqs = []
             for start in range(0, len(docs), size):
                 batch = docs[start:start + size]
@@ -128,6 +134,14 @@ def judge_step(m: dict[str, Any], workload: Workload, error_budget: float) -> tu
             verdict = "slo"
         reasons.append("no successful request" if p99 is None else
                        f"p99 {p99:.1f} ms > SLO {workload.slo_p99_ms:g} ms")
+    # Timed-out requests are recorded at the timeout, which can be under the SLO: a step
+    # whose requests failed is a failed step, whatever its p99 (a knee needs answers).
+    failed_rate = m["error_rate"] + m["timeout_rate"]
+    if verdict == "pass" and (not m["ok"] or failed_rate > error_budget):
+        verdict = "failed"
+        reasons.append(f"no successful request ({m['errors']})" if not m["ok"] else
+                       f"failed requests (timeouts included) {failed_rate:.1%} > error budget "
+                       f"{error_budget:.1%} ({m['errors']})")
     return verdict, reasons
 
 
@@ -163,6 +177,9 @@ def knee_of(workload: Workload, series: dict[str, list[dict[str, Any]]]) -> tupl
     if best is None:
         first = next((s for steps in series.values() for s in steps), None)
         why = "; ".join(first["reasons"]) if first else "no step ran"
+        if first is not None and first["verdict"] == "failed":
+            return Knee(workload.kind, None, unit, reason=f"requests failed at the first step "
+                        f"({why}): {NEEDS_ANSWERS}"), None
         return Knee(workload.kind, None, unit, reason=f"the SLO broke at the first step ({why})"
                     ), None
     return Knee(workload.kind, best[0], unit, lower_bound=best[2], level=best[3]), best[1]
