@@ -14,7 +14,9 @@ one :class:`PlanError` (exit 2). ``evalq validate`` and ``evalq run`` call it fi
 What the plan reads is declared by the things it plans for: quantization methods say
 which backends and devices they apply to (``quantize.METHODS``), backends say which
 devices, dtypes and model kinds they serve (their specs in ``backends/registry.py``).
-Route probing of HTTP endpoints is not done here (the plan makes no network calls).
+Route probing of HTTP endpoints is not done here (the plan makes no network calls). The
+checks of one variant (backend, device and capability, quantization, model and settings,
+cache key) live in :mod:`evalq.recipe.plan_variants`.
 """
 
 from __future__ import annotations
@@ -29,14 +31,19 @@ from typing import Any
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
 from evalq.core.values import EncodingSettings
-from evalq.core.weights import model_fingerprint
 from evalq.data.manifest import find_manifests
-from evalq.engines.capability import check_capability, detect_device
-from evalq.engines.modelinfo import ModelNotCachedError, resolve_model_path, resolve_settings
+from evalq.engines.capability import detect_device
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
-from evalq.engines.spec import SERVER_CACHE_KEY
 from evalq.measure.registry import parse_measure
+from evalq.recipe.plan_variants import (
+    Problems,
+    cache_text,
+    check_quantization,
+    check_serving,
+    resolve_model,
+    variant_endpoint,
+)
 from evalq.recipe.schema import load_recipe_source
 from evalq.recipe.yamlsource import load_yaml
 
@@ -124,41 +131,6 @@ class Plan:
         return int(self.limits["depth"])
 
 
-class _Problems:
-    """Collects problems with their recipe lines."""
-
-    def __init__(self, file: Path, located: Any, machine: bool = True) -> None:
-        self.file, self.located, self.items = file, located, []
-        self.machine, self.notes = machine, []
-
-    def machine_problem(self, path: tuple[Any, ...], message: str, fix: str) -> None:
-        """A problem of this machine: an error for a run, a note for a validation."""
-        if self.machine:
-            self.add(path, message, fix)
-        else:
-            self.notes.append(f"{message} ({'.'.join(map(str, path))}; on this machine)")
-
-    def add(self, path: tuple[Any, ...], message: str, fix: str, field: str | None = None,
-            ) -> None:
-        where_file, line = (self.located.where(path) if self.located is not None
-                            else (None, None))
-        self.items.append(InputError(message=message, file=where_file or self.file, line=line,
-                                     field=field or ".".join(map(str, path)) or None,
-                                     fix=fix))
-
-    def add_error(self, path: tuple[Any, ...], exc: InputError, prefix: str = "") -> None:
-        where_file, line = (self.located.where(path) if self.located is not None
-                            else (None, None))
-        exc_field = exc.field or ""
-        dotted = ".".join(map(str, path))
-        self.items.append(InputError(
-            message=prefix + exc.message, file=exc.file or where_file or self.file,
-            line=exc.line or line,
-            field=(f"{dotted}.{exc_field}" if exc_field and not exc_field.startswith(dotted)
-                   else exc_field or dotted) or None,
-            fix=exc.fix))
-
-
 def _streamed_datasets(recipe: Any, path: Path) -> list[str]:
     """Names of the recipe's datasets with ``stream:`` (inline, or in the manifest a name
     resolves to; a name that resolves to nothing is the dataset loader's to report)."""
@@ -182,7 +154,7 @@ def _streamed_datasets(recipe: Any, path: Path) -> list[str]:
 
 
 def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
-                    problems: _Problems) -> None:
+                    problems: Problems) -> None:
     """What needs a whole corpus in memory is refused on a streamed one: vector
     quantization and ANN indexes are built over the full document matrix, batch
     sensitivity and rerank pipelines read document texts by position."""
@@ -236,18 +208,48 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     path = Path(path)
     if located is None and path.is_file():
         located = load_yaml(path)
-    problems = _Problems(path, located, machine)
+    problems = Problems(path, located, machine)
+    selected = _selected_variants(recipe, only, problems)
+    gate_plans = _plan_gates(recipe, problems)
+    variant_plans = _plan_variants(recipe, selected, problems, detect, gate_plans, use_cache)
+    _check_streamed(recipe, path, selected, problems)
+    out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
 
+    if problems.items:
+        raise PlanError(problems.items)
+    depth = required_depth(recipe)
+    return Plan(
+        recipe=recipe.name, recipe_file=path,
+        datasets=tuple(d if isinstance(d, str) else str(d.get("name", d)) for d in
+                       recipe.datasets),
+        variants=tuple(variant_plans),
+        metrics=tuple(parse_measure(m).name for m in recipe.metrics),
+        reference_metrics=tuple(parse_measure(m).name for m in recipe.reference_metrics),
+        gates=tuple(gate_plans), output=out, cache_dir=cache_dir,
+        limits={"max_queries": max_queries or recipe.max_queries,
+                "max_docs": max_docs or recipe.max_docs, "depth": depth,
+                "resamples": recipe.stats.resamples, "confidence": recipe.stats.confidence,
+                "cache_chunk": recipe.cache_chunk},
+        machine_notes=tuple(problems.notes),
+        pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
+        sensitivity=recipe.batch_sensitivity is not None,
+    )
+
+
+def _selected_variants(recipe: Any, only: Sequence[str] | None,
+                       problems: Problems) -> list[Any]:
+    """The reference and the candidates ``--only`` keeps (all without it)."""
     names = [v.name for v in recipe.variants]
     if only:
         unknown = sorted(set(only) - set(names))
         if unknown:
             problems.add((), f"--only names unknown variant(s) {', '.join(unknown)}",
                          f"choose from {', '.join(names)}", field="--only")
-    selected = [recipe.reference] + [c for c in recipe.candidates
-                                     if not only or c.name in only]
+    return [recipe.reference] + [c for c in recipe.candidates if not only or c.name in only]
 
-    # -- measures and gates ---------------------------------------------------------
+
+def _plan_gates(recipe: Any, problems: Problems) -> list[GatePlan]:
+    """Each gate on a measure the run computes, and something for the gates to judge."""
     computed = set()
     for text in [*recipe.metrics, *recipe.reference_metrics]:
         with contextlib.suppress(InputError):  # config already refused a bad one
@@ -277,8 +279,13 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
                      "the recipe has gates but no candidates, so nothing would be judged and "
                      "the run would pass vacuously",
                      "add a candidate variant, or remove the gates")
+    return gate_plans
 
-    # -- variants ---------------------------------------------------------------------
+
+def _plan_variants(recipe: Any, selected: Sequence[Any], problems: Problems, detect: Any,
+                   gate_plans: list[GatePlan], use_cache: bool) -> list[VariantPlan]:
+    """The selected variants in recipe order; the device is detected once, and only when a
+    local backend will run."""
     device_info = None
     if any(getattr(BACKENDS.get("embedding", v.backend), "local", False) for v in selected):
         device_info = (detect or detect_device)()
@@ -287,12 +294,14 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         if variant not in selected:
             continue
         vpath = _variant_path(i)
-        variant_plans.append(_plan_variant(recipe, variant, vpath, i == 0, path, problems,
+        variant_plans.append(_plan_variant(recipe, variant, vpath, i == 0, problems,
                                            device_info, METHODS, gate_plans, use_cache))
+    return variant_plans
 
-    _check_streamed(recipe, path, selected, problems)
 
-    # -- where things go ---------------------------------------------------------------
+def _plan_outputs(recipe: Any, output: str | Path | None, use_cache: bool,
+                  problems: Problems) -> tuple[Path, Path | None]:
+    """Where things go: the results folder and the cache folder (None with --no-cache)."""
     out = Path(output or recipe.output or Path("results") / recipe.name)
     _check_writable_dir(out, ("output",) if recipe.output else (), problems,
                         "--output" if output else ("output" if recipe.output else "output "
@@ -300,26 +309,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     cache_dir = Path(recipe.cache_dir) if use_cache else None
     if cache_dir is not None:
         _check_writable_dir(cache_dir, ("cache_dir",), problems, "cache_dir")
-
-    if problems.items:
-        raise PlanError(problems.items)
-    depth = required_depth(recipe)
-    return Plan(
-        recipe=recipe.name, recipe_file=path,
-        datasets=tuple(d if isinstance(d, str) else str(d.get("name", d)) for d in
-                       recipe.datasets),
-        variants=tuple(variant_plans),
-        metrics=tuple(parse_measure(m).name for m in recipe.metrics),
-        reference_metrics=tuple(parse_measure(m).name for m in recipe.reference_metrics),
-        gates=tuple(gate_plans), output=out, cache_dir=cache_dir,
-        limits={"max_queries": max_queries or recipe.max_queries,
-                "max_docs": max_docs or recipe.max_docs, "depth": depth,
-                "resamples": recipe.stats.resamples, "confidence": recipe.stats.confidence,
-                "cache_chunk": recipe.cache_chunk},
-        machine_notes=tuple(problems.notes),
-        pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
-        sensitivity=recipe.batch_sensitivity is not None,
-    )
+    return out, cache_dir
 
 
 def _pipeline_gate_texts(recipe: Any) -> list[str]:
@@ -335,122 +325,26 @@ def _pipeline_gate_texts(recipe: Any) -> list[str]:
 
 
 def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_reference: bool,
-                  file: Path, problems: _Problems, device_info: Any, methods: Any,
+                  problems: Problems, device_info: Any, methods: Any,
                   gate_plans: list[GatePlan], use_cache: bool) -> VariantPlan:
     support = BACKENDS.get("embedding", variant.backend)
     label = f"variant '{variant.name}'"
-    device, device_name = "remote", "server"
-    if support is None:
-        problems.add((*vpath, "backend"), f"{label}: unknown backend '{variant.backend}'",
-                     f"use one of {', '.join(BACKENDS.names('embedding'))}")
-    elif support.local:
-        assert device_info is not None
-        if variant.device == "cuda" and device_info.kind != "cuda":
-            problems.machine_problem((*vpath, "device"),
-                         f"{label} asks for device cuda, but this machine has no CUDA GPU "
-                         "(torch sees none)",
-                         "use device: cpu or auto for this variant, or run on a GPU machine")
-        device = device_info.kind if variant.device == "auto" else variant.device
-        device_name = device_info.name if device == device_info.kind else device
-        if variant.dtype not in support.dtypes:
-            problems.add((*vpath, "dtype"), f"{label}: backend {variant.backend} does not "
-                         f"serve dtype {variant.dtype}", f"use one of {', '.join(support.dtypes)}")
-        vllm_quant = variant.vllm.quantization if variant.vllm else None
-        if device == device_info.kind:  # capability of a device we can see
-            try:
-                check_capability(variant.backend, device, vllm_quant, variant.dtype,
-                                 compute_capability=device_info.compute_capability)
-            except InputError as exc:
-                key = (*vpath, "vllm" if exc.field == "quantization" else exc.field or "backend")
-                if problems.machine:
-                    problems.add_error(key, exc, prefix=f"{label}: ")
-                else:
-                    problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
-    else:  # a remote server fixed its dtype and device when it started
-        if variant.dtype != "float32" or variant.device != "auto":
-            problems.add((*vpath, "dtype" if variant.dtype != "float32" else "device"),
-                         f"{label}: backend {variant.backend} talks to a running server, "
-                         "whose dtype and device were chosen where it started; evalq would "
-                         "silently ignore this setting",
-                         "remove dtype/device from this variant (start the server with them)")
-        if variant.http and variant.http.api_key_env:
-            value = os.environ.get(variant.http.api_key_env)
-            if not value:
-                problems.add((*vpath, "http", "api_key_env"),
-                             f"{label}: the API key environment variable "
-                             f"'{variant.http.api_key_env}' is not set or empty",
-                             f"export {variant.http.api_key_env}=... before running")
-    if support is not None and recipe.model.kind not in support.model_kinds:
-        problems.add(("model", "kind"), f"{label}: backend {variant.backend} does not serve "
-                     f"{recipe.model.kind} models", f"use a backend serving {recipe.model.kind}")
-
-    quant = None
-    if variant.quantization is not None:
-        method = variant.quantization.get("method")
-        spec = methods.get(method)
-        if spec is not None:
-            quant = dict(variant.quantization)
-            if variant.backend not in spec.backends:
-                where = ("served by a running server, whose quantization is chosen where "
-                         "it starts" if support is not None and support.quantized_by == "server"
-                         else f"not applied by backend {variant.backend}")
-                ok = [m for m, s in methods.items() if variant.backend in s.backends
-                      and m != "dtype"]
-                fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
-                       "remove quantization from this variant")
-                fix += f"; {method} runs on backend {' or '.join(spec.backends)}"
-                if support is not None and support.quantized_by == "engine":
-                    fix += " (vLLM's own methods go in vllm: {quantization: ...})"
-                problems.add((*vpath, "quantization", "method"),
-                             f"{label}: quantization method '{method}' is {where}; it would "
-                             "be ignored or fail after the reference has encoded", fix)
-            elif device != "remote" and device not in spec.devices:
-                problems.add((*vpath, "quantization", "method"),
-                             f"{label}: quantization method '{method}' runs on "
-                             f"{' or '.join(spec.devices)}, not {device}",
-                             f"use device: {spec.devices[0]} for this variant")
-
-    model_path = fingerprint = None
-    settings = None
-    spec_text = variant.model or recipe.model.path
-    try:
-        resolved = resolve_model_path(spec_text)
-        model_path = str(resolved)
-        fingerprint = model_fingerprint(resolved)
-        merged = recipe.encoding.merged(variant.encoding)
-        settings = resolve_settings(resolved, merged.model_dump(exclude_none=True)).as_dict()
-    except InputError as exc:
-        key = (*vpath, "model") if variant.model else ("model", "path")
-        if exc.field and exc.field not in ("model.path",):
-            key = (*vpath, "encoding", exc.field)
-        exc.file = exc.line = None
-        exc.field = ".".join(map(str, key))
-        if isinstance(exc, ModelNotCachedError):  # this machine's problem, not the recipe's
-            problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
-        else:
-            problems.add_error(key, exc, prefix=f"{label}: ")
-
-    endpoint = None
-    if variant.http is not None:
-        endpoint = variant.http.url
-    elif variant.vllm is not None and variant.vllm.url:
-        endpoint = variant.vllm.url
-    if not use_cache:
-        cached = "nothing (--no-cache)"
-    elif endpoint is not None or support is None:
-        cached = SERVER_CACHE_KEY
-    else:
-        cached = support.cache_key  # what the backend declares
+    device, device_name = check_serving(recipe, variant, vpath, label, support, device_info,
+                                        problems)
+    quant = check_quantization(variant, vpath, label, support, device, methods, problems)
+    model_path, fingerprint, settings = resolve_model(recipe, variant, vpath, label, problems)
+    endpoint = variant_endpoint(variant)
     gates = tuple(g.text for g in gate_plans if variant.name in g.variants)
     return VariantPlan(
         name=variant.name, role="reference" if is_reference else "candidate",
         backend=variant.backend + (f" ({variant.vllm.mode})" if variant.vllm else ""),
         dtype=variant.dtype, device=device, device_name=device_name, model_path=model_path,
         model_fingerprint=fingerprint, settings=settings, quantization=quant,
-        vectors=variant.vectors.quantize, endpoint=endpoint, cached=cached, gates=gates)
+        vectors=variant.vectors.quantize, endpoint=endpoint,
+        cached=cache_text(support, endpoint, use_cache), gates=gates)
 
 
-def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: _Problems,
+def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,
                         name: str) -> None:
     """A folder that exists must be a writable folder; else its nearest existing parent."""
     probe = folder
