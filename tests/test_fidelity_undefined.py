@@ -8,6 +8,10 @@ gate would pass with exit 0.
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,6 +19,9 @@ from evalq.decide.gate import GateSpec, decide
 from evalq.measure.fidelity import ScorePair, evaluate_fidelity, pooled_drift
 from evalq.measure.registry import parse_measure
 from evalq.recipe.schema import Recipe
+from support import recipes
+
+TINY = Path(__file__).resolve().parent / "data" / "beir-tiny"
 
 FIDELITY = ["score_tau", "score_spearman", "rerank_overlap@5", "abs_delta", "abs_delta_p99",
             "score_shift", "tie_rate"]
@@ -98,3 +105,47 @@ def test_a_pipeline_fidelity_gate_over_no_pairs_is_undecided() -> None:
     assert gate is not None and gate.verdict == "inconclusive" and not gate.passed
     (check,) = gate.checks
     assert "no pairs were scored" in check.reason
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_run_whose_queries_are_stopwords_gates_nothing_as_passed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BM25 finds nothing for stopword-only queries: no pair is scored, the stored
+    fidelity is null, and the score_tau floor is inconclusive in the run and in
+    ``evalq gate`` (exit 1 "gates FAILED", never exit 0)."""
+    from evalq.execute.evaluate import run_recipe_file
+    from evalq.execute.regate import regate
+
+    data = tmp_path / "stopwords"
+    shutil.copytree(TINY, data)
+    queries = [json.loads(line) for line in (data / "queries.jsonl").read_text().splitlines()]
+    (data / "queries.jsonl").write_text("".join(
+        json.dumps({**q, "text": "the of and a"}) + "\n" for q in queries))
+    pipeline = {"name": "p", "first_stage": {"kind": "bm25"}, "depths": [5], "cutoff": 5,
+                "metrics": ["nDCG@5"], "reference_metrics": [],
+                "fidelity_metrics": ["score_tau", "rerank_overlap@5"],
+                "reranker": {"model": "fixture:minilm-cross-encoder",
+                             "candidates": [{"name": "dyn-int8", "quantization": {
+                                 "method": "torch-dynamic-int8"}}]},
+                "gates": [{"metric": "score_tau", "against": "reranker", "stage": "reranker",
+                           "min": 0.9}]}
+    recipe = recipes.recipe(
+        "stopwords", cache=tmp_path / "cache", output=tmp_path / "out",
+        datasets=[{"name": "stop", "source": "beir", "path": str(data)}], candidates=[],
+        metrics=["nDCG@10"], reference_metrics=[], parity={"enabled": False}, resamples=200,
+        pipelines=[pipeline])
+    outcome = run_recipe_file(recipes.write(tmp_path / "recipe.yaml", recipe), progress=False)
+    assert outcome.passed is False
+    depth = json.loads((outcome.output / "summary.json").read_text())[
+        "pipelines"]["p"]["datasets"]["stop"]["depths"]["5"]
+    fidelity = depth["fidelity"]["dyn-int8"]
+    assert fidelity["drift"] == {"pairs": 0}
+    assert fidelity["measures"]["score_tau"]["value"] is None
+    assert fidelity["measures"]["rerank_overlap@5"]["value"] is None
+    combo = depth["combinations"]["bm25+dyn-int8@5"]
+    assert combo["verdict"] == "inconclusive"
+    assert "no pairs were scored" in combo["gate"]["checks"][0]["reason"]
+    capsys.readouterr()
+    assert regate(outcome.output) is False
+    assert "differ" not in capsys.readouterr().out
