@@ -7,15 +7,18 @@ request ``query``, ``texts``, ``raw_scores``, ``truncate``, ``truncation_directi
 ``return_text``; answer a list of ``{"index", "score"}`` sorted by score descending. Cohere
 / Jina / vLLM: request ``model``, ``query``, ``documents``, ``top_n``,
 ``return_documents``; answer ``{"results": [{"index", "relevance_score"}]}`` sorted by
-score — and computes real scores with sentence-transformers' ``CrossEncoder`` on the
-fixture checkpoint, so what it returns is what a correct server would return for it. It
-records requests and can be told to drop a result (a misbehaving server).
+score; vLLM's ``/score``: request ``queries``, ``documents``; answer ``{"data": [{"index",
+"object", "score"}]}`` in request order — and computes real scores with
+sentence-transformers' ``CrossEncoder`` on the fixture checkpoint, so what it returns is
+what a correct server would return for it. It records requests and can be told to drop a
+result, or to rewrite its answer (``rewrite(path, body) -> body``: a server that lies).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,6 +30,7 @@ class RerankState:
     model_id: str = "evalq/minilm-cross-encoder-fixture"
     max_client_batch_size: int = 8
     drop_one: bool = False  # answer one result fewer than texts sent
+    rewrite: Callable[[str, Any], Any] | None = None  # change the answer before it is sent
     requests: list[tuple[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,6 +69,8 @@ def _make_handler(server: FakeRerankServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _send(self, status: int, body: Any) -> None:
+            if status == 200 and state.rewrite is not None and self.command == "POST":
+                body = state.rewrite(self.path, body)
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -104,6 +110,14 @@ def _make_handler(server: FakeRerankServer) -> type[BaseHTTPRequestHandler]:
                 items = items[:payload.get("top_n") or len(items)]
                 self._send(200, {"id": "fake", "model": payload.get("model"),
                                  "results": items[:-1] if state.drop_one else items,
+                                 "usage": {"total_tokens": 0}})
+            elif self.path == "/score":
+                docs = payload["documents"]
+                scores = server.scores(payload["queries"], docs, False)
+                items = [{"index": i, "object": "score", "score": s}
+                         for i, s in enumerate(scores)]
+                self._send(200, {"id": "fake", "object": "list", "model": payload.get("model"),
+                                 "data": items[:-1] if state.drop_one else items,
                                  "usage": {"total_tokens": 0}})
             else:
                 self._send(404, {"error": "not found"})

@@ -42,7 +42,8 @@ texts, not an average, so they need no interval. Floors suit reference measures
 (``overlap@10 >= 0.9``, ``cosine p1 >= 0.99``); they are also accepted on qrels measures.
 
 Common rules: a NaN among the values fails the gate (a broken query is reported, never
-averaged away); no values is inconclusive; with varying values and fewer than
+averaged away); no values, or values that are all NaN (nothing was measured: a fidelity
+measure over zero scored pairs), is inconclusive; with varying values and fewer than
 :data:`MIN_QUERIES` queries the interval is not trusted and a pass becomes inconclusive
 (a percentile bootstrap underestimates the spread of tiny samples by (n−1)/n and takes
 few distinct values). Floors, and drops under the historical rule, decide constant values
@@ -321,13 +322,22 @@ def _nan_check(spec: GateSpec, arrays: Mapping[str, np.ndarray]) -> GateCheck | 
     bad = {name: count for name, count in bad.items() if count}
     if not bad:
         return None
+    figures: dict[str, Figure] = {"nan_" + name: count for name, count in bad.items()}
+    if all(a.size and bad.get(name) == a.size for name, a in arrays.items()):
+        # Nothing was measured (a fidelity measure over zero scored pairs): undecided.
+        where = ", ".join(f"{count} {name}" for name, count in bad.items())
+        return GateCheck(
+            spec.label, False, "inconclusive",
+            f"no defined per-query values (all {where} values are undefined, NaN): nothing "
+            "was measured, e.g. no pairs were scored because the first stage returned no "
+            "candidates; the gate is undecided", figures)
     where = ", ".join(f"{count} {name}" for name, count in bad.items())
     return GateCheck(
         spec.label,
         False,
         "fail",
         f"undefined (NaN) per-query values: {where}; a broken query fails the gate",
-        {"nan_" + name: count for name, count in bad.items()},
+        figures,
     )
 
 

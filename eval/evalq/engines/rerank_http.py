@@ -3,7 +3,9 @@
 
 Both take one query and a list of texts and answer with ``(index, score)`` items, sorted
 by score rather than in request order, so the client puts them back by index and refuses
-an answer that misses a text (a short answer scored as zeros would be a silent lie).
+an answer that misses a text (a short answer scored as zeros would be a silent lie), and
+every reply is checked against its schema first (``evalq.engines.replies``: a score that
+is a bool, a string, null or NaN is refused, never read as a number).
 Every field that changes a score is sent explicitly: TEI's ``raw_scores`` (the activation:
 ``raw_scores: true`` is ``activation: none``), ``truncate`` and ``truncation_direction``;
 for ``/v1/rerank`` ``top_n`` (all of them) and ``return_documents: false``. TEI's ``/info``
@@ -25,6 +27,7 @@ from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.engines.context import RerankerContext
 from evalq.engines.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.engines.replies import parse_rerank_reply
 from evalq.engines.spec import BackendSpec
 
 if TYPE_CHECKING:
@@ -173,25 +176,15 @@ class HttpReranker:
         if self.style == "tei":
             body = self._http.post_json(route, {"query": query, "texts": texts,
                                                 **self._fields()})
-            items, score_key = body, "score"
         elif self.style == "score":
             body = self._http.post_json(route, {"queries": query, "documents": texts,
                                                 **self._fields()})
-            items = body.get("data") if isinstance(body, dict) else None
-            score_key = "score"
         else:
             body = self._http.post_json(route, {"query": query, "documents": texts,
                                                 "top_n": len(texts), **self._fields()})
-            items = body.get("results") if isinstance(body, dict) else None
-            score_key = "relevance_score"
             if isinstance(body, dict) and isinstance(body.get("model"), str):
-                self._served_model = body["model"]
-        scores = np.full(len(texts), np.nan)
-        if isinstance(items, list):
-            for item in items:
-                if isinstance(item, dict) and isinstance(item.get("index"), int) and \
-                        0 <= item["index"] < len(texts):
-                    scores[item["index"]] = float(item.get(score_key, np.nan))
+                self._served_model = body["model"]  # part of a served reranker's key
+        scores = parse_rerank_reply(body, len(texts), f"{self.url}{route}", self.style)
         missing = int(np.isnan(scores).sum())
         if missing:
             raise InputError(

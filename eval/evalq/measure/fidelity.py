@@ -21,7 +21,10 @@ isolates the reranker's own change, and sees every candidate, judged or not.
 
 Conventions: a correlation over a constant score vector is undefined; it is 1.0 when both
 vectors are constant (nothing to disagree on) and 0.0 when only one is. A query with
-fewer than two candidates has tau, rho 1.0 and tie rate 0.0.
+one candidate has tau, rho 1.0 and tie rate 0.0. A query with no candidates (the first
+stage found nothing: empty or stopword-only texts) has no pairs to compare, and every
+measure of it is undefined (NaN, null in JSON), never a perfect 1.0: a gate over values
+that are all undefined is inconclusive, not passed.
 """
 
 from __future__ import annotations
@@ -158,13 +161,15 @@ COMPUTE.update({"score_tau": _tau, "score_spearman": _spearman, "rerank_overlap"
 
 
 def evaluate_fidelity(pair: ScorePair, measures: Sequence[Measure]) -> PerQuery:
-    """Per-query fidelity values keyed by ``measure.name``."""
+    """Per-query fidelity values keyed by ``measure.name``; NaN for a query with no
+    scored pairs (nothing was measured)."""
     values = {}
+    empty = np.array([len(docs) == 0 for docs, _, _ in pair.rows()], dtype=bool)
     for measure in measures:
         if measure.against != "reranker":
             raise ValueError(f"{measure.name} is not a reranker fidelity measure")
-        values[measure.name] = np.asarray(COMPUTE[measure.family](pair, measure),
-                                          dtype=np.float64)
+        column = np.asarray(COMPUTE[measure.family](pair, measure), dtype=np.float64)
+        values[measure.name] = np.where(empty, np.nan, column) if column.size else column
     return PerQuery(pair.query_ids, values)
 
 
