@@ -174,8 +174,8 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
 def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys):
     """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
     is inconclusive, the candidate does not pass, and nothing calls it a failure."""
-    from evalq.execute.sensitivity import print_sensitivity
     from evalq.execute.summarize import gate_spec
+    from evalq.report.sensitivity import print_sensitivity
 
     recipe = load_recipe(_recipe(tmp_path))
     folder = RunFolder(tmp_path / "res")

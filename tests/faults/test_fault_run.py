@@ -61,12 +61,13 @@ def test_finished_files_are_readable_by_others_and_memory_is_per_variant(
 def test_evalq_bug_exits_3_with_the_traceback_in_logs(
         finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import evalq.execute.summarize
+    import evalq.execute.evaluate
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("an injected bug in the statistics")
 
-    monkeypatch.setattr(evalq.execute.summarize, "build_summary", broken)
+    # the name the run calls (evaluate imports it from summarize)
+    monkeypatch.setattr(evalq.execute.evaluate, "build_summary", broken)
     result = run_cli(capsys, "run", str(_copy(finished, tmp_path)), folder=tmp_path / "out")
     assert result.code == 3
     assert "internal error (a bug in evalq" in result.err and no_traceback(result.err)

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 from evalq.core.errors import InputError
 from evalq.execute.evaluate import run_recipe
 from evalq.recipe.schema import load_recipe_source
+from evalq.report.console import print_run_table
+from evalq.report.runview import RunView
+from evalq.report.sensitivity import print_sensitivity
 from evalq.results.folder import RunFolder, RunManifest, RunSummary
 
 if TYPE_CHECKING:
@@ -188,21 +191,28 @@ def load_results(folder: str | Path) -> Results:
 
 
 def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: Any) -> Results:
-    """Run a recipe end to end and return its :class:`Results`.
+    """Run a recipe end to end, print its console table and return its :class:`Results`.
 
     ``recipe_or_path``: a recipe file, a built-in recipe name (``"quickstart"``), a dict
     with a recipe's keys, or a loaded ``Recipe``. Keyword arguments named in
     ``RUN_OPTIONS`` steer the run (``output``, ``max_queries``, ``max_docs``, ``only``,
-    ``use_cache``, ``progress``, ``wide``, ``executor``, ``address``); any other keyword
-    replaces that top-level recipe key (``datasets=[...]``, ``candidates=[...]``) and is
-    validated like the file. A failed
-    gate is a finding, not an exception: check ``results.passed``. Bad input raises
+    ``use_cache``, ``progress``, ``wide`` (the full table), ``executor``, ``address``);
+    any other keyword replaces that top-level recipe key (``datasets=[...]``,
+    ``candidates=[...]``) and is validated like the file. A failed gate is a finding, not
+    an exception: check ``results.passed``. Bad input raises
     ``evalq.core.errors.InputError`` naming the file, the field and the fix.
     """
 
     options = {k: overrides.pop(k) for k in RUN_OPTIONS if k in overrides}
     if options.get("output") is not None:
         options["output"] = Path(options["output"])
+    wide = bool(options.pop("wide", False))
     loaded = load_recipe_source(recipe_or_path, overrides)
     outcome = run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **options)
+    # The console table goes to stdout after the run's progress (stderr), and shows what
+    # the folder holds (`evalq run` prints through here too).
+    view = RunView.load(outcome.output)
+    print_run_table(view, wide=wide)
+    if loaded.recipe.batch_sensitivity is not None:
+        print_sensitivity(view.summary or {})
     return Results(outcome.output)

@@ -183,6 +183,7 @@ def _add_run(run: argparse.ArgumentParser) -> None:
 
 @register_command("run", "run a recipe end to end: encode, search, score, gate", _add_run)
 def _run(args: argparse.Namespace) -> int:
+    # api.run prints the console table (stdout) once the run has written its folder.
     outcome = run(
         args.recipe, output=args.output, max_queries=args.max_queries,
         max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,

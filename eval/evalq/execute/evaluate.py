@@ -2,7 +2,8 @@
 
 recipe -> datasets -> for each variant (reference first): build the backend, parity
 preflight, encode (cached), search, score against qrels and against the reference ->
-statistics and gates (``scoring``) -> results folder (``results``) -> console table.
+statistics and gates (``scoring``) -> results folder (``results``); the app prints the
+console table from that folder.
 
 Variants run one at a time and their engines are closed before the next one starts, so
 two engines never compete for memory. Only the reference's vectors and rankings are kept
@@ -16,7 +17,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,10 @@ from evalq.execute import streamed as streamrun
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
-from evalq.execute.sensitivity import print_sensitivity
 from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.measure.judged import JudgedIndex
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe_source
-from evalq.report.console import print_run_table
-from evalq.report.runview import RunView
 from evalq.results import rundir
 from evalq.results.folder import RunFolder, environment, git_revision, now_iso, package_versions
 from evalq.results.snippets import write_snippets
@@ -77,15 +75,72 @@ def run_recipe(
     use_cache: bool = True,
     progress: bool | None = None,
     _located: Any = None,
-    wide: bool = False,
     executor: str | None = None,
     address: str | None = None,
 ) -> RunOutcome:
+    """Run every selected variant, then the pipelines, and write the results folder.
+
+    Prints progress to stderr only: the console table is the app's to print, from the
+    folder this wrote (``evalq.app.api.run``)."""
+
+    run = _prepare(recipe, recipe_path, output=output, max_queries=max_queries,
+                   max_docs=max_docs, only=only, use_cache=use_cache, progress=progress,
+                   located=_located, executor=executor, address=address)
+    try:
+        _run_variants(run)
+        summary = _finish(run)
+    except BaseException as exc:
+        if isinstance(exc, InputError) and exc.file is None:
+            exc.file = recipe_path
+        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
+        rundir.record_stop(run.folder, run.manifest, exc)
+        raise
+    finally:
+        failure.set_logs_dir(None)
+        run.lock.release()
+        if run.ray_exec is not None:
+            run.ray_exec.__exit__(None, None, None)
+    return RunOutcome(passed=bool(summary["passed"]), output=run.folder.root, summary=summary)
+
+
+@dataclass
+class _Run:
+    """One run's state between its steps: what :func:`_prepare` resolved and opened, and
+    what the variants add as they finish (the reference's state, records, manifest)."""
+
+    recipe: Recipe
+    recipe_path: Path
+    planned: dict[str, Any]
+    variants: list[Variant]
+    datasets: list[Any]
+    depth: int
+    folder: RunFolder
+    lock: rundir.RunLock
+    cache: Any
+    ray_exec: Any
+    http_probe: dict[str, Any]
+    model_paths: dict[str, Path]
+    manifest: dict[str, Any]
+    show_progress: bool
+    judged: dict[str, JudgedIndex]
+    parity_texts: list[str]
+    reference: dict[str, ReferenceState] = field(default_factory=dict)
+    records: list[VariantRecord] = field(default_factory=list)
+    parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
+
+
+def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
+             max_queries: int | None, max_docs: int | None, only: list[str] | None,
+             use_cache: bool, progress: bool | None, located: Any, executor: str | None,
+             address: str | None) -> _Run:
+    """Plan, probe, load the datasets, lock and prepare the folder, write the first
+    manifest (status ``running``)."""
+
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
     # Every recipe error that can be known before work, at once (plan.py).
     plan = build_plan(recipe, recipe_path, output=output, only=only, max_queries=max_queries,
-                      max_docs=max_docs, use_cache=use_cache, located=_located)
+                      max_docs=max_docs, use_cache=use_cache, located=located)
     # The plan selected the variants (--only checked there) and resolved their models and
     # settings; the run reads them from it instead of resolving them again.
     planned = {vp.name: vp for vp in plan.variants}
@@ -127,80 +182,77 @@ def run_recipe(
         "http_probe": http_probe,
     }
     folder.write_manifest(manifest)
+    return _Run(recipe=recipe, recipe_path=recipe_path, planned=planned, variants=variants,
+                datasets=datasets, depth=depth, folder=folder, lock=lock, cache=cache,
+                ray_exec=ray_exec, http_probe=http_probe, model_paths=model_paths,
+                manifest=manifest, show_progress=show_progress,
+                judged={d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets},
+                parity_texts=parity_sample(datasets, recipe.parity.texts))
 
-    reference: dict[str, ReferenceState] = {}
-    judged = {d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets}
-    records: list[VariantRecord] = []
-    parity_texts = parity_sample(datasets, recipe.parity.texts)
-    parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
-    try:
-        if ray_exec is not None:
-            ray_exec.__enter__()
-            manifest["executor"] = ray_exec.describe()
-        else:
-            manifest["executor"] = {"type": "local"}
-        for variant in variants:
-            role = "reference" if variant is recipe.reference else "candidate"
-            settings = planned[variant.name].encoding_settings()
-            print(f"[evalq] {role} {variant.name}: {variant.backend}"
-                  f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
-                  f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
-                  file=sys.stderr, flush=True)
-            with PeakRss() as memory, _launched(recipe, variant, model_paths[variant.name],
-                                                folder, recipe_path, http_probe, manifest):
-                record, parity_vectors = _run_variant(
-                    recipe, variant, role, settings, model_paths[variant.name], datasets,
-                    depth, folder, cache, reference, judged, parity_texts, parity_ref,
-                    show_progress, ray_exec,
-                )
-            _record_memory(record, variant, memory.figures())
-            if role == "reference" and parity_vectors is not None:
-                parity_ref = (parity_vectors, record.settings)
-            records.append(record)
-            # Keep what finished: the manifest grows variant by variant.
-            manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
-                                             "settings": r.settings.as_dict(),
-                                             "timings": r.timings, "parity": r.parity,
-                                             "datasets": r.datasets}
-                                    for r in records}
-            folder.write_manifest(manifest)
-        pipelines = None
-        if recipe.pipelines:  # first stage -> reranker pipelines (evalq.execute.pipelines)
 
-            pipelines = run_pipelines(recipe, recipe_path, datasets, out_dir, judged,
-                                      manifest["variants"], cache)
-            manifest["pipelines"] = pipelines.manifest
-        # Statistics and gates inside the guard: SIGTERM or a bug here is recorded too.
-        summary, _ = build_summary(recipe, manifest["variants"], folder)
-        if pipelines is not None:
-            summary.update(pipelines=pipelines.summary,
-                           passed=summary["passed"] and pipelines.passed,
-                           failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
-            add_pipeline_gates(summary)  # retriever-stage gates judge a dense candidate
-        write_snippets(folder, datasets, [r.name for r in records],
-                       words=recipe.report.snippet_words, title_separator=recipe.title_separator)
-        manifest["finished"] = now_iso()
-        manifest["status"] = "finished"
-        folder.write_manifest(manifest)
-        folder.write_summary(summary)
-        # The reference's shards of streamed corpora: the embedding cache holds the same.
-        shutil.rmtree(folder.root / "shards", ignore_errors=True)
-    except BaseException as exc:
-        if isinstance(exc, InputError) and exc.file is None:
-            exc.file = recipe_path
-        # Say in the folder why it never finished; finished cache chunks stay for a rerun.
-        rundir.record_stop(folder, manifest, exc)
-        raise
-    finally:
-        failure.set_logs_dir(None)
-        lock.release()
-        if ray_exec is not None:
-            ray_exec.__exit__(None, None, None)
-    view = RunView.load(out_dir)  # the console shows what the folder holds
-    print_run_table(view, wide=wide)
-    if recipe.batch_sensitivity is not None:
-        print_sensitivity(view.summary or {})
-    return RunOutcome(passed=bool(summary["passed"]), output=out_dir, summary=summary)
+def _run_variants(run: _Run) -> None:
+    """Each variant in turn (reference first), its engine closed before the next starts;
+    the manifest grows variant by variant."""
+
+    recipe, manifest = run.recipe, run.manifest
+    if run.ray_exec is not None:
+        run.ray_exec.__enter__()
+        manifest["executor"] = run.ray_exec.describe()
+    else:
+        manifest["executor"] = {"type": "local"}
+    for variant in run.variants:
+        role = "reference" if variant is recipe.reference else "candidate"
+        settings = run.planned[variant.name].encoding_settings()
+        print(f"[evalq] {role} {variant.name}: {variant.backend}"
+              f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
+              f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
+              file=sys.stderr, flush=True)
+        model_path = run.model_paths[variant.name]
+        with PeakRss() as memory, _launched(recipe, variant, model_path, run.folder,
+                                            run.recipe_path, run.http_probe, manifest):
+            record, parity_vectors = _run_variant(
+                recipe, variant, role, settings, model_path, run.datasets,
+                run.depth, run.folder, run.cache, run.reference, run.judged, run.parity_texts,
+                run.parity_ref, run.show_progress, run.ray_exec,
+            )
+        _record_memory(record, variant, memory.figures())
+        if role == "reference" and parity_vectors is not None:
+            run.parity_ref = (parity_vectors, record.settings)
+        run.records.append(record)
+        # Keep what finished: the manifest grows variant by variant.
+        manifest["variants"] = {r.name: {"role": r.role, "backend": r.description,
+                                         "settings": r.settings.as_dict(),
+                                         "timings": r.timings, "parity": r.parity,
+                                         "datasets": r.datasets}
+                                for r in run.records}
+        run.folder.write_manifest(manifest)
+
+
+def _finish(run: _Run) -> dict[str, Any]:
+    """Pipelines, statistics and gates, snippets, the finished manifest and the summary
+    (still inside the run's guard: SIGTERM or a bug here is recorded too)."""
+
+    recipe, manifest, folder = run.recipe, run.manifest, run.folder
+    pipelines = None
+    if recipe.pipelines:  # first stage -> reranker pipelines (evalq.execute.pipelines)
+        pipelines = run_pipelines(recipe, run.recipe_path, run.datasets, folder.root,
+                                  run.judged, manifest["variants"], run.cache)
+        manifest["pipelines"] = pipelines.manifest
+    summary, _ = build_summary(recipe, manifest["variants"], folder)
+    if pipelines is not None:
+        summary.update(pipelines=pipelines.summary,
+                       passed=summary["passed"] and pipelines.passed,
+                       failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
+        add_pipeline_gates(summary)  # retriever-stage gates judge a dense candidate
+    write_snippets(folder, run.datasets, [r.name for r in run.records],
+                   words=recipe.report.snippet_words, title_separator=recipe.title_separator)
+    manifest["finished"] = now_iso()
+    manifest["status"] = "finished"
+    folder.write_manifest(manifest)
+    folder.write_summary(summary)
+    # The reference's shards of streamed corpora: the embedding cache holds the same.
+    shutil.rmtree(folder.root / "shards", ignore_errors=True)
+    return summary
 
 
 def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:

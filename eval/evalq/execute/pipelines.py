@@ -229,36 +229,14 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
         pairs = pairs[pairs[:, 1] >= 0]
         scores: dict[str, dict[str, np.ndarray]] = {}
         for variant in spec.reranker.variants:
-            print(f"[evalq] pipeline {spec.name}: reranker {variant.name} "
-                  f"({spec.reranker.kind}, {variant.backend}"
-                  f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
-                  f"{' ' + variant.quantization['method'] if variant.quantization else ''}) on "
-                  f"{len(pairs)} pairs", file=sys.stderr, flush=True)
-            began = time.perf_counter()
-            device = resolve_device(variant.device)
-            with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's
-                reranker, tokens, self_batching = build_reranker(
-                    spec.reranker, variant, rr_paths[variant.name], device,
-                    logs_dir=out_dir / "logs", cache_dir=cache_dir,
-                    embedding_cache=embedding_cache,
-                    layout=dense_layout(recipe, variant_records, ds))
-                try:
-                    startup_s = time.perf_counter() - began
-                    flat, score_stats = score_pairs(
-                        reranker, [ds.queries.texts[q] for q in pairs[:, 0]],
-                        [doc_texts[d] for d in pairs[:, 1]], cache=cache,
-                        batch_tokens=tokens, chunk_size=spec.cache_chunk,
-                        self_batching=self_batching)
-                    described = reranker.describe()
-                finally:
-                    reranker.close()
+            flat, entry = _score_with(recipe, spec, variant, rr_paths[variant.name], ds,
+                                      doc_texts, pairs, out_dir, variant_records, cache,
+                                      embedding_cache)
             scores[variant.name] = {f: gather(pairs, flat, c, len(ds.corpus))
                                     for f, c in cands.items()}
-            entry = manifest["rerankers"].setdefault(variant.name, {"backend": described,
-                                                                    "datasets": {}})
-            entry["datasets"][ds.name] = {"scoring": describe_stats(score_stats),
-                                          "startup_s": startup_s,
-                                          **_memory_figures(memory.figures())}
+            manifest["rerankers"].setdefault(variant.name, {"backend": entry.pop("backend"),
+                                                            "datasets": {}})
+            manifest["rerankers"][variant.name]["datasets"][ds.name] = entry
         ds_summary, ds_failed = _evaluate(recipe, spec, ds, runs, cands, scores,
                                           judged[ds.name], folder)
         summary["datasets"][ds.name] = ds_summary
@@ -275,6 +253,40 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
         summary["note"] = ("the fixture cross-encoder has an untrained, seeded head: its "
                            "scores measure fidelity, not relevance (quantized vs float32)")
     return {"manifest": manifest, "summary": summary}
+
+
+def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path, ds: Any,
+                doc_texts: list[str], pairs: np.ndarray, out_dir: Path,
+                variant_records: dict[str, Any], cache: Any,
+                embedding_cache: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """One reranker variant scores every distinct pair (its engine closed before the next
+    one starts): the flat scores and its manifest entry for this dataset, with the
+    ``backend`` it described."""
+    print(f"[evalq] pipeline {spec.name}: reranker {variant.name} "
+          f"({spec.reranker.kind}, {variant.backend}"
+          f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
+          f"{' ' + variant.quantization['method'] if variant.quantization else ''}) on "
+          f"{len(pairs)} pairs", file=sys.stderr, flush=True)
+    began = time.perf_counter()
+    device = resolve_device(variant.device)
+    with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's
+        reranker, tokens, self_batching = build_reranker(
+            spec.reranker, variant, model_path, device,
+            logs_dir=out_dir / "logs", cache_dir=Path(recipe.cache_dir),
+            embedding_cache=embedding_cache,
+            layout=dense_layout(recipe, variant_records, ds))
+        try:
+            startup_s = time.perf_counter() - began
+            flat, score_stats = score_pairs(
+                reranker, [ds.queries.texts[q] for q in pairs[:, 0]],
+                [doc_texts[d] for d in pairs[:, 1]], cache=cache,
+                batch_tokens=tokens, chunk_size=spec.cache_chunk,
+                self_batching=self_batching)
+            described = reranker.describe()
+        finally:
+            reranker.close()
+    return flat, {"backend": described, "scoring": describe_stats(score_stats),
+                  "startup_s": startup_s, **_memory_figures(memory.figures())}
 
 
 def _check_quantization(spec: PipelineSpec, index: int, recipe_path: Path) -> None:

@@ -26,13 +26,13 @@ Per-composition values are stored under ``per_query/<dataset>/batch-sensitivity/
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evalq.core.compositions import outcome_clause
 from evalq.decide.gate import VariantGate, decide_gates
 from evalq.decide.summary_stats import column
 from evalq.encode.composition import declared_dependence
@@ -173,7 +173,7 @@ def apply_sensitivity(
     note = (f"{variant} on {dataset} is {dependence.get('level', 'batch-dependent')} on batch "
             f"composition: per-text cosine between {between.get('compositions')} compositions "
             f"mean {cos.get('mean', float('nan')):.6f}, min {cos.get('min', float('nan')):.6f}; "
-            + ("its verdict is its worst composition's" + _outcome_clause(failing, undecided)
+            + ("its verdict is its worst composition's" + outcome_clause(failing, undecided)
                if rule == "worst" else "gated as run only (batch_sensitivity.verdict: as-run)"))
     section = {
         "dependence": dependence,
@@ -197,41 +197,3 @@ def _worst_verdict(gate: VariantGate) -> str:
     *inconclusive* there, not failed (the console said FAIL for it before)."""
     verdicts = {c.verdict for c in gate.checks}
     return next((v for v in ("fail", "inconclusive") if v in verdicts), "pass")
-
-
-def _outcome_clause(failing: Sequence[str], undecided: Sequence[str]) -> str:
-    parts = [f"fails under {', '.join(failing)}"] if failing else []
-    parts += [f"inconclusive under {', '.join(undecided)}"] if undecided else []
-    return f" ({'; '.join(parts)})" if parts else " (passes under all)"
-
-
-def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
-    """The console view of each measured candidate's spread (from the summary only)."""
-    out = file or sys.stdout
-    for ds_name, ds in summary.get("datasets", {}).items():
-        for name, entry in ds.get("variants", {}).items():
-            section = entry.get("batch_sensitivity")
-            if not section:
-                continue
-            cos = (section.get("between_compositions") or {}).get("cosine") or {}
-            print(f"\nbatch sensitivity {name} on {ds_name} ({section['dependence'].get('level')},"
-                  f" {section['slice']['queries']} queries x {section['slice']['documents']} "
-                  f"docs, +{section.get('extra_seconds') or 0:.0f} s): cosine between "
-                  f"compositions mean {cos.get('mean', float('nan')):.6f} "
-                  f"p1 {cos.get('p1', float('nan')):.6f} min {cos.get('min', float('nan')):.6f}",
-                  file=out)
-            for row in section["compositions"]:
-                cells = "  ".join(
-                    f"{m} {v['delta']:+.4f}" if "delta" in v else f"{m} {v['value']:.4f}"
-                    for m, v in row["metrics"].items())
-                verdict = row.get("verdict") or ("pass" if row["passed"] else "fail")
-                mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
-                print(f"  {row['id']:>14s}  {mark:<12s}  {cells}", file=out)
-            for m, r in section["metric_range"].items():
-                print(f"  range of {m} ({r['of']}) across compositions: {r['range']:.4f} "
-                      f"[{r['min']:+.4f}, {r['max']:+.4f}]", file=out)
-            clause = _outcome_clause(section["failing_compositions"],
-                                     section.get("inconclusive_compositions", []))
-            print(f"  verdict: {section['verdict_rule']}"
-                  + ("" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"),
-                  file=out)

@@ -22,11 +22,9 @@ started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kep
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,18 +35,16 @@ from evalq.data.manifest import load_datasets
 from evalq.data.streamed import sample_texts
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
 from evalq.engines.factory import BuildContext, create_encoder, resolve_device
-from evalq.engines.launch import start_launch
 from evalq.engines.openai_http import TokenCounter
 from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import or_list
-from evalq.engines.vllm_build import build_vllm_encoder
-from evalq.engines.vllm_server import vllm_request_fields
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
+from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
-from evalq.execute.load.sweep import Endpoint, TextPool, run_workload
+from evalq.execute.load.sweep import TextPool, run_workload
 from evalq.recipe.load import LoadSection
 from evalq.recipe.plan import Plan, build_plan
-from evalq.recipe.schema import Recipe, Variant, VllmOptions, load_recipe, load_recipe_source
+from evalq.recipe.schema import Recipe, Variant, load_recipe, load_recipe_source
 from evalq.recipe.yamlsource import Located
 from evalq.results.folder import environment, git_revision, now_iso, package_versions
 from evalq.results.load import LoadFolder, quality_verdicts
@@ -162,78 +158,6 @@ def check_plan(recipe: Recipe, located: Located, file: Path,
                 "set endpoint: /rerank to drive a server's rerank route (vLLM and Infinity "
                 "serve one), or remove the workload")
     return LoadPlan(section, chosen, skipped)
-
-
-# -- serving ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Served:
-    endpoint: Endpoint
-    encoder: Any  # for the parity texts (None when parity is off for a plain HTTP server)
-    describe: dict[str, Any]
-
-
-@contextlib.contextmanager
-def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
-          section: LoadSection) -> Iterator[Served]:
-    """Start (or attach to) one variant's server; stop it on the way out."""
-
-    model_path = resolved.variant(variant.name).model_folder()
-    settings = resolved.variant(variant.name).encoding_settings()
-    # an HTTP server's device is its own business (and resolving "auto" imports torch)
-    backend = embedding_backend(variant.backend)
-    device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
-    ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
-                       device=device, cache_dir=Path(recipe.cache_dir))
-    launched = None
-    if backend.serving == "engine":  # vLLM: evalq starts its OpenAI-compatible server
-
-        opts = variant.vllm or VllmOptions()
-        if opts.mode != "server":  # a load test needs a server, whatever `run` used
-            variant = variant.model_copy(update={"vllm": opts.model_copy(
-                update={"mode": "server"})})
-        encoder = build_vllm_encoder(variant, ctx)
-        inner = getattr(encoder, "_inner", encoder)
-        server = getattr(inner, "server", None)
-        url = server.url if server is not None else inner.url
-        model = server.served_model_name if server is not None else inner.model
-        endpoint = Endpoint(variant.name, url, "openai", model, vllm_request_fields(settings),
-                            pid=server.pid if server is not None else None,
-                            alive=server.alive if server is not None else None)
-    else:
-        if variant.name in section.launch:
-            _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
-        launched = start_launch(recipe, variant, model_path, folder.logs)
-        http = variant.http
-        assert http is not None
-        # The client (and its tokenizer: transformers takes ~1 min to import on a busy
-        # 2-core machine) is only needed for the parity texts.
-        encoder = None
-        try:
-            if section.parity:
-                encoder = create_encoder(variant, ctx)
-        except BaseException:
-            if launched is not None:
-                launched.close()
-            raise
-        url = http.url.rstrip("/").removesuffix("/v1")
-        model = http.model or str(model_path)
-        endpoint = Endpoint(variant.name, url, backend.load_api or "openai",
-                            model, {}, pid=launched.pid if launched else None,
-                            alive=launched.alive if launched else None)
-    try:
-        describe = (encoder.describe() if encoder is not None else
-                    {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
-        if launched is not None:
-            describe["launched"] = {"command": launched.command, "log": str(launched.log_path),
-                                    "startup_s": launched.startup_s}
-        yield Served(endpoint, encoder, describe)
-    finally:
-        if encoder is not None:
-            encoder.close()
-        if launched is not None:
-            launched.close()
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -384,6 +308,8 @@ def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: Loa
     summary["variants"][variant.name] = entry
     _log(f"{variant.name}: starting its server")
     t0 = time.perf_counter()
+    if embedding_backend(variant.backend).serving != "engine" and variant.name in section.launch:
+        _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
     with serve(recipe, variant, resolved, folder, section) as served:
         entry["startup_s"] = round(time.perf_counter() - t0, 2)
         entry["server"] = served.describe

@@ -1,0 +1,92 @@
+"""Start (or attach to) one load-tested variant's server, and stop it again.
+
+vLLM variants get the OpenAI-compatible server ``evalq run`` would start (whatever mode
+``run`` used: a load test needs a server); ``openai`` / ``tei`` variants are attached to
+at their URL, after the recipe's ``load.launch`` command (if any) started them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalq.engines.factory import BuildContext, create_encoder, resolve_device
+from evalq.engines.launch import start_launch
+from evalq.engines.registry import embedding_backend
+from evalq.engines.vllm_build import build_vllm_encoder
+from evalq.engines.vllm_server import vllm_request_fields
+from evalq.execute.load.sweep import Endpoint
+from evalq.recipe.load import LoadSection
+from evalq.recipe.plan import Plan
+from evalq.recipe.schema import Recipe, Variant, VllmOptions
+from evalq.results.load import LoadFolder
+
+
+@dataclass
+class Served:
+    endpoint: Endpoint
+    encoder: Any  # for the parity texts (None when parity is off for a plain HTTP server)
+    describe: dict[str, Any]
+
+
+@contextlib.contextmanager
+def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
+          section: LoadSection) -> Iterator[Served]:
+    """Start (or attach to) one variant's server; stop it on the way out."""
+
+    model_path = resolved.variant(variant.name).model_folder()
+    settings = resolved.variant(variant.name).encoding_settings()
+    # an HTTP server's device is its own business (and resolving "auto" imports torch)
+    backend = embedding_backend(variant.backend)
+    device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
+    ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
+                       device=device, cache_dir=Path(recipe.cache_dir))
+    launched = None
+    if backend.serving == "engine":  # vLLM: evalq starts its OpenAI-compatible server
+
+        opts = variant.vllm or VllmOptions()
+        if opts.mode != "server":  # a load test needs a server, whatever `run` used
+            variant = variant.model_copy(update={"vllm": opts.model_copy(
+                update={"mode": "server"})})
+        encoder = build_vllm_encoder(variant, ctx)
+        inner = getattr(encoder, "_inner", encoder)
+        server = getattr(inner, "server", None)
+        url = server.url if server is not None else inner.url
+        model = server.served_model_name if server is not None else inner.model
+        endpoint = Endpoint(variant.name, url, "openai", model, vllm_request_fields(settings),
+                            pid=server.pid if server is not None else None,
+                            alive=server.alive if server is not None else None)
+    else:
+        launched = start_launch(recipe, variant, model_path, folder.logs)
+        http = variant.http
+        assert http is not None
+        # The client (and its tokenizer: transformers takes ~1 min to import on a busy
+        # 2-core machine) is only needed for the parity texts.
+        encoder = None
+        try:
+            if section.parity:
+                encoder = create_encoder(variant, ctx)
+        except BaseException:
+            if launched is not None:
+                launched.close()
+            raise
+        url = http.url.rstrip("/").removesuffix("/v1")
+        model = http.model or str(model_path)
+        endpoint = Endpoint(variant.name, url, backend.load_api or "openai",
+                            model, {}, pid=launched.pid if launched else None,
+                            alive=launched.alive if launched else None)
+    try:
+        describe = (encoder.describe() if encoder is not None else
+                    {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
+        if launched is not None:
+            describe["launched"] = {"command": launched.command, "log": str(launched.log_path),
+                                    "startup_s": launched.startup_s}
+        yield Served(endpoint, encoder, describe)
+    finally:
+        if encoder is not None:
+            encoder.close()
+        if launched is not None:
+            launched.close()

@@ -1,0 +1,43 @@
+"""What the console prints for ``batch_sensitivity:``: each measured candidate's spread
+across batch compositions, read from the summary only (``evalq.execute.sensitivity``
+wrote it)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from evalq.core.compositions import outcome_clause
+
+
+def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
+    """The console view of each measured candidate's spread (from the summary only)."""
+    out = file or sys.stdout
+    for ds_name, ds in summary.get("datasets", {}).items():
+        for name, entry in ds.get("variants", {}).items():
+            section = entry.get("batch_sensitivity")
+            if not section:
+                continue
+            cos = (section.get("between_compositions") or {}).get("cosine") or {}
+            print(f"\nbatch sensitivity {name} on {ds_name} ({section['dependence'].get('level')},"
+                  f" {section['slice']['queries']} queries x {section['slice']['documents']} "
+                  f"docs, +{section.get('extra_seconds') or 0:.0f} s): cosine between "
+                  f"compositions mean {cos.get('mean', float('nan')):.6f} "
+                  f"p1 {cos.get('p1', float('nan')):.6f} min {cos.get('min', float('nan')):.6f}",
+                  file=out)
+            for row in section["compositions"]:
+                cells = "  ".join(
+                    f"{m} {v['delta']:+.4f}" if "delta" in v else f"{m} {v['value']:.4f}"
+                    for m, v in row["metrics"].items())
+                verdict = row.get("verdict") or ("pass" if row["passed"] else "fail")
+                mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
+                print(f"  {row['id']:>14s}  {mark:<12s}  {cells}", file=out)
+            for m, r in section["metric_range"].items():
+                print(f"  range of {m} ({r['of']}) across compositions: {r['range']:.4f} "
+                      f"[{r['min']:+.4f}, {r['max']:+.4f}]", file=out)
+            clause = outcome_clause(section["failing_compositions"],
+                                    section.get("inconclusive_compositions", []))
+            print(f"  verdict: {section['verdict_rule']}"
+                  + ("" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"),
+                  file=out)
