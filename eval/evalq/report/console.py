@@ -28,7 +28,11 @@ def _metric_cell(entry: dict[str, Any], confidence: float | None = None) -> str:
     # a gate's own confidence, when it differs from the table's
     own = vs.get("confidence")
     at = f"@{own * 100:g}%" if own is not None and own != confidence else ""
-    return f"{value} {vs['delta']:+.4f} [{vs['ci_low']:+.3f},{vs['ci_high']:+.3f}]{at}"
+    low, high = vs.get("ci_low"), vs.get("ci_high")
+    # No interval (a single query, or values that are all equal): say so, never crash.
+    interval = (f"[{low:+.3f},{high:+.3f}]" if low is not None and high is not None
+                else "[no interval]")
+    return f"{value} {vs['delta']:+.4f} {interval}{at}"
 
 
 def _rate(encode: dict[str, Any]) -> str:
