@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.core.gates import GateSpec
 from evalq.core.values import PerQuery
-from evalq.decide.gate import GateSpec, decide_gates
+from evalq.decide.gate import decide_gates
 from evalq.execute.summarize import build_summary
 from evalq.recipe.schema import Recipe
 from evalq.report.runview import RunView

@@ -14,7 +14,7 @@ from typing import Any
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
-from evalq.decide import intervals
+from evalq.core.gates import DEFAULT_MIN_NONZERO, HISTORICAL_METHOD
 from evalq.execute.pipeline_regate import regate_pipelines
 from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.recipe.schema import Recipe
@@ -30,14 +30,14 @@ def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
 
     options = dict(recipe.get("stats") or {})
     if "method" not in options:
-        options["method"] = intervals.HISTORICAL_METHOD
+        options["method"] = HISTORICAL_METHOD
         options.setdefault("min_nonzero", 0)
     if method is not None:
         options["method"] = method
-        if method == intervals.HISTORICAL_METHOD:
+        if method == HISTORICAL_METHOD:
             options["min_nonzero"] = 0
         elif options.get("min_nonzero") == 0:
-            options["min_nonzero"] = intervals.DEFAULT_MIN_NONZERO
+            options["min_nonzero"] = DEFAULT_MIN_NONZERO
     return {**recipe, "stats": options}
 
 

@@ -13,20 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from evalq.core.gates import GateCheck, GateSpec, VariantGate, summary_passed
 from evalq.core.values import PerQuery
-from evalq.decide.gate import (
-    GateCheck,
-    GateSpec,
-    VariantGate,
-    decide_gates,
-    decide_pooled,
-    gate_spec,
-    paired_values,
-    summary_passed,
-)
+from evalq.decide.gate import decide_gates, decide_pooled, paired_values
 from evalq.decide.summary_stats import column, mean_entry, paired_entry
 from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
+from evalq.recipe.gates import gate_spec
 from evalq.recipe.schema import GateConfig, Recipe
 from evalq.results.folder import RunFolder
 
@@ -242,7 +235,7 @@ def _name(metric: str) -> str:
 
 
 def _column(values: PerQuery, name: str) -> np.ndarray:
-    found = column(values, name)
+    found = column(values, name, _name(name))
     if found is None:  # evalq gate on an edited folder: reported as bad input (exit 2)
         raise KeyError(f"no per-query {name} stored")
     return found
