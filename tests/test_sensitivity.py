@@ -103,9 +103,9 @@ def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
 @pytest.mark.slow
 @pytest.mark.model
 def test_stored_values_regate_to_the_same_verdicts(run, capsys):
-    from evalq.execute.regate import regate
+    from evalq.app.gate_command import gate_command
 
-    assert regate(run["folder"]) == run["outcome"].summary["passed"]
+    assert gate_command(run["folder"]) == run["outcome"].summary["passed"]
     out = capsys.readouterr().out
     assert "[batch composition shuffle-3" in out and "re-decided" not in out
     stored = run["folder"] / "per_query" / "pydocs" / "batch-sensitivity"
