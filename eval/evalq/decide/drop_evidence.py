@@ -35,7 +35,6 @@ def _drop_interval(
     return iv.estimate, iv.low, iv.high, sd
 
 
-
 @dataclass(frozen=True)
 class DropEvidence:
     """What one allowed-drop gate measured; the figures and the verdict are read off it."""
@@ -122,7 +121,6 @@ def drop_figures(spec: GateSpec, ev: DropEvidence, resamples: int, seed: int
         "resamples": resamples,
         "seed": seed,
     }
-
 
 
 def _queries_needed(spec: GateSpec, sd: float, effect: float, alpha: float, nonzero: int,
