@@ -9,23 +9,20 @@ import numpy as np
 import pytest
 
 from evalq.core.errors import InputError
+from evalq.core.gates import GateCheck, GateSpec, parse_max_drop
 from evalq.core.values import PerQuery
-from evalq.decide.gate import (
-    MIN_QUERIES,
-    GateCheck,
-    GateSpec,
-    decide,
-    decide_gates,
-    decide_variant,
-    parse_max_drop,
-    validate_gate,
-)
+from evalq.decide.drop_evidence import MIN_QUERIES
+from evalq.decide.gate import decide, decide_gates, decide_variant
+from evalq.recipe.gates import gate_spec, validate_gate
+from evalq.recipe.schema import GateConfig
 from evalq.report.junit import to_junit
 
 
-def drop_gate(max_drop: str | float, metric: str = "nDCG@10") -> GateSpec:
+def drop_gate(max_drop: str | float, metric: str = "nDCG@10",
+              column: str | None = None) -> GateSpec:
     value, relative = parse_max_drop(max_drop)
-    return GateSpec(metric=metric, against="qrels", max_drop=value, relative=relative)
+    return GateSpec(metric=metric, against="qrels", max_drop=value, relative=relative,
+                    column=column)
 
 
 def reference_values(n: int, seed: int = 0) -> np.ndarray:
@@ -240,6 +237,16 @@ def test_p1_and_min_floors_on_cosines() -> None:
 # ----------------------------------------------------------------- variants, stored values
 
 
+def test_gate_spec_names_the_measure_column() -> None:
+    """The decisions never parse a metric: the recipe's builder names the per-query column
+    (the canonical measure name), and the label keeps the recipe's spelling."""
+    spec = gate_spec(GateConfig(metric="ndcg_cut_10", max_drop="1%"), 0.95)
+    assert spec.column == "nDCG@10" and spec.label == "ndcg_cut_10 vs qrels max_drop 1%"
+    ids = tuple(f"q{i}" for i in range(20))
+    values = PerQuery(ids, {"nDCG@10": reference_values(20)})
+    assert decide_gates([spec], values, values).checks[0].figures["n"] == 20
+
+
 def test_decide_gates_pairs_by_query_id() -> None:
     qids = tuple(f"q{i}" for i in range(100))
     ref = reference_values(100)
@@ -249,7 +256,7 @@ def test_decide_gates_pairs_by_query_id() -> None:
     order = np.random.default_rng(7).permutation(100)
     reference = PerQuery(tuple(qids[i] for i in order), {"nDCG@10": ref[order]})
     specs = [
-        drop_gate("1%", metric="ndcg_cut_10"),
+        drop_gate("1%", metric="ndcg_cut_10", column="nDCG@10"),  # as recipe.gates builds it
         GateSpec(metric="overlap@10", against="reference", min=0.9),
         GateSpec(metric="cosine", against="reference", min=0.99, stat="min"),
     ]

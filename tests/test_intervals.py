@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from evalq.core.gates import METHODS
 from evalq.decide import intervals, stats
 
 
@@ -73,7 +74,7 @@ def test_resample_with_no_spread_opens_the_bootstrap_t_interval() -> None:
 def test_stratified_interval_is_a_macro_average() -> None:
     rng = np.random.default_rng(6)
     a, b = rng.normal(0.0, 0.05, 400), rng.normal(-0.02, 0.05, 40)
-    for method in intervals.METHODS:
+    for method in METHODS:
         iv = intervals.interval([a, b], method, 0.95, resamples=4000)
         assert iv.estimate == pytest.approx((a.mean() + b.mean()) / 2)
         assert iv.low < iv.estimate < iv.high
@@ -83,7 +84,7 @@ def test_stratified_interval_is_a_macro_average() -> None:
 
 
 def test_constant_and_empty_inputs() -> None:
-    for method in intervals.METHODS:
+    for method in METHODS:
         iv = intervals.interval(np.full(30, -0.002), method, 0.95)
         assert (iv.low, iv.high) == (-0.002, -0.002)
         assert math.isnan(intervals.interval(np.array([]), method, 0.95).low)

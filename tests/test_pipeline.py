@@ -268,8 +268,8 @@ def test_shipped_pipeline_recipes_validate():
 def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     import shutil
 
+    from evalq.app.gate_command import gate_command
     from evalq.execute.pipeline_regate import regate_pipelines
-    from evalq.execute.regate import regate
     from evalq.results.folder import RunFolder
 
     _, _, outcome = pipeline_run
@@ -279,7 +279,7 @@ def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     run_gate = stored["pipelines"]["dense-ce"]["datasets"]["pydocs"]["depths"]["5"][
         "combinations"]["fp32+dyn-int8@5"]["gate"]
     # Unchanged recipe: the run's verdicts, reproduced from pipelines/<name>/per_query.
-    assert regate(folder) is True
+    assert gate_command(folder) is True
     printed = capsys.readouterr().out
     assert "pipeline dense-ce pydocs fp32+dyn-int8@5" in printed and "differ" not in printed
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -291,7 +291,7 @@ def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     # A raised floor (score_tau >= 1.01 is unreachable) flips the verdict; nothing reruns.
     manifest["recipe"]["pipelines"][0]["gates"][0]["min"] = 1.01
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    assert regate(folder) is False
+    assert gate_command(folder) is False
     printed = capsys.readouterr().out
     assert "re-decided verdicts differ from the run's" in printed
     assert "FAIL  pipeline dense-ce pydocs fp32+dyn-int8@5" in printed
@@ -300,7 +300,7 @@ def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
         {"metric": "RR@10", "against": "qrels", "stage": "pipeline", "max_drop": "1%"}]
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match="RR@10"):
-        regate(folder)
+        gate_command(folder)
 
 
 @pytest.mark.parametrize("kind", ["reranker", "cross-encoder"])

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from evalq.core.errors import InputError
+from evalq.core.gates import GateCheck, VariantGate
 from evalq.core.values import PerQuery
-from evalq.decide.gate import GateCheck, VariantGate
 from evalq.execute.sensitivity import apply_sensitivity, compositions
 from evalq.recipe.schema import load_recipe
 from evalq.recipe.sensitivity import BatchSensitivity
@@ -103,9 +103,9 @@ def test_verdict_is_the_worst_composition_and_the_summary_says_so(run):
 @pytest.mark.slow
 @pytest.mark.model
 def test_stored_values_regate_to_the_same_verdicts(run, capsys):
-    from evalq.execute.regate import regate
+    from evalq.app.gate_command import gate_command
 
-    assert regate(run["folder"]) == run["outcome"].summary["passed"]
+    assert gate_command(run["folder"]) == run["outcome"].summary["passed"]
     out = capsys.readouterr().out
     assert "[batch composition shuffle-3" in out and "re-decided" not in out
     stored = run["folder"] / "per_query" / "pydocs" / "batch-sensitivity"
@@ -140,7 +140,7 @@ def _write(folder: RunFolder, name: str, ndcg: list[float]) -> None:
 
 
 def test_one_failing_composition_fails_the_candidate(tmp_path):
-    from evalq.execute.summarize import gate_spec
+    from evalq.recipe.gates import gate_spec
 
     recipe = load_recipe(_recipe(tmp_path))
     folder = RunFolder(tmp_path / "res")
@@ -174,7 +174,7 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
 def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys):
     """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
     is inconclusive, the candidate does not pass, and nothing calls it a failure."""
-    from evalq.execute.summarize import gate_spec
+    from evalq.recipe.gates import gate_spec
     from evalq.report.sensitivity import print_sensitivity
 
     recipe = load_recipe(_recipe(tmp_path))

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from evalq.app.cli import main
-from evalq.decide import intervals
-from evalq.decide.gate import GateSpec, decide_pooled
+from evalq.core.gates import DEFAULT_METHOD, GateSpec
+from evalq.decide.gate import decide_pooled
 from evalq.execute.evaluate import run_recipe_file
 from evalq.results.folder import RunFolder
 from support import recipes
@@ -55,7 +55,7 @@ def test_summary_records_the_suite(suite: dict[str, Any]) -> None:
     assert summary["suite"]["datasets"] == ["pydocs", "beir-tiny"]
     assert {"gate": "nDCG@10 vs qrels max_drop 2%", "over": "pooled"} in \
         summary["suite"]["gates"]
-    assert summary["stats"]["method"] == intervals.DEFAULT_METHOD
+    assert summary["stats"]["method"] == DEFAULT_METHOD
     for ds in ("pydocs", "beir-tiny"):
         labels = [c["gate"] for c in summary["datasets"][ds]["variants"]["dyn-int8"]["gate"]
                   ["checks"]]
@@ -81,7 +81,7 @@ def test_pooled_gate_is_the_macro_average(suite: dict[str, Any]) -> None:
     assert check["figures"]["delta"] == pytest.approx(np.mean(deltas))
     assert check["figures"]["margin"] == pytest.approx(0.02 * np.mean(refs))
     assert check["figures"]["datasets"] == 2
-    assert check["figures"]["method"] == intervals.DEFAULT_METHOD
+    assert check["figures"]["method"] == DEFAULT_METHOD
 
 
 @pytest.mark.slow
@@ -111,7 +111,7 @@ def test_old_results_are_redecided_with_their_historical_method(
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     capsys.readouterr()
     main(["gate", str(suite["out"])])
-    assert f"interval method: {intervals.DEFAULT_METHOD}" in capsys.readouterr().out
+    assert f"interval method: {DEFAULT_METHOD}" in capsys.readouterr().out
     old = json.loads(json.dumps(manifest))
     for key in ("method", "min_nonzero"):
         del old["recipe"]["stats"][key]

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.core.gates import GateSpec
 from evalq.core.values import PerQuery
-from evalq.decide.gate import GateSpec, decide_gates
+from evalq.decide.gate import decide_gates
 from evalq.execute.summarize import build_summary
 from evalq.recipe.schema import Recipe
 from evalq.report.runview import RunView
@@ -255,16 +256,29 @@ def _pipeline_folder(tmp_path: Path, stats: dict[str, Any] | None = None) -> Pat
 
 def test_gate_method_re_decides_pipeline_gates(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from evalq.execute.regate import regate
+    from evalq.app.gate_command import gate_command
 
     root = _pipeline_folder(tmp_path)
-    assert regate(root) is False  # the default rule: 4 non-zero differences decide nothing
+    assert gate_command(root) is False  # the default rule: 4 non-zero differences decide nothing
     out = capsys.readouterr().out
     assert "[inconclusive] nDCG@5" in out and "verdicts differ" not in out
-    assert regate(root, method="percentile") is True
+    assert gate_command(root, method="percentile") is True
     out = capsys.readouterr().out
     assert "PASS  pipeline p pydocs bm25+int8@5" in out and "[pass] nDCG@5" in out
     assert "percentile CI" in out and "interval method: percentile" in out
+
+
+def test_regate_returns_what_it_decided_and_prints_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The executor decides; the app (gate_command) prints and writes the CI outputs."""
+    from evalq.execute.regate import regate
+
+    done = regate(_pipeline_folder(tmp_path), method="percentile")
+    assert capsys.readouterr().out == ""
+    assert done.passed and done.summary["passed"] and done.stored_passed is False
+    assert list(done.pipeline_verdicts) == ["pipeline p pydocs bm25+int8@5"]
+    assert done.recipe_name == done.manifest["recipe"]["name"]
+    assert done.changed == ("pipeline p pydocs bm25+int8@5",)  # the run's rule said otherwise
 
 
 # -- `evalq plan` tells the truth ---------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from evalq.app.api import run  # the Python API's run: one code path for both
 from evalq.app.compare_command import compare_command
+from evalq.app.gate_command import gate_command
 from evalq.app.metrics_command import metrics_report
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
 from evalq.core import failure
@@ -30,7 +31,6 @@ from evalq.engines.registry import BACKENDS
 from evalq.execute.calibrate import calibrate_command
 from evalq.execute.evaluate import parity_only
 from evalq.execute.load.command import run_load_cli
-from evalq.execute.regate import regate
 from evalq.recipe.plan import print_plan, validate_files
 from evalq.report.page import write_report
 
@@ -243,8 +243,8 @@ def _add_gate(gate: argparse.ArgumentParser) -> None:
 
 @register_command("gate", "re-decide the gates of a stored results folder", _add_gate)
 def _gate(args: argparse.Namespace) -> int:
-    passed = regate(args.results, junit=args.junit, markdown=args.markdown,
-                    method=args.method)
+    passed = gate_command(args.results, junit=args.junit, markdown=args.markdown,
+                          method=args.method)
     return EXIT_OK if passed else EXIT_GATE_FAILED
 
 

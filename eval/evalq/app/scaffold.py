@@ -21,9 +21,9 @@ import yaml
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.core.gates import parse_max_drop
 from evalq.core.locations import dataset_search_dirs
 from evalq.data.manifest import DatasetSpec, find_manifests, parse_spec
-from evalq.decide.gate import parse_max_drop
 from evalq.decide.stats import queries_needed
 from evalq.engines.registry import BACKENDS
 from evalq.recipe.schema import load_recipe

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from evalq.core.gates import DEFAULT_METHOD, DEFAULT_MIN_NONZERO
 from evalq.decide import intervals
 from evalq.decide.gate import drop_outcome
 
@@ -63,12 +64,12 @@ RULES = (
     Rule("t", 0),
     Rule("bca", 0),
     Rule("bootstrap-t", 0),
-    Rule("t", intervals.DEFAULT_MIN_NONZERO),
-    Rule("bca", intervals.DEFAULT_MIN_NONZERO),
-    Rule("bootstrap-t", intervals.DEFAULT_MIN_NONZERO),
-    Rule(intervals.DEFAULT_METHOD, intervals.DEFAULT_MIN_NONZERO),
+    Rule("t", DEFAULT_MIN_NONZERO),
+    Rule("bca", DEFAULT_MIN_NONZERO),
+    Rule("bootstrap-t", DEFAULT_MIN_NONZERO),
+    Rule(DEFAULT_METHOD, DEFAULT_MIN_NONZERO),
 )
-DEFAULT_RULE = Rule(intervals.DEFAULT_METHOD, intervals.DEFAULT_MIN_NONZERO)
+DEFAULT_RULE = Rule(DEFAULT_METHOD, DEFAULT_MIN_NONZERO)
 
 
 @dataclass(frozen=True)

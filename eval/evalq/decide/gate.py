@@ -54,263 +54,21 @@ otherwise.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.core.gates import HISTORICAL_METHOD, Figure, GateCheck, GateSpec, VariantGate
 from evalq.core.values import PerQuery
-from evalq.decide import intervals, stats
-from evalq.measure.measures import FAMILIES, Measure
-from evalq.measure.registry import parse_measure
-
-if TYPE_CHECKING:  # the recipe schema is read, never imported: config imports this module
-    from evalq.recipe.schema import GateConfig, StatsOptions
-
-Against = Literal["qrels", "reference"]
-Stat = Literal["mean", "p1", "min"]
-Over = Literal["per_dataset", "pooled"]
-Verdict = Literal["pass", "fail", "inconclusive"]
-Outcome = Literal["pass", "fail", "inconclusive", "ungated"]
-"""A candidate's verdict: ``ungated`` when no gate applies to it (never ``pass``)."""
-
-MIN_QUERIES = 10
-"""Fewer varying values than this cannot pass a gate that needs an interval."""
-
-POWER = 0.8
-"""Power at which the minimum detectable effect and the queries needed are reported."""
-
-Figure = float | int | bool | str | None
-
-
-@dataclass(frozen=True)
-class GateSpec:
-    """One gate from the recipe. Build drops with :func:`parse_max_drop`."""
-
-    metric: str
-    against: Against
-    max_drop: float | None = None
-    relative: bool = False
-    min: float | None = None
-    stat: Stat = "mean"
-    confidence: float = 0.95
-    # How the interval is computed and when sparse data decide instead (intervals.py).
-    method: str = intervals.DEFAULT_METHOD
-    min_nonzero: int = intervals.DEFAULT_MIN_NONZERO
-    # Over a suite of datasets: every dataset on its own, or one macro-averaged verdict.
-    over: Over = "per_dataset"
-
-    def __post_init__(self) -> None:
-        def bad(message: str, fix: str, where: str = "gates") -> InputError:
-            return InputError(message=f"gate on {self.metric}: {message}", field=where, fix=fix)
-
-        if self.against not in ("qrels", "reference"):
-            raise bad(
-                f"against must be qrels or reference, got {self.against!r}",
-                "write against: qrels or against: reference",
-                "gates.against",
-            )
-        if (self.max_drop is None) == (self.min is None):
-            raise bad(
-                "give exactly one of max_drop and min",
-                "write max_drop: 1% (allowed drop) or min: 0.9 (floor), not both",
-            )
-        if self.max_drop is not None:
-            if self.against == "reference":
-                raise bad(
-                    "max_drop needs a reference value to drop from; a measure against the "
-                    "reference run has none (the reference scores itself 1.0)",
-                    "use a floor instead, e.g. {metric: overlap@10, against: reference, min: 0.9}",
-                    "gates.max_drop",
-                )
-            if not (math.isfinite(self.max_drop) and self.max_drop >= 0.0):
-                raise bad(
-                    f"max_drop must be a finite number >= 0, got {self.max_drop}",
-                    "write max_drop: 0.01 (absolute) or max_drop: 1% (relative)",
-                    "gates.max_drop",
-                )
-            if self.stat != "mean":
-                raise bad(
-                    "stat p1/min applies to floors only",
-                    "drop stat, or use min: instead of max_drop:",
-                    "gates.stat",
-                )
-        else:
-            if self.relative:
-                raise bad("relative applies to max_drop only", "remove relative", "gates.relative")
-            if not math.isfinite(float(self.min)):  # type: ignore[arg-type]
-                raise bad(
-                    f"min must be a finite number, got {self.min}",
-                    "write e.g. min: 0.9",
-                    "gates.min",
-                )
-        if self.stat not in ("mean", "p1", "min"):
-            raise bad(
-                f"stat must be mean, p1 or min, got {self.stat!r}",
-                "write stat: mean (default), p1 or min",
-                "gates.stat",
-            )
-        if self.method not in intervals.METHODS:
-            raise bad(
-                f"unknown interval method {self.method!r}",
-                f"write stats: {{method: {intervals.DEFAULT_METHOD}}} (one of "
-                f"{', '.join(intervals.METHODS)})",
-                "stats.method",
-            )
-        if self.over not in ("per_dataset", "pooled"):
-            raise bad(
-                f"over must be per_dataset or pooled, got {self.over!r}",
-                "write over: per_dataset (every dataset must pass) or over: pooled",
-                "gates.over",
-            )
-        if self.over == "pooled" and self.max_drop is None:
-            raise bad(
-                "over: pooled applies to allowed-drop gates (a macro-average of paired "
-                "differences); a floor is checked per dataset",
-                "remove over, or use max_drop",
-                "gates.over",
-            )
-        if not 0.5 <= self.confidence < 1.0:
-            raise bad(
-                f"confidence must lie in [0.5, 1), got {self.confidence}",
-                "write e.g. confidence: 0.95",
-                "gates.confidence",
-            )
-
-    @property
-    def label(self) -> str:
-        """Human label: ``nDCG@10 vs qrels max_drop 1%``, ``cosine p1 vs reference min 0.99``."""
-        metric = self.metric if self.stat == "mean" else f"{self.metric} {self.stat}"
-        if self.max_drop is not None:
-            drop = f"{self.max_drop * 100:g}%" if self.relative else f"{self.max_drop:g}"
-            return f"{metric} vs {self.against} max_drop {drop}"
-        return f"{metric} vs {self.against} min {self.min:g}"
-
-
-_DROP = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<percent>%?)\s*$")
-
-
-def parse_max_drop(
-    value: str | float | int, field_name: str = "gates.max_drop"
-) -> tuple[float, bool]:
-    """``"1%"`` -> ``(0.01, True)`` (relative to the reference mean); ``"0.01"`` or
-    ``0.01`` -> ``(0.01, False)`` (absolute, in the measure's units). Raises
-    :class:`InputError` on anything else (negative, non-numeric, over 100%)."""
-    fix = "write max_drop: 0.01 (absolute, in the measure's units) or max_drop: 1% (relative)"
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise InputError(
-            message=f"max_drop must be a number or a percentage, got {value!r}",
-            field=field_name,
-            fix=fix,
-        )
-    if isinstance(value, (int, float)):
-        number = float(value)
-        if not (math.isfinite(number) and number >= 0.0):
-            raise InputError(
-                message=f"max_drop must be finite and >= 0, got {value!r}",
-                field=field_name,
-                fix=fix,
-            )
-        return number, False
-    match = _DROP.match(value)
-    if not match:
-        raise InputError(message=f"cannot read max_drop {value!r}", field=field_name, fix=fix)
-    number = float(match["number"])
-    if match["percent"]:
-        if number > 100.0:
-            raise InputError(
-                message=f"a relative max_drop over 100% ({value!r}) allows anything",
-                field=field_name,
-                fix=fix,
-            )
-        return number / 100.0, True
-    return number, False
-
-
-def validate_gate(spec: GateSpec) -> Measure:
-    """Check the gate's metric against the measure registry (config validation calls
-    this): it must parse, be measured against what the gate says, and have a direction
-    the gate understands. Returns the parsed measure."""
-    measure = _parse(spec.metric)
-    family = FAMILIES[measure.family]
-    if family.against != spec.against:
-        raise InputError(
-            message=f"gate on {spec.metric}: this measure is computed against "
-            f"{family.against}, but the gate says against: {spec.against}",
-            field="gates.against",
-            fix=f"write against: {family.against}",
-        )
-    if not family.higher_is_better:
-        raise InputError(
-            message=f"gate on {spec.metric}: gates support measures where higher is better",
-            field="gates.metric",
-            fix="gate a measure where higher is better",
-        )
-    return measure
-
-
-def _parse(metric: str) -> Measure:
-    # The registry imports every measure module, so any family parses; imported here to
-    # keep ``gate`` importable (and testable) without the metric implementations loaded.
-
-    return parse_measure(metric)
-
-
-@dataclass(frozen=True)
-class GateCheck:
-    gate: str
-    passed: bool
-    verdict: Verdict
-    reason: str
-    figures: dict[str, Figure] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready (non-finite figures become None: JSON has no NaN)."""
-        out = asdict(self)
-        out["figures"] = {k: _json_figure(v) for k, v in self.figures.items()}
-        return out
-
-
-@dataclass(frozen=True)
-class VariantGate:
-    """``passed``: no check failed (what the run's exit code reads). ``gated``: at least
-    one quality gate applied; preflight checks (parity) alone do not make a candidate
-    gated, so they can fail it but never certify it."""
-
-    passed: bool
-    checks: tuple[GateCheck, ...]
-    gated: bool = True
-
-    @property
-    def verdict(self) -> Outcome:
-        return outcome(self.checks, self.gated)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]}
-
-
-def outcome(checks: Sequence[GateCheck], gated: bool) -> Outcome:
-    """One rule for every kind of run: a failed check fails, an undecided one is
-    inconclusive, and only a candidate with at least one quality gate can pass."""
-    if any(c.verdict == "fail" for c in checks):
-        return "fail"
-    if any(not c.passed for c in checks):
-        return "inconclusive"
-    return "pass" if gated else "ungated"
-
-
-def summary_passed(verdict: Outcome) -> bool | None:
-    """A candidate's ``passed`` in ``summary.json``: ``None`` when ungated."""
-    return None if verdict == "ungated" else verdict == "pass"
-
-
-def _json_figure(value: Figure) -> Figure:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+from evalq.decide import stats
+from evalq.decide.drop_evidence import (
+    MIN_QUERIES,
+    POWER,
+    DropEvidence,
+    drop_evidence,
+    drop_figures,
+)
 
 
 def _fmt(value: float) -> str:
@@ -396,19 +154,6 @@ def drop_outcome(
     return passed, failed
 
 
-def _drop_interval(
-    spec: GateSpec, diffs: Sequence[np.ndarray], cand: Sequence[np.ndarray],
-    ref: Sequence[np.ndarray], resamples: int, seed: int,
-) -> tuple[float, float, float, float]:
-    """(delta, ci_low, ci_high, sd); one array keeps the historical percentile numbers."""
-    if spec.method == intervals.HISTORICAL_METHOD and len(diffs) == 1:
-        d = stats.paired_bootstrap(cand[0], ref[0], spec.confidence, resamples, seed)
-        return d.delta, d.ci_low, d.ci_high, d.sd
-    iv = intervals.interval(list(diffs), spec.method, spec.confidence, resamples, seed)
-    sd = iv.se * math.sqrt(iv.n) if math.isfinite(iv.se) else math.nan
-    return iv.estimate, iv.low, iv.high, sd
-
-
 def _decide_drop(
     spec: GateSpec, cand: np.ndarray, ref: np.ndarray, resamples: int, seed: int
 ) -> GateCheck:
@@ -427,103 +172,15 @@ def _decide_drop_strata(
     n = int(cand_all.size)
     if n == 0 or any(c.size == 0 for c in cands):
         return GateCheck(label, False, "inconclusive", "no queries to compare", {"n": n})
-    ev = _drop_evidence(spec, cands, refs, resamples, seed)
-    figures = _drop_figures(spec, ev, resamples, seed)
+    ev = drop_evidence(spec, cands, refs, resamples, seed)
+    figures = drop_figures(spec, ev, resamples, seed)
     if len(cands) > 1:
         figures["over"] = "pooled"
         figures["datasets"] = len(cands)
     return _drop_check(spec, label, ev, figures)
 
 
-@dataclass(frozen=True)
-class _DropEvidence:
-    """What one allowed-drop gate measured; the figures and the verdict are read off it."""
-
-    n: int
-    reference_mean: float
-    candidate_mean: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    sd: float
-    margin: float
-    nonzero: int
-    constant: bool
-    sparse_low: float
-    mde: float
-    needed: int | None
-    certify: int | None
-    p_value: float | None
-
-
-def _drop_evidence(
-    spec: GateSpec, cands: Sequence[np.ndarray], refs: Sequence[np.ndarray],
-    resamples: int, seed: int,
-) -> _DropEvidence:
-    """The paired difference, its interval, the sparse-data bound and the query counts."""
-    assert spec.max_drop is not None
-    cand_all, ref_all = np.concatenate(cands), np.concatenate(refs)
-    n = int(cand_all.size)
-    diffs = [c - r for c, r in zip(cands, refs)]
-    delta, ci_low, ci_high, sd = _drop_interval(spec, diffs, cands, refs, resamples, seed)
-    reference_mean = float(np.mean([r.mean() for r in refs]))
-    candidate_mean = float(np.mean([c.mean() for c in cands]))
-    margin = spec.max_drop * reference_mean if spec.relative else spec.max_drop
-    alpha = (1.0 - spec.confidence) / 2.0
-    all_diffs = np.concatenate(diffs)
-    mde = stats.minimum_detectable_effect(all_diffs, alpha, POWER)
-    nonzero = int(np.count_nonzero(all_diffs))
-    constant = bool(np.all(all_diffs == all_diffs[0]))
-    # The sparse-data bound: each difference is >= -1, so the (macro-)mean drop is at most
-    # the share of queries that differ; Bonferroni over datasets keeps it exact.
-    per = [intervals.nonzero_rate_bound(int(np.count_nonzero(d)), d.size, alpha / len(diffs))
-           for d in diffs]
-    sparse_low = -float(np.mean(per))
-    needed = _queries_needed(spec, sd, delta + margin, alpha, nonzero, n)
-    certify = _queries_needed(spec, sd, margin, alpha, nonzero, n)
-    if nonzero == 0 and spec.min_nonzero > 0:
-        # identical on every query: only the exact sparse-data bound can certify
-        certify = needed = intervals.queries_to_certify_identical(margin, alpha)
-    p_value = stats.randomization_test(cand_all, ref_all, resamples, seed) \
-        if len(cands) == 1 else None
-    return _DropEvidence(
-        n=n, reference_mean=reference_mean, candidate_mean=candidate_mean, delta=delta,
-        ci_low=ci_low, ci_high=ci_high, sd=sd, margin=margin, nonzero=nonzero,
-        constant=constant, sparse_low=sparse_low, mde=mde, needed=needed, certify=certify,
-        p_value=p_value,
-    )
-
-
-def _drop_figures(spec: GateSpec, ev: _DropEvidence, resamples: int, seed: int
-                  ) -> dict[str, Figure]:
-    """The stored figures of an allowed-drop check (results contract: keys and order)."""
-    return {
-        "n": ev.n,
-        "reference_mean": ev.reference_mean,
-        "candidate_mean": ev.candidate_mean,
-        "delta": ev.delta,
-        "ci_low": ev.ci_low,
-        "ci_high": ev.ci_high,
-        "confidence": spec.confidence,
-        "method": spec.method,
-        "margin": ev.margin,
-        "max_drop": spec.max_drop,
-        "relative": spec.relative,
-        "p_value": ev.p_value,
-        "sd_diff": ev.sd,
-        "nonzero": ev.nonzero,
-        "min_nonzero": spec.min_nonzero,
-        "sparse_low": ev.sparse_low if ev.nonzero < spec.min_nonzero else None,
-        "mde": ev.mde,
-        "power": POWER,
-        "queries_needed": ev.needed,
-        "queries_to_certify": ev.certify,
-        "resamples": resamples,
-        "seed": seed,
-    }
-
-
-def _drop_check(spec: GateSpec, label: str, ev: _DropEvidence,
+def _drop_check(spec: GateSpec, label: str, ev: DropEvidence,
                 figures: dict[str, Figure]) -> GateCheck:
     """The allowed-drop verdict (``drop_outcome``'s rule) and the sentence that explains it."""
     n, delta, margin, nonzero, sparse_low = ev.n, ev.delta, ev.margin, ev.nonzero, ev.sparse_low
@@ -563,20 +220,6 @@ def _drop_check(spec: GateSpec, label: str, ev: _DropEvidence,
         label, False, "inconclusive",
         _inconclusive_text(head, where, n, ev.mde, ev.needed, ev.certify), figures,
     )
-
-
-def _queries_needed(spec: GateSpec, sd: float, effect: float, alpha: float, nonzero: int,
-                    n: int) -> int | None:
-    """Queries a pass would need: the normal-approximation count, never below what the
-    gate itself demands (MIN_QUERIES, and enough queries to expect ``min_nonzero``
-    non-zero differences at the observed rate)."""
-    needed = stats.queries_needed(sd, effect, alpha, POWER)
-    if needed is None:
-        return None
-    floor = MIN_QUERIES
-    if spec.min_nonzero and nonzero:
-        floor = max(floor, math.ceil(spec.min_nonzero * n / nonzero))
-    return max(needed, floor)
 
 
 def _inconclusive_text(head: str, where: str, n: int, mde: float, needed: int | None,
@@ -636,7 +279,7 @@ def _decide_floor(spec: GateSpec, cand: np.ndarray, resamples: int, seed: int) -
         "ci_low": ci.ci_low,
         "ci_high": ci.ci_high,
         "confidence": spec.confidence,
-        "method": intervals.HISTORICAL_METHOD,
+        "method": HISTORICAL_METHOD,
         "min": floor,
         "sd": ci.sd,
         "mde": mde,
@@ -710,7 +353,7 @@ def decide_variant(checks: Sequence[GateCheck]) -> VariantGate:
 def _values_for(spec: GateSpec, per_query: PerQuery, role: str) -> np.ndarray:
     if spec.metric in per_query.values:
         return per_query.values[spec.metric]
-    name = _parse(spec.metric).name  # "ndcg_cut_10" -> "nDCG@10"
+    name = spec.column or spec.metric  # "ndcg_cut_10" -> "nDCG@10" (recipe.gates.gate_spec)
     if name not in per_query.values:
         raise InputError(
             message=f"gate on {spec.metric}: the {role} results hold no per-query values for "
@@ -779,34 +422,3 @@ def decide_gates(
         checks.append(decide(spec, values, resamples=resamples, seed=seed))
     return decide_variant(checks)
 
-
-class GateRule(Protocol):
-    """A gate as a recipe writes it: ``GateConfig`` (embedding gates) and
-    ``PipelineGate`` (pipeline gates) both are one."""
-
-    metric: str
-    against: str
-    max_drop: str | float | None
-    min: float | None
-    stat: Literal["mean", "p1", "min"]
-    confidence: float | None
-
-
-def gate_spec(cfg: GateConfig | GateRule, default_confidence: float,
-              options: StatsOptions | None = None, *, against: str | None = None) -> GateSpec:
-    """A recipe gate as the decision rule reads it; ``options`` (the recipe's ``stats:``)
-    supply the interval method and the sparse-data rule (defaults when absent). Every
-    kind of gate (embedding, pooled, pipeline) is built here, so all read ``stats:``.
-    ``against`` overrides the gate's own (a pipeline's fidelity floor is decided against
-    the reference run)."""
-    drop, relative = (None, False)
-    if cfg.max_drop is not None:
-        drop, relative = parse_max_drop(cfg.max_drop)
-    method = options.method if options is not None else intervals.DEFAULT_METHOD
-    min_nonzero = (options.min_nonzero if options is not None
-                   else intervals.DEFAULT_MIN_NONZERO)
-    return GateSpec(metric=cfg.metric, against=against or cfg.against,  # type: ignore[arg-type]
-                    max_drop=drop, relative=relative,
-                    min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence,
-                    method=method, min_nonzero=min_nonzero,
-                    over=getattr(cfg, "over", "per_dataset"))

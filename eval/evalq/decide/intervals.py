@@ -4,8 +4,9 @@ Why several methods: the percentile bootstrap (evalq's first method) is too narr
 sparse, skewed samples, which is exactly what a near-lossless quantization produces (most
 per-query differences exactly 0, a few large ones). ``bench/calibration.py`` measures
 every method here on real and synthetic populations placed at the margin boundary; the
-default (:data:`DEFAULT_METHOD`) is the one whose false-pass rate stays at the nominal
-level on the whole panel. README "Gate calibration" has the figures.
+default (:data:`evalq.core.gates.DEFAULT_METHOD`: a gate's value names its method) is the
+one whose false-pass rate stays at the nominal level on the whole panel. README "Gate
+calibration" has the figures.
 
 Methods (all for the mean; ``strata`` > 1 means a macro-average of per-stratum means,
 resampled within each stratum):
@@ -43,18 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Literal
 
 import numpy as np
 
-Method = Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"]
-METHODS: tuple[str, ...] = ("percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t")
-DEFAULT_METHOD: Method = "t-and-bootstrap-t"
-"""Chosen from the calibration table (README "Gate calibration")."""
-DEFAULT_MIN_NONZERO = 10
-"""Fewer non-zero differences than this: the sparse-data rule decides, not an interval."""
-HISTORICAL_METHOD: Method = "percentile"
-"""What results written before ``stats.method`` existed were decided with."""
+from evalq.core.gates import METHODS, Method
 
 _BLOCK_ELEMENTS = 2_000_000
 _NORMAL = NormalDist()

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from evalq.core.gates import HISTORICAL_METHOD, GateSpec
 from evalq.core.values import PerQuery
 from evalq.decide import intervals, stats
-from evalq.measure.registry import parse_measure
 
 
 class StatsSettings(Protocol):
@@ -46,7 +46,7 @@ def difference_interval(diffs: np.ndarray, s: StatsSettings,
                         confidence: float) -> tuple[float, float, float]:
     """(mean, low, high) of per-query differences by the recipe's interval method, the
     same interval an allowed-drop gate at ``confidence`` computes."""
-    if s.method == intervals.HISTORICAL_METHOD:
+    if s.method == HISTORICAL_METHOD:
         ci = stats.bootstrap_mean_ci(diffs, confidence, s.resamples, s.seed)
         return ci.mean, ci.ci_low, ci.ci_high
     iv = intervals.interval(np.asarray(diffs, dtype=np.float64), s.method, confidence,
@@ -73,23 +73,24 @@ def paired_entry(cand: np.ndarray, ref: np.ndarray, s: StatsSettings,
             "mde": stats.minimum_detectable_effect(cand - ref, alpha) if len(cand) > 1 else None}
 
 
-def gate_confidence(specs: Sequence[Any], metric: str, default: float) -> float:
-    """The confidence of the first allowed-drop gate (a ``GateSpec``) on ``metric``: the
-    Δ column shows the interval that gate decided with."""
-    name = parse_measure(metric).name
+def gate_confidence(specs: Sequence[GateSpec], name: str, default: float) -> float:
+    """The confidence of the first allowed-drop gate on the measure whose canonical name
+    is ``name`` (the caller reads it off the measure registry; a spec carries its own in
+    ``column``): the Δ column shows the interval that gate decided with."""
     for spec in specs:
-        if spec.max_drop is not None and parse_measure(spec.metric).name == name:
+        if spec.max_drop is not None and (spec.column or spec.metric) == name:
             return float(spec.confidence)
     return default
 
 
-def column(values: PerQuery, name: str) -> np.ndarray | None:
-    """A measure's per-query column by the recipe's spelling (``nDCG@10``) or the stored
-    one (``ndcg_cut_10`` parses to the same name); ``None`` when it was not stored."""
-    if name in values.values:
-        return np.asarray(values.values[name], dtype=np.float64)
-    key = parse_measure(name).name
-    return np.asarray(values.values[key], dtype=np.float64) if key in values.values else None
+def column(values: PerQuery, name: str, canonical: str) -> np.ndarray | None:
+    """A measure's per-query column by the recipe's spelling (``ndcg_cut_10``) or its
+    canonical name (``nDCG@10``, which the caller reads off the measure registry);
+    ``None`` when it was not stored."""
+    for key in (name, canonical):
+        if key in values.values:
+            return np.asarray(values.values[key], dtype=np.float64)
+    return None
 
 
 def align(values: PerQuery, query_ids: tuple[str, ...]) -> dict[str, np.ndarray]:

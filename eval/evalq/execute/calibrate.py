@@ -22,8 +22,9 @@ from evalq.decide.calibration import (
     synthetic_panel,
     table,
 )
-from evalq.decide.gate import gate_spec, paired_values
+from evalq.decide.gate import paired_values
 from evalq.execute.regate import stored_recipe
+from evalq.recipe.gates import gate_spec
 from evalq.recipe.schema import Recipe
 from evalq.results.folder import RunFolder
 

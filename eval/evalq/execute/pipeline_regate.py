@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalq.core.errors import InputError
-from evalq.decide.gate import VariantGate
+from evalq.core.gates import VariantGate
 from evalq.execute.pipelines import applicable_gates, combination_gates
 from evalq.measure.registry import parse_measure
 from evalq.results.folder import RunFolder

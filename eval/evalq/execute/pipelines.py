@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.core.gates import GateSpec, VariantGate
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
-from evalq.decide.gate import GateSpec, VariantGate, decide_gates, gate_spec
+from evalq.decide.gate import decide_gates
 from evalq.decide.summary_stats import (
     StatsSettings,
     align,
@@ -63,6 +64,7 @@ from evalq.measure.fidelity import ScorePair, evaluate_fidelity, pooled_drift
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference
 from evalq.measure.registry import parse_measure, parse_measures
+from evalq.recipe.gates import gate_spec
 from evalq.recipe.pipelines import PipelineGate, PipelineSpec
 from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage
@@ -383,7 +385,7 @@ def _judge(entry: dict[str, Any], spec: PipelineSpec, name: str,
     kind, depth = entry["kind"], entry["depth"]
     values, ref_values = per_combo[combo], per_combo[reference]
     specs = combination_specs(spec, kind, depth, s)
-    conf = {m: gate_confidence(specs, m, s.confidence) for m in names}
+    conf = {m: gate_confidence(specs, parse_measure(m).name, s.confidence) for m in names}
     for m in names:
         entry["metrics"][m]["vs_reference"] = paired_entry(values[m], ref_values[m], s, conf[m])
     entry["reference_metrics"] = {m.name: mean_entry(values[m.name], s) for m in ref_measures}

@@ -33,13 +33,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalq.core.compositions import outcome_clause
-from evalq.decide.gate import VariantGate, decide_gates
+from evalq.core.gates import VariantGate
+from evalq.decide.gate import decide_gates
 from evalq.decide.summary_stats import column
 from evalq.encode.composition import declared_dependence
+from evalq.measure.registry import parse_measure
 from evalq.recipe.sensitivity import BatchSensitivity
 
 if TYPE_CHECKING:
-    from evalq.decide.gate import GateSpec, VariantGate
+    from evalq.core.gates import GateSpec
     from evalq.recipe.schema import Recipe, Variant
     from evalq.results.folder import RunFolder
 
@@ -134,12 +136,12 @@ def apply_sensitivity(
                                  resamples=recipe.stats.resamples, seed=recipe.stats.seed)
         metrics: dict[str, Any] = {}
         for name in [*recipe.metrics, *(m for m in recipe.reference_metrics if m in gated)]:
-            col = column(values, name)
+            col = column(values, name, parse_measure(name).name)
             if col is None:
                 continue
             mean = float(np.nanmean(col)) if len(col) else float("nan")
             entry: dict[str, Any] = {"value": mean}
-            ref_column = column(ref_values, name)
+            ref_column = column(ref_values, name, parse_measure(name).name)
             if ref_column is not None and len(ref_column) == len(col):
                 entry["delta"] = float(np.mean(col - ref_column))
             metrics[name] = entry

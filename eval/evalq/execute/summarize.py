@@ -9,24 +9,18 @@ resampling, values stored at full precision.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from evalq.core.gates import GateCheck, GateSpec, VariantGate, summary_passed
 from evalq.core.values import PerQuery
-from evalq.decide.gate import (
-    GateCheck,
-    GateSpec,
-    VariantGate,
-    decide_gates,
-    decide_pooled,
-    gate_spec,
-    paired_values,
-    summary_passed,
-)
+from evalq.decide.gate import decide_gates, decide_pooled, paired_values
 from evalq.decide.summary_stats import column, mean_entry, paired_entry
 from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
+from evalq.recipe.gates import gate_spec
 from evalq.recipe.schema import GateConfig, Recipe
 from evalq.results.folder import RunFolder
 
@@ -84,6 +78,21 @@ def _parity_check(info: Mapping[str, Any]) -> GateCheck | None:
     )
 
 
+@dataclass
+class _Gathered:
+    """What the pass over the datasets collects for the verdicts: each candidate's
+    per-dataset checks, its suite checks (the parity preflight first, then pooled gates),
+    how many of those are preflights, the pooled gates' pairs by (variant, gate index) and
+    the summary's warnings."""
+
+    checks: dict[str, list[GateCheck]]
+    suite_checks: dict[str, list[GateCheck]]
+    preflights: dict[str, int]
+    warnings: list[str]
+    pooled_pairs: dict[tuple[str, int], list[tuple[str, np.ndarray, np.ndarray]]] = field(
+        default_factory=dict)
+
+
 def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
                   folder: RunFolder) -> tuple[dict[str, Any], dict[str, VariantGate]]:
     """``variants``: the manifest's per-variant entries (role, settings, backend, timings,
@@ -97,75 +106,27 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     warnings, settings_differ = _settings_warnings(variants, reference)
     specs = [(cfg, gate_spec(cfg, recipe.stats.confidence, recipe.stats))
              for cfg in recipe.gates]
-    metric_names = list(recipe.metrics)
-    datasets: dict[str, Any] = {}
-    checks: dict[str, list[GateCheck]] = {}
-    suite_checks: dict[str, list[GateCheck]] = {}
-    preflights: dict[str, int] = {}
-    pooled_pairs: dict[tuple[str, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    found = _Gathered({}, {}, {}, warnings)
     for name, info in variants.items():
         if name != reference:
             parity = _parity_check(info)
-            checks[name] = []
-            suite_checks[name] = [] if parity is None else [parity]
-            preflights[name] = len(suite_checks[name])
-    for ds_name in variants[reference]["datasets"]:
-        ref_values = folder.read_per_query(ds_name, reference)
-        ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
-        for name, info in variants.items():
-            role = info["role"]
-            ds_info = info["datasets"].get(ds_name, {})
-            ds_entry["documents"] = ds_info.get("documents", ds_entry.get("documents"))
-            values = ref_values if name == reference else folder.read_per_query(ds_name, name)
-            entry: dict[str, Any] = {"role": role, "metrics": {}}
-            for m in metric_names:
-                cand = _column(values, m)
-                entry["metrics"][m] = mean_entry(cand, recipe.stats)
-                if name != reference:
-                    entry["metrics"][m]["vs_reference"] = paired_entry(
-                        cand, _column(ref_values, m), recipe.stats,
-                        _entry_confidence(specs, m, name, recipe.stats.confidence))
-            if name != reference:
-                entry["reference_metrics"] = {
-                    m: mean_entry(_column(values, m), recipe.stats)
-                    for m in recipe.reference_metrics
-                }
-                entry["vectors"] = ds_info.get("vectors")
-                mine = [(i, s) for i, (c, s) in enumerate(specs)
-                        if c.variants is None or name in c.variants]
-                gate = decide_gates(
-                    [s for _, s in mine if s.over == "per_dataset"], values, ref_values,
-                    extra_values={"cosine": _text_cosines(folder, ds_name, name)},
-                    resamples=recipe.stats.resamples, seed=recipe.stats.seed)
-                if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
-
-                    entry["batch_sensitivity"], gate, note = apply_sensitivity(
-                        recipe, [s for _, s in mine if s.over == "per_dataset"], gate,
-                        ds_info["batch_sensitivity"], folder, ds_name, name)
-                    warnings.append(note)
-                gate = VariantGate(gate.passed, tuple(
-                    GateCheck(f"{c.gate} on {ds_name}", c.passed, c.verdict, c.reason,
-                              {**c.figures, "dataset": ds_name}) for c in gate.checks))
-                entry["gate"] = gate.to_dict()
-                checks[name].extend(gate.checks)
-                for i, s in mine:
-                    if s.over == "pooled":
-                        cand, ref = paired_values(s, values, ref_values)
-                        pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
-            entry["encode"] = ds_info.get("encode", {})
-            entry["index"] = ds_info.get("index")
-            ds_entry["variants"][name] = entry
-        datasets[ds_name] = ds_entry
-    for (name, i), pairs in pooled_pairs.items():
+            found.checks[name] = []
+            found.suite_checks[name] = [] if parity is None else [parity]
+            found.preflights[name] = len(found.suite_checks[name])
+    datasets = {ds_name: _dataset_entry(recipe, specs, variants, folder, ds_name, found)
+                for ds_name in variants[reference]["datasets"]}
+    suite_checks = found.suite_checks
+    for (name, i), pairs in found.pooled_pairs.items():
         suite_checks[name].append(decide_pooled(specs[i][1], pairs,
                                                 resamples=recipe.stats.resamples,
                                                 seed=recipe.stats.seed))
     # Gated: a per-dataset, sensitivity or pooled gate applies. The parity preflight is
     # checked first (suite_checks[name][0]) but alone it certifies nothing.
-    verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *found)),
-                                  (*suite_checks[name], *found),
-                                  gated=bool(found) or len(suite_checks[name]) > preflights[name])
-                for name, found in checks.items()}
+    verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *mine)),
+                                  (*suite_checks[name], *mine),
+                                  gated=bool(mine) or len(suite_checks[name])
+                                  > found.preflights[name])
+                for name, mine in found.checks.items()}
     summary_variants = {
         name: _summary_variant(info, settings_differ.get(name), verdicts.get(name),
                                suite_checks.get(name))
@@ -185,6 +146,69 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         "variants": summary_variants,
         "warnings": warnings,
     }, verdicts
+
+
+def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
+                   variants: Mapping[str, Mapping[str, Any]], folder: RunFolder, ds_name: str,
+                   found: _Gathered) -> dict[str, Any]:
+    """One dataset's summary entry: every variant's metrics, a candidate's gates (its
+    checks and pooled pairs land in ``found``)."""
+    reference = recipe.reference.name
+    ref_values = folder.read_per_query(ds_name, reference)
+    ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
+    for name, info in variants.items():
+        ds_info = info["datasets"].get(ds_name, {})
+        ds_entry["documents"] = ds_info.get("documents", ds_entry.get("documents"))
+        values = ref_values if name == reference else folder.read_per_query(ds_name, name)
+        entry: dict[str, Any] = {"role": info["role"], "metrics": {}}
+        for m in recipe.metrics:
+            cand = _column(values, m)
+            entry["metrics"][m] = mean_entry(cand, recipe.stats)
+            if name != reference:
+                entry["metrics"][m]["vs_reference"] = paired_entry(
+                    cand, _column(ref_values, m), recipe.stats,
+                    _entry_confidence(specs, m, name, recipe.stats.confidence))
+        if name != reference:
+            gate = _candidate_gate(recipe, specs, folder, ds_name, name, entry, ds_info,
+                                   values, ref_values, found)
+            found.checks[name].extend(gate.checks)
+        entry["encode"] = ds_info.get("encode", {})
+        entry["index"] = ds_info.get("index")
+        ds_entry["variants"][name] = entry
+    return ds_entry
+
+
+def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
+                    folder: RunFolder, ds_name: str, name: str, entry: dict[str, Any],
+                    ds_info: Mapping[str, Any], values: PerQuery, ref_values: PerQuery,
+                    found: _Gathered) -> VariantGate:
+    """A candidate on one dataset: its reference metrics, vectors and per-dataset gates
+    (batch sensitivity folded in) into ``entry``; its pooled gates' pairs into ``found``."""
+    entry["reference_metrics"] = {
+        m: mean_entry(_column(values, m), recipe.stats)
+        for m in recipe.reference_metrics
+    }
+    entry["vectors"] = ds_info.get("vectors")
+    mine = [(i, s) for i, (c, s) in enumerate(specs)
+            if c.variants is None or name in c.variants]
+    gate = decide_gates(
+        [s for _, s in mine if s.over == "per_dataset"], values, ref_values,
+        extra_values={"cosine": _text_cosines(folder, ds_name, name)},
+        resamples=recipe.stats.resamples, seed=recipe.stats.seed)
+    if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
+        entry["batch_sensitivity"], gate, note = apply_sensitivity(
+            recipe, [s for _, s in mine if s.over == "per_dataset"], gate,
+            ds_info["batch_sensitivity"], folder, ds_name, name)
+        found.warnings.append(note)
+    gate = VariantGate(gate.passed, tuple(
+        GateCheck(f"{c.gate} on {ds_name}", c.passed, c.verdict, c.reason,
+                  {**c.figures, "dataset": ds_name}) for c in gate.checks))
+    entry["gate"] = gate.to_dict()
+    for i, s in mine:
+        if s.over == "pooled":
+            cand, ref = paired_values(s, values, ref_values)
+            found.pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
+    return gate
 
 
 def _summary_variant(info: Mapping[str, Any], settings_differ: Any, verdict: VariantGate | None,
@@ -242,7 +266,7 @@ def _name(metric: str) -> str:
 
 
 def _column(values: PerQuery, name: str) -> np.ndarray:
-    found = column(values, name)
+    found = column(values, name, _name(name))
     if found is None:  # evalq gate on an edited folder: reported as bad input (exit 2)
         raise KeyError(f"no per-query {name} stored")
     return found

@@ -20,7 +20,6 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from evalq.core.errors import InputError, RecipeValueError
 from evalq.core.locations import resolve_recipe
 from evalq.core.options import StrictOptions
-from evalq.decide.gate import gate_spec  # not scoring: scoring imports config
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.modelinfo import SettingsOverrides
 from evalq.engines.openai_http import HttpOptions
@@ -28,6 +27,7 @@ from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.engines.vllm_build import VllmOptions
 from evalq.measure.registry import parse_measure
+from evalq.recipe.gates import gate_spec
 from evalq.recipe.load import CapacitySection, LoadSection
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
 from evalq.recipe.sensitivity import BatchSensitivity

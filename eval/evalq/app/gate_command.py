@@ -1,0 +1,58 @@
+"""``evalq gate RESULTS_DIR``: print what ``evalq.execute.regate`` re-decided and write the
+CI outputs it asks for (``--junit``, ``--markdown``). The decisions are the executor's;
+this prints them and writes the reports (the app alone prints for a command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalq.core import atomicio
+from evalq.core.errors import InputError
+from evalq.execute.regate import Regated, regate
+from evalq.report.junit import to_junit
+from evalq.report.markdown import job_summary
+
+
+def gate_command(results: str | Path, *, junit: str | Path | None = None,
+                 markdown: str | Path | None = None, method: str | None = None) -> bool:
+    """Re-decide, print every verdict with its checks, write the requested outputs;
+    returns whether every gate passed."""
+    done = regate(results, method=method)
+    print_verdicts(done)
+    if junit is not None:
+        try:
+            atomicio.write_text(junit, to_junit(done.verdicts,
+                                                suite_name=f"evalq.{done.recipe_name}",
+                                                pipelines=done.pipeline_verdicts))
+        except OSError as exc:
+            raise InputError(message=f"cannot write the JUnit report ({exc.strerror})",
+                             file=junit, field="--junit",
+                             fix="give --junit a path in a writable folder") from None
+    if markdown is not None:
+        try:
+            atomicio.write_text(markdown, job_summary(done.root, done.manifest, done.summary))
+        except OSError as exc:
+            raise InputError(message=f"cannot write the markdown summary ({exc.strerror})",
+                             file=markdown, field="--markdown",
+                             fix="give --markdown a path in a writable folder") from None
+    print("gates " + ("PASSED" if done.passed else "FAILED"))
+    return done.passed
+
+
+def print_verdicts(done: Regated) -> None:
+    """The verdict lines: a note per re-decided pipeline verdict that differs from the
+    run's, each candidate and pipeline combination with its checks, the interval method,
+    and a note when the stored summary disagrees."""
+    for label in done.changed:
+        print(f"note: {label}: re-decided verdicts differ from the run's")
+    for name, gate in {**done.verdicts, **done.pipeline_verdicts}.items():
+        mark = ("UNGATED" if gate.verdict == "ungated" else "PASS" if gate.passed
+                else "FAIL")
+        print(f"{mark}  {name}")
+        for check in gate.checks:
+            print(f"      [{check.verdict}] {check.gate}: {check.reason}")
+    stats = done.summary["stats"]
+    print(f"interval method: {stats['method']} (min_nonzero {stats['min_nonzero']})")
+    if done.stored_passed != done.summary["passed"]:
+        print(f"note: the stored summary says passed={done.stored_passed}, re-decided "
+              f"passed={done.summary['passed']}")

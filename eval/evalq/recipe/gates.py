@@ -1,0 +1,71 @@
+"""The recipe's gates as the decision rule reads them: :func:`gate_spec` builds a
+:class:`~evalq.core.gates.GateSpec` from a recipe gate (embedding, pooled or pipeline) and
+the recipe's ``stats:``, naming the measure's per-query column from the measure registry;
+:func:`validate_gate` checks a gate's metric against that registry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from evalq.core.errors import InputError
+from evalq.core.gates import DEFAULT_METHOD, DEFAULT_MIN_NONZERO, GateSpec, parse_max_drop
+from evalq.measure.measures import FAMILIES, Measure
+from evalq.measure.registry import parse_measure
+
+if TYPE_CHECKING:  # the recipe schema is read, never imported: the schema imports this module
+    from evalq.recipe.schema import GateConfig, StatsOptions
+
+
+def validate_gate(spec: GateSpec) -> Measure:
+    """Check the gate's metric against the measure registry (config validation calls
+    this): it must parse, be measured against what the gate says, and have a direction
+    the gate understands. Returns the parsed measure."""
+    measure = parse_measure(spec.metric)
+    family = FAMILIES[measure.family]
+    if family.against != spec.against:
+        raise InputError(
+            message=f"gate on {spec.metric}: this measure is computed against "
+            f"{family.against}, but the gate says against: {spec.against}",
+            field="gates.against",
+            fix=f"write against: {family.against}",
+        )
+    if not family.higher_is_better:
+        raise InputError(
+            message=f"gate on {spec.metric}: gates support measures where higher is better",
+            field="gates.metric",
+            fix="gate a measure where higher is better",
+        )
+    return measure
+
+
+class GateRule(Protocol):
+    """A gate as a recipe writes it: ``GateConfig`` (embedding gates) and
+    ``PipelineGate`` (pipeline gates) both are one."""
+
+    metric: str
+    against: str
+    max_drop: str | float | None
+    min: float | None
+    stat: Literal["mean", "p1", "min"]
+    confidence: float | None
+
+
+def gate_spec(cfg: GateConfig | GateRule, default_confidence: float,
+              options: StatsOptions | None = None, *, against: str | None = None) -> GateSpec:
+    """A recipe gate as the decision rule reads it; ``options`` (the recipe's ``stats:``)
+    supply the interval method and the sparse-data rule (defaults when absent). Every
+    kind of gate (embedding, pooled, pipeline) is built here, so all read ``stats:``.
+    ``against`` overrides the gate's own (a pipeline's fidelity floor is decided against
+    the reference run)."""
+    drop, relative = (None, False)
+    if cfg.max_drop is not None:
+        drop, relative = parse_max_drop(cfg.max_drop)
+    method = options.method if options is not None else DEFAULT_METHOD
+    min_nonzero = (options.min_nonzero if options is not None
+                   else DEFAULT_MIN_NONZERO)
+    return GateSpec(metric=cfg.metric, against=against or cfg.against,  # type: ignore[arg-type]
+                    max_drop=drop, relative=relative,
+                    min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence,
+                    method=method, min_nonzero=min_nonzero,
+                    over=getattr(cfg, "over", "per_dataset"),
+                    column=parse_measure(cfg.metric).name)
