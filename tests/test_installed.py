@@ -113,7 +113,7 @@ def test_build_is_clean_and_the_wheel_holds_every_package_file(installed: Instal
                for p in recipes.rglob("*") if p.is_file()}
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert wanted - names == set()
-    assert {"evalq/datasets/manifests/pydocs.yaml", "evalq/_recipes/quickstart.yaml",
+    assert {"evalq/data/manifests/pydocs.yaml", "evalq/_recipes/quickstart.yaml",
             "evalq/_recipes/base/minilm-pydocs.yaml"} <= names
     assert not any(n.startswith(("recipes/", "evalq/recipes/")) for n in names)
 
@@ -143,7 +143,7 @@ def test_guide_commands_and_python_api_from_an_empty_folder(
         assert "Traceback" not in done.stderr, done.stderr[-3000:]
     listing = outputs["datasets"]
     assert listing.returncode == 0
-    assert re.search(r"^pydocs .*\n\s+from built in: .*site-packages/evalq/datasets/manifests/"
+    assert re.search(r"^pydocs .*\n\s+from built in: .*site-packages/evalq/data/manifests/"
                      r"pydocs.yaml$", listing.stdout, flags=re.M), listing.stdout
     assert "beir-tiny" not in listing.stdout  # no checkout behind an installed wheel
     assert outputs["init"].returncode == 0 and (work / "my-eval.yaml").is_file()

@@ -12,7 +12,7 @@ dataset manifests, by name, first hit wins
   1. ``./datasets`` (the working folder)
   2. ``<recipe folder>/datasets`` and ``<recipe folder>/../datasets``
   3. the checkout's ``datasets/`` when evalq runs from its own source tree
-  4. the manifests built into the package (``evalq/datasets/manifests``)
+  4. the manifests built into the package (``evalq/data/manifests``)
 
 recipes, for ``evalq run X``
   1. ``X`` as a path, when that file exists
