@@ -389,3 +389,12 @@ def test_wide_table_with_a_one_sided_interval_does_not_crash(
     assert delta["ci_high"] is None  # the case this test is about
     out = capsys.readouterr().out
     assert any("int8-vectors" in line for line in out.splitlines())
+
+
+def test_the_python_api_reports_an_ungated_candidate_as_ungated(tmp_path: Path) -> None:
+    import evalq
+
+    root, _ = _folder(tmp_path, _recipe([], ["dyn-int8"]),
+                      {"fp32": _values(0), "dyn-int8": _values(0, drop=0.2)})
+    verdict = evalq.load_results(root).verdicts["dyn-int8"]
+    assert verdict.verdict == "ungated" and verdict.passed is False

@@ -47,11 +47,13 @@ class GateVerdict:
 
 @dataclass(frozen=True)
 class VariantVerdict:
-    """Whether a candidate passed every gate, and each check's verdict."""
+    """A candidate's verdict (pass, fail, inconclusive or ungated: no gate applied to
+    it, so nothing was certified), whether it passed, and each check's verdict."""
 
     variant: str
     passed: bool
     checks: tuple[GateVerdict, ...]
+    verdict: str = "pass"
 
 
 def _pandas() -> Any:
@@ -127,7 +129,9 @@ class Results:
                 GateVerdict(ds, c.gate, c.verdict, c.passed, c.reason)
                 for ds, entry in self.typed.datasets.items()
                 for c in _checks(entry.variants.get(name)))
-            out[name] = VariantVerdict(name, bool(info.passed), checks)
+            # Folders written before verdicts were stored had only passed: true / false.
+            verdict = info.verdict or ("pass" if info.passed else "fail")
+            out[name] = VariantVerdict(name, bool(info.passed), checks, verdict)
         return out
 
     # -- tables --------------------------------------------------------------------------
