@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evalq.core.protocols import Encoder
-from evalq.engines.context import BuildContext  # re-exported: builders' old import path
+from evalq.engines.context import BuildContext
 from evalq.engines.registry import embedding_backend
 
 if TYPE_CHECKING:  # builders read a variant's fields; they never import the recipe

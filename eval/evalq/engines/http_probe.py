@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalq.core.errors import InputError
-from evalq.engines.factory import BuildContext, create_encoder
+from evalq.engines.context import BuildContext
+from evalq.engines.factory import create_encoder
 from evalq.engines.modelinfo import resolve_model_path, resolve_settings
 from evalq.engines.registry import embedding_backend
 from evalq.engines.server_routes import ServerRoutes

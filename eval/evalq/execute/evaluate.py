@@ -35,7 +35,8 @@ from evalq.encode.cache import EmbeddingCache
 from evalq.encode.composition import cache_composition
 from evalq.encode.executors import open_executor
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
-from evalq.engines.factory import BuildContext, batching, create_encoder, resolve_device
+from evalq.engines.context import BuildContext
+from evalq.engines.factory import batching, create_encoder, resolve_device
 from evalq.engines.http_probe import launched_by_recipe, probe_http_variants, probe_one
 from evalq.engines.launch import start_launch
 from evalq.execute import sensitivity, sensitivity_measure

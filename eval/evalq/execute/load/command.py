@@ -34,7 +34,8 @@ from evalq.core.errors import InputError
 from evalq.data.manifest import load_datasets
 from evalq.data.streamed import sample_texts
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
-from evalq.engines.factory import BuildContext, create_encoder, resolve_device
+from evalq.engines.context import BuildContext
+from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.openai_http import TokenCounter
 from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import or_list

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalq.engines.factory import BuildContext, create_encoder, resolve_device
+from evalq.engines.context import BuildContext
+from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.launch import start_launch
 from evalq.engines.registry import embedding_backend
 from evalq.engines.vllm_build import build_vllm_encoder
