@@ -232,6 +232,24 @@ def test_pipeline_delta_columns_use_the_recipes_method() -> None:
     assert a["total"]["delta"] == b["total"]["delta"]
 
 
+def _pipeline_summary(reference: str, combos: dict[str, dict[str, Any]],
+                      passed: bool) -> dict[str, Any]:
+    """A pipeline's summary as the run writes it (every key the results schema requires),
+    around the combinations a test cares about."""
+    recall = {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n": N}
+    full = {}
+    for name, combo in combos.items():
+        first, rest = name.split("+", 1)
+        full[name] = {"first_stage": first, "reranker": rest.split("@")[0], "depth": 5,
+                      "first_stage_recall": recall, "metrics": {}, **combo}
+    return {"depths": [5], "cutoff": 5, "first_stage": {"kind": "bm25"},
+            "reranker_reference": "fp32", "cost": {}, "rerankers": {},
+            "passed": passed, "failed_gates": [],
+            "datasets": {"pydocs": {"queries": N, "depths": {"5": {
+                "first_stage": {}, "fidelity": {}, "reference": reference,
+                "combinations": full}}}}}
+
+
 def _pipeline_folder(tmp_path: Path, stats: dict[str, Any] | None = None) -> Path:
     """A finished run of the reference alone plus one pipeline, as the run stores it."""
     recipe = _recipe([], [], pipelines=[PIPELINE], **({"stats": stats} if stats else {}))
@@ -244,11 +262,9 @@ def _pipeline_folder(tmp_path: Path, stats: dict[str, Any] | None = None) -> Pat
     # what the run decided: the gate at the recipe's (default) stats
     gate = decide_gates([GateSpec("nDCG@5", "qrels", max_drop=0.05)], PerQuery(ids, cand),
                         PerQuery(ids, ref), resamples=500)
-    summary["pipelines"] = {"p": {"datasets": {"pydocs": {"depths": {"5": {
-        "reference": "bm25+fp32@5",
-        "combinations": {"bm25+fp32@5": {"kind": "reference"},
-                         "bm25+int8@5": {"kind": "reranker", "gate": gate.to_dict()}}}}}},
-        "passed": gate.passed}}
+    summary["pipelines"] = {"p": _pipeline_summary("bm25+fp32@5", {
+        "bm25+fp32@5": {"kind": "reference"},
+        "bm25+int8@5": {"kind": "reranker", "gate": gate.to_dict()}}, gate.passed)}
     summary["passed"] = summary["passed"] and gate.passed
     RunFolder(root).write_summary(summary)
     return root
@@ -350,10 +366,9 @@ def test_a_retriever_stage_pipeline_gate_judges_the_dense_candidate(tmp_path: Pa
     gate = decide_gates([GateSpec("nDCG@5", "qrels", max_drop=0.01)],
                         PerQuery(ids, {"nDCG@5": ref - 0.2}), PerQuery(ids, {"nDCG@5": ref}),
                         resamples=500)
-    summary["pipelines"] = {"p": {"datasets": {"pydocs": {"depths": {"5": {"combinations": {
-        "fp32+fp32@5": {"kind": "reference", "first_stage": "fp32"},
-        "dyn-int8+fp32@5": {"kind": "retriever", "first_stage": "dyn-int8",
-                            "gate": gate.to_dict()}}}}}}}}
+    summary["pipelines"] = {"p": _pipeline_summary("fp32+fp32@5", {
+        "fp32+fp32@5": {"kind": "reference"},
+        "dyn-int8+fp32@5": {"kind": "retriever", "gate": gate.to_dict()}}, gate.passed)}
     add_pipeline_gates(summary)
     info = summary["variants"]["dyn-int8"]
     assert info["verdict"] == "fail" and info["passed"] is False

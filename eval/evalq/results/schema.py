@@ -193,12 +193,12 @@ class Attribution(Part):
 
 
 class Combination(Part):
-    first_stage: str | None = None
-    reranker: str | None = None
-    depth: int | None = None
+    first_stage: str
+    reranker: str
+    depth: int
     kind: Literal["reference", "retriever", "reranker", "both"]
-    first_stage_recall: MeanEntry | None = None
-    metrics: dict[str, MetricEntry] | None = None
+    first_stage_recall: MeanEntry
+    metrics: dict[str, MetricEntry]
     reference_metrics: dict[str, MeanEntry] | None = None
     attribution: dict[str, Attribution] | None = None
     gate: GateResult | None = None
@@ -212,14 +212,14 @@ class Fidelity(Part):
 
 
 class PipelineDepth(Part):
-    first_stage: dict[str, dict[str, MeanEntry]] | None = None
+    first_stage: dict[str, dict[str, MeanEntry]]
     combinations: dict[str, Combination]
-    fidelity: dict[str, Fidelity] | None = None
-    reference: str | None = None
+    fidelity: dict[str, Fidelity]
+    reference: str
 
 
 class PipelineDataset(Part):
-    queries: int | None = None
+    queries: int
     depths: dict[str, PipelineDepth]
 
 
@@ -261,15 +261,15 @@ class RerankerInfo(Part):
 
 
 class PipelineSummary(Part):
-    depths: list[int] | None = None
-    cutoff: int | None = None
-    first_stage: dict[str, Any] | None = None  # the recipe's first_stage block, as dumped
-    reranker_reference: str | None = None
+    depths: list[int]
+    cutoff: int
+    first_stage: dict[str, Any]  # the recipe's first_stage block, as dumped
+    reranker_reference: str
     datasets: dict[str, PipelineDataset]
-    cost: dict[str, PipelineCost] | None = None
-    rerankers: dict[str, RerankerInfo] | None = None
-    passed: bool | None = None
-    failed_gates: list[str] | None = None
+    cost: dict[str, PipelineCost]
+    rerankers: dict[str, RerankerInfo]
+    passed: bool
+    failed_gates: list[str]
     note: str | None = None
 
 
