@@ -413,3 +413,12 @@ def test_the_python_api_reports_an_ungated_candidate_as_ungated(tmp_path: Path) 
                       {"fp32": _values(0), "dyn-int8": _values(0, drop=0.2)})
     verdict = evalq.load_results(root).verdicts["dyn-int8"]
     assert verdict.verdict == "ungated" and verdict.passed is False
+
+
+def test_several_verdicts_on_one_candidate_combine_by_one_rule() -> None:
+    from evalq.core.gates import worst_of
+
+    assert worst_of(["pass", "inconclusive"]) == "inconclusive"
+    assert worst_of(["inconclusive", "fail", "pass"]) == "fail"
+    assert worst_of(["ungated", "pass"]) == "pass"  # ungated adds nothing
+    assert worst_of(["ungated"]) == "ungated" and worst_of([]) == "ungated"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from evalq.core.errors import InputError
 
@@ -224,6 +224,22 @@ def outcome(checks: Sequence[GateCheck], gated: bool) -> Outcome:
     if any(not c.passed for c in checks):
         return "inconclusive"
     return "pass" if gated else "ungated"
+
+
+_SEVERITY: dict[str, int] = {"ungated": 0, "pass": 1, "inconclusive": 2, "fail": 3}
+
+
+def worst_of(verdicts: Sequence[Outcome]) -> Outcome:
+    """Several verdicts on one candidate as one (its own gates and, say, a pipeline's that
+    judge it): a fail fails, an undecided one is inconclusive, ungated adds nothing."""
+    return max(verdicts, key=_SEVERITY.__getitem__, default="ungated")
+
+
+def check_from_dict(data: Mapping[str, Any]) -> GateCheck:
+    """A stored check (``GateCheck.to_dict``) back as the value the rule reads."""
+    return GateCheck(str(data.get("gate", "")), bool(data.get("passed")),
+                     data.get("verdict", "fail"), str(data.get("reason", "")),
+                     dict(data.get("figures") or {}))
 
 
 def summary_passed(verdict: Outcome) -> bool | None:

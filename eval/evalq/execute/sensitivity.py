@@ -146,7 +146,7 @@ def apply_sensitivity(
                 entry["delta"] = float(np.mean(col - ref_column))
             metrics[name] = entry
             metric_values.setdefault(name, []).append(entry.get("delta", mean))
-        verdict = _worst_verdict(comp_gate)
+        verdict = comp_gate.verdict  # too small a slice to decide is inconclusive
         rows.append({"id": comp["id"], "batch_tokens": comp["batch_tokens"],
                      "shuffle_seed": comp["shuffle_seed"], "passed": comp_gate.passed,
                      "verdict": verdict,
@@ -192,10 +192,3 @@ def apply_sensitivity(
         "extra_seconds": measured_entry.get("seconds"),
     }
     return section, combined, note
-
-
-def _worst_verdict(gate: VariantGate) -> str:
-    """A composition's verdict is its worst check's: a slice too small to decide a gate is
-    *inconclusive* there, not failed (the console said FAIL for it before)."""
-    verdicts = {c.verdict for c in gate.checks}
-    return next((v for v in ("fail", "inconclusive") if v in verdicts), "pass")

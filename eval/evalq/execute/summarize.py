@@ -14,7 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from evalq.core.gates import GateCheck, GateSpec, VariantGate, summary_passed
+from evalq.core.gates import (
+    GateCheck,
+    GateSpec,
+    VariantGate,
+    check_from_dict,
+    outcome,
+    summary_passed,
+    worst_of,
+)
 from evalq.core.values import PerQuery
 from evalq.decide.gate import decide_gates, decide_pooled, paired_values
 from evalq.decide.summary_stats import column, mean_entry, paired_entry
@@ -254,10 +262,8 @@ def add_pipeline_gates(summary: dict[str, Any]) -> None:
         if not checks:
             continue
         info = variants[name]
-        own = info.get("verdict", "ungated")
-        verdict = ("fail" if own == "fail" or any(c["verdict"] == "fail" for c in checks)
-                   else "inconclusive" if own == "inconclusive" or not all(
-                       c["passed"] for c in checks) else "pass")
+        judged = outcome([check_from_dict(c) for c in checks], gated=True)
+        verdict = worst_of([info.get("verdict") or "ungated", judged])
         info.update(verdict=verdict, passed=summary_passed(verdict), pipeline_checks=checks)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalq.core.gates import GateCheck, outcome
 from evalq.report.runview import finite
 
 ATTRIBUTION_PARTS = ("retriever_only", "reranker_only", "interaction", "total")
@@ -70,6 +71,7 @@ class Combination:
     attribution: dict[str, dict[str, Interval]]
     checks: list[GateCheckRow]
     gate_passed: bool | None
+    verdict: str | None = None  # as the run decided it (folders from before: None)
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,8 @@ def _combination(ds: str, depth: int, name: str, e: Mapping[str, Any]) -> Combin
                 if v.get("vs_reference")},
         attribution={m: {p: Interval.of(parts.get(p), "delta") for p in ATTRIBUTION_PARTS}
                      for m, parts in (e.get("attribution") or {}).items()},
-        checks=_checks(gate), gate_passed=None if gate is None else bool(gate.get("passed")))
+        checks=_checks(gate), gate_passed=None if gate is None else bool(gate.get("passed")),
+        verdict=e.get("verdict"))
 
 
 def _costs(ds: str, cost: Mapping[str, Any]) -> list[StageCost]:
@@ -186,12 +189,13 @@ def attribution_text(parts: Mapping[str, Interval]) -> str:
 
 
 def verdict_text(combo: Combination) -> str:
-    if combo.gate_passed is None:
-        return "reference" if combo.kind == "reference" else "ungated"
-    if combo.gate_passed:
-        return "pass"
-    verdicts = {c.verdict for c in combo.checks if not c.passed}
-    return "fail" if "fail" in verdicts or not verdicts else "inconclusive"
+    if combo.kind == "reference":
+        return "reference"
+    if combo.verdict is not None:
+        return combo.verdict
+    # Written before combinations carried a verdict: the same rule, from the checks.
+    return outcome([GateCheck(c.gate, c.passed, c.verdict, c.reason)  # type: ignore[arg-type]
+                    for c in combo.checks], gated=combo.gate_passed is not None)
 
 
 def print_pipelines(console: Any, views: list[PipelineView]) -> None:

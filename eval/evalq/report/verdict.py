@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evalq.core.gates import check_from_dict, outcome
 from evalq.report.runview import RunView, finite
 
 Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdict"]
@@ -113,12 +114,8 @@ def _stored_status(run: RunView, name: str, checks: list[tuple[str, dict[str, An
     if run.summary is None:
         return "no verdict"
     # Written before summaries carried a verdict: the same rule, from the checks.
-    if any(c.get("verdict") == "fail" for _, c in checks):
-        return "fail"
-    if any(not c.get("passed") for _, c in checks):
-        return "inconclusive"
     gated = any(not str(c.get("gate", "")).startswith(_PREFLIGHT_LABEL) for _, c in checks)
-    return "ship" if gated else "ungated"
+    return _STATUS[outcome([check_from_dict(c) for _, c in checks], gated)]
 
 
 def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:
