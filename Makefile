@@ -87,7 +87,7 @@ demo: install
 bench: install llmcompressor-venv
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/encode.py
-	$(BIN)/python bench/vllm.py
+	$(BIN)/python bench/vllm_encode.py
 	$(BIN)/python bench/rerun.py
 	$(BIN)/python bench/loadgen.py
 	$(BIN)/python bench/rerank.py --vllm

@@ -44,9 +44,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench/vllm.py sits in this folder: on sys.path it would shadow the vllm package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(ROOT / "eval"))
 
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds  # noqa: E402

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,10 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from record import write_record
-
-# bench/vllm.py sits beside this file: this folder on sys.path would shadow the vllm package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -302,8 +302,7 @@ def test_contracts_page_quotes_the_import_linter_configuration() -> None:
 
 
 def _bench_record_module():
-    """bench/record.py loaded by path: bench/ on sys.path would shadow vllm with
-    bench/vllm.py."""
+    """bench/record.py loaded by path: the tests do not put bench/ on sys.path."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_record", REPO / "bench" / "record.py")

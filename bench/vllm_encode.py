@@ -22,7 +22,7 @@ compared pair interleaved, since a shared machine's load changes within a minute
 between the compared outputs is printed too: a speed that changes the vectors means
 nothing.
 
-Run: ``HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm.py
+Run: ``HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm_encode.py
 [--max-docs 400] [--repeats 2] [--concurrency 4] [--phases engine,server,inprocess,w8a8]
 [--json out.json]``
 """
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,10 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from record import write_record
-
-# This file is named vllm.py: its own folder on sys.path would shadow the vllm package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
