@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
@@ -23,16 +24,31 @@ import yaml
 from record import write_record
 
 
-def _run(recipe: Path, out: Path, extra: list[str]) -> float:
+@dataclass(frozen=True)
+class Timed:
+    """One ``evalq run``: wall seconds, the child's CPU seconds (user + system) and its
+    kernel peak RSS, read from ``wait4`` so that nothing samples the child."""
+
+    wall_s: float
+    cpu_s: float
+    peak_rss_mib: float
+    exit_code: int
+
+
+def _run(recipe: Path, out: Path, extra: list[str]) -> Timed:
     start = time.perf_counter()
-    done = subprocess.run(
+    child = subprocess.Popen(
         [sys.executable, "-m", "evalq.app.cli", "run", str(recipe), "-o", str(out), *extra],
-        capture_output=True, text=True, check=False,
-    )
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    if done.returncode not in (0, 1):  # 1 = a gate failed, which is a finding
-        sys.exit(f"evalq run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return seconds
+    if child.returncode not in (0, 1):  # 1 = a gate failed, which is a finding
+        sys.exit(f"evalq run failed ({child.returncode}):\n{stderr[-3000:]}")
+    return Timed(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+                 child.returncode)
 
 
 def main() -> None:
@@ -61,14 +77,18 @@ def main() -> None:
         recipe.write_text(yaml.safe_dump(data))
         cold = _run(recipe, Path(tmp) / "cold", extra)
         warm = _run(recipe, Path(tmp) / "warm", extra)
-    print(f"recipe {args.recipe}: cold run {cold:.1f} s, warm rerun {warm:.1f} s, "
-          f"warm/cold = {warm / cold:.2f} (target <= 0.30)")
+    print(f"recipe {args.recipe}: cold run {cold.wall_s:.1f} s wall ({cold.cpu_s:.0f} CPU s, "
+          f"peak RSS {cold.peak_rss_mib:.0f} MiB, exit {cold.exit_code}), warm rerun "
+          f"{warm.wall_s:.1f} s ({warm.cpu_s:.0f} CPU s), warm/cold = "
+          f"{warm.wall_s / cold.wall_s:.2f} (target <= 0.30)")
     write_record("rerun", figures={"recipe": args.recipe, "max_queries": args.max_queries,
-                                   "max_docs": args.max_docs, "cold_s": cold, "warm_s": warm},
-                 ratios={"warm / cold": warm / cold},
+                                   "max_docs": args.max_docs, "cold_s": cold.wall_s,
+                                   "warm_s": warm.wall_s, "cold": asdict(cold),
+                                   "warm": asdict(warm)},
+                 ratios={"warm / cold": warm.wall_s / cold.wall_s,
+                         "warm / cold (CPU s)": warm.cpu_s / cold.cpu_s},
                  peer="the cold run of the same recipe (fresh cache folder) in the same "
                       "invocation; target <= 0.30")
-
 
 if __name__ == "__main__":
     main()
