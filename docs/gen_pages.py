@@ -348,6 +348,45 @@ def _commit(git: Mapping[str, Any]) -> str:
     return f"`{short}`" + (" (dirty tree)" if git.get("dirty") else "")
 
 
+# The most figures one record lists on the page (a record may hold per-query arrays).
+MAX_FIGURES = 60
+
+
+def flat_figures(figures: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """A record's figures as ``(dotted.name, value)`` rows: nested mappings are walked,
+    numbers shown to 4 significant digits, lists of more than 8 items summarised by their
+    length (a figure a page quotes is a scalar; the arrays stay in the JSON)."""
+    rows: list[tuple[str, str]] = []
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            rows += flat_figures(value, f"{name}.")
+        elif isinstance(value, bool) or value is None:
+            rows.append((name, str(value)))
+        elif isinstance(value, int | float):
+            rows.append((name, f"{value:.4g}"))
+        elif isinstance(value, list | tuple) and len(value) > 8:
+            rows.append((name, f"{len(value)} values"))
+        else:
+            rows.append((name, json.dumps(value, default=str)))
+    return rows
+
+
+def _figures_block(record: Mapping[str, Any]) -> str:
+    rows = flat_figures(record.get("figures", {}))
+    shown = rows[:MAX_FIGURES]
+    more = (f"\n{len(rows) - len(shown)} more figures are in the record.\n"
+            if len(rows) > len(shown) else "")
+    load = record.get("host", {}).get("loadavg_1_5_15")
+    load_text = " / ".join(f"{x:.1f}" for x in load) if load else "not recorded"
+    head = (f"\n### Figures of `{record['file']}` ({_commit(record.get('git', {}))}, "
+            f"{record.get('date', '')[:10]}; load average 1/5/15 min {load_text})\n\n")
+    notes = f"\n{record['notes']}\n" if record.get("notes") else ""
+    body = _table(("figure", "value"), ((f"`{n}`", v) for n, v in shown)) if shown else (
+        "No figures.\n")
+    return head + body + more + notes
+
+
 def benchmarks_reference(records_dir: Path = RECORDS) -> str:
     """One table per bench from the committed records: each ratio with its peer, the host
     (CPU, cores, fp32 matmul peak measured in the same run), the date and the commit."""
@@ -371,6 +410,7 @@ def benchmarks_reference(records_dir: Path = RECORDS) -> str:
         out.append(f"\n## {bench}\n\n")
         out.append(_table(("ratio", "value", "peer", "host", "date", "commit", "command"), rows)
                    if rows else "A record with no ratio.\n")
+        out += [_figures_block(r) for r in records if r["bench"] == bench]
     return "".join(out)
 
 

@@ -329,4 +329,6 @@ def test_benchmarks_page_renders_the_committed_records(tmp_path: Path) -> None:
     for cell in ("0.25×", "a peer only this test knows", "Fake CPU 9000, 3 cores",
                  "matmul peak 123.4 GFLOP/s"):
         assert cell in row, cell
+    figures = page[page.index("### Figures of `fakebench-"):]
+    assert "| `seconds.evalq` | 1 |" in figures and "| `seconds.peer` | 4 |" in figures
     assert "benchmarks.md" in gen_pages.pages()
