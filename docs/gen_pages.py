@@ -365,6 +365,12 @@ def flat_figures(figures: Mapping[str, Any], prefix: str = "") -> list[tuple[str
             rows.append((name, str(value)))
         elif isinstance(value, int | float):
             rows.append((name, f"{value:.4g}"))
+        elif isinstance(value, list | tuple) and value and all(
+                isinstance(v, Mapping) for v in value):
+            for i, item in enumerate(value):  # rows of a table: named by their label
+                label = next((str(item[k]) for k in ("engine", "name", "format", "variant")
+                              if k in item), str(i))
+                rows += flat_figures(item, f"{name}[{label}].")
         elif isinstance(value, list | tuple) and len(value) > 8:
             rows.append((name, f"{len(value)} values"))
         else:
