@@ -332,3 +332,32 @@ def test_benchmarks_page_renders_the_committed_records(tmp_path: Path) -> None:
     figures = page[page.index("### Figures of `fakebench-"):]
     assert "| `seconds.evalq` | 1 |" in figures and "| `seconds.peer` | 4 |" in figures
     assert "benchmarks.md" in gen_pages.pages()
+
+
+RECORD_NAME = re.compile(r"`([a-z_]+-\d{8}-[0-9a-f]{7})`")
+
+
+def test_every_quoted_record_is_committed() -> None:
+    """A figure quoted in the docs names the record behind it; the name must be a file
+    under bench/results/, or the figure has nothing behind it."""
+    pages = [*REPO.glob("docs/*.md"), *REPO.glob("docs/development/*.md"), REPO / "README.md"]
+    named = {(page.name, name) for page in pages
+             for name in RECORD_NAME.findall(page.read_text(encoding="utf-8"))}
+    assert any(page == "benchmarks.md" for page, _ in named)
+    missing = sorted((page, name) for page, name in named
+                     if not (REPO / "bench" / "results" / f"{name}.json").is_file())
+    assert not missing, f"records quoted but not committed under bench/results/: {missing}"
+
+
+def test_each_benchmarks_section_cites_a_record_or_says_it_has_none() -> None:
+    text = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(sections) >= 8
+    for section in sections:
+        title = section.splitlines()[0]
+        if title == "The bench scripts":
+            continue
+        cites = RECORD_NAME.search(section) is not None
+        says_none = re.search(r"No record yet|No bench script measures it|Not measured|"
+                              r"assertions the tests hold", section) is not None
+        assert cites or says_none, f"section '{title}' quotes figures without a record"
