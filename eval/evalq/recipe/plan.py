@@ -36,6 +36,7 @@ from evalq.engines.capability import detect_device
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
+from evalq.recipe.loadbudget import load_budget
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -121,6 +122,8 @@ class Plan:
     pipeline_gates: tuple[str, ...] = ()
     # Batch sensitivity decides the variants' own gates under every batch composition.
     sensitivity: bool = False
+    # What the recipe's load test may schedule and allocate (``evalq load``), if it has one.
+    load_budget: str | None = None
 
     def variant(self, name: str) -> VariantPlan:
         return next(v for v in self.variants if v.name == name)
@@ -233,6 +236,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         machine_notes=tuple(problems.notes),
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
         sensitivity=recipe.batch_sensitivity is not None,
+        load_budget=load_budget(recipe.load).describe() if recipe.load else None,
     )
 
 
@@ -412,6 +416,8 @@ def describe_plan(plan: Plan) -> str:
         for g in v.gates:
             lines.append(f"      gate: {g}")
     lines += [f"  gate: {g}" for g in plan.pipeline_gates]
+    if plan.load_budget:
+        lines.append(f"  {plan.load_budget}")
     lines.append("  " + exit_statement(plan))
     return "\n".join(lines)
 
