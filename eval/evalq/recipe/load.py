@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.recipe.loadbudget import (
     MAX_DURATION_S,
@@ -73,7 +74,7 @@ WorkloadKind = Literal["query", "ingest", "rerank"]
 class Workload(StrictOptions):
     """One traffic shape: what a request carries and how the sweep offers it."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    name: PathName
     kind: WorkloadKind
     slo_p99_ms: float = Field(gt=0, le=MAX_TIMEOUT_S * 1000, allow_inf_nan=False)
     open_loop: OpenLoop | None = None

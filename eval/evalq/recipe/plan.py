@@ -37,6 +37,7 @@ from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
 from evalq.recipe.loadbudget import load_budget
+from evalq.recipe.plan_datasets import check_datasets
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -216,6 +217,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     gate_plans = _plan_gates(recipe, problems)
     variant_plans = _plan_variants(recipe, selected, problems, detect, gate_plans, use_cache)
     _check_streamed(recipe, path, selected, problems)
+    check_datasets(recipe, path, problems)  # as the loader will parse them (validate = run)
     out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
 
     if problems.items:
