@@ -343,6 +343,7 @@ def write_recipe(answers: InitAnswers, output: Path, *, force: bool = False) -> 
     if output.exists() and not force:
         raise InputError(message=f"{output} exists", file=output,
                          fix="choose another -o/--output, or pass --force to overwrite")
+    atomicio.check_output_location(output, folder=False, field="-o/--output")
     text = render_recipe(answers, output)
     validate_scaffold(text, output)
     output.parent.mkdir(parents=True, exist_ok=True)

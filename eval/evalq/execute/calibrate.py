@@ -60,6 +60,8 @@ def calibrate_command(results: Path | None, *, trials: int = 2000,
     if trials < 50:
         raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
                          field="--trials", fix="use --trials 2000 (the default) or at least 50")
+    if json_path is not None:  # before the simulation, not after it
+        atomicio.check_output_location(json_path, folder=False, field="--json")
     populations = synthetic_panel()
     if results is not None:
         populations = results_populations(results) + populations

@@ -22,12 +22,12 @@ cache key) live in :mod:`evalq.recipe.plan_variants`.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalq.core.atomicio import check_output_location
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
 from evalq.core.values import EncodingSettings
@@ -352,18 +352,11 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
 
 def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,
                         name: str) -> None:
-    """A folder that exists must be a writable folder; else its nearest existing parent."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        if probe.is_symlink():  # dangling link
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        problems.add(key, f"{name} '{folder}': '{probe}' is a file, not a folder",
-                     "remove that file or choose another path", field=name.split()[0])
-    elif probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
-        problems.add(key, f"{name} '{folder}': '{probe}' is not writable by this user",
-                     "choose a writable path or fix its permissions", field=name.split()[0])
+    """The folder can be created and written (the check every output goes through)."""
+    try:
+        check_output_location(folder, folder=True, what=name)
+    except InputError as exc:
+        problems.add(key, exc.message, exc.fix or "", field=name.split()[0])
 
 
 # -- commands ------------------------------------------------------------------------
