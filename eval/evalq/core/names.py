@@ -16,8 +16,8 @@ names (``per_query/<dataset>/<variant>.jsonl``, ``pipelines/<pipeline>/``,
 The recipe models use :data:`PathName` (pydantic refuses the name at its recipe line,
 exit 2); names that do not come through a model (a dataset named by its manifest's file)
 are checked with :func:`check_path_name`; and :func:`inside` re-checks at the point of
-writing that a joined path stays under its root, so a name from an older folder or a
-future code path cannot slip past.
+writing that a joined path stays under its root (one component per name), so a name from
+an older folder or a future code path cannot slip past.
 """
 
 from __future__ import annotations
@@ -72,8 +72,21 @@ def check_path_name(name: object, *, what: str, file: str | Path | None = None,
     return name
 
 
+def _leaves(name: str) -> bool:
+    """Whether ``name`` (one or more ``/``-joined parts) would not stay below its root."""
+    parts = name.split("/")
+    return any(not part or part in (".", "..") or "\\" in part or "\x00" in part
+               or len(part.encode("utf-8", "surrogatepass")) > 255 for part in parts)
+
+
 def inside(root: Path, *names: str) -> Path:
-    """``root / names...``, each name a safe component; the result lies under ``root``."""
+    """``root / names...``, the result under ``root``: no part empty, ``.`` or ``..``,
+    absolute, with ``\\`` or NUL, or over 255 bytes. Looser than :data:`PathName` on
+    purpose: evalq composes some names from checked ones (``bm25+fp32@5.jsonl``, a batch
+    composition's ``batch-sensitivity/<variant>/<composition>``); what matters here is
+    that none leaves the folder."""
     for name in names:
-        check_path_name(name, what=f"a file name under {root}")
+        if _leaves(name):
+            raise InputError(message=f"{name!r} cannot be a file name under {root}: it would "
+                             "leave the folder", file=root, fix=f"rename it: {RULE}")
     return root.joinpath(*names)
