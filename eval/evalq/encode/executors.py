@@ -11,6 +11,7 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.encode.cache import EmbeddingCache
+from evalq.encode.rayaddress import FORMS, address_problem, unreachable
 from evalq.encode.rayexec import RayExecutor, stats_dict
 
 
@@ -61,11 +62,21 @@ def open_executor(recipe: Any, recipe_path: Path, executor: str | None,
         if spec.type != "ray":
             raise InputError(message="--address names a Ray cluster, but the executor is "
                              "local", field="--address", fix="add --executor ray")
+        problem = address_problem(address)
+        if problem:
+            raise InputError(message=problem, field="--address", fix=f"use {FORMS}")
         spec = spec.model_copy(update={"address": address})
     if spec.type == "local":
         return None
     try:
-        return RunExecutor(spec)
+        runner = RunExecutor(spec)  # Ray not installed: exit 2 with the install line
     except InputError as exc:
         exc.file = recipe_path
         raise
+    down = unreachable(spec.address) if spec.address else None
+    if down:
+        raise InputError(message=down, file=None if address else recipe_path,
+                         field="--address" if address else "executor.address",
+                         fix="start the cluster (ray start --head) or correct the address; "
+                         "check a firewall between here and it")
+    return runner

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from evalq.core.options import StrictOptions
+from evalq.encode.rayaddress import address_problem
 
 
 class ExecutorSpec(StrictOptions):
@@ -33,6 +34,14 @@ class ExecutorSpec(StrictOptions):
     batch_size: int = Field(default=1, ge=1)
     num_cpus: int | None = Field(default=None, ge=1)
     max_restarts: int = Field(default=3, ge=0)
+
+    @field_validator("address")
+    @classmethod
+    def _ray_takes_it(cls, value: str | None) -> str | None:
+        problem = None if value is None else address_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -104,8 +104,15 @@ class ModelNotCachedError(InputError):
 
 def _path_from_hf_cache(repo_id: str, where: dict[str, Any]) -> Path:
     from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    from huggingface_hub.utils import validate_repo_id
 
+    try:  # the hub's own rule for ids, before anything asks it
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise InputError(message=f"model '{repo_id}' is not a valid Hugging Face id: {exc}",
+                         fix="give an existing folder, 'pkg:<module>', or an id such as "
+                         "'sentence-transformers/all-MiniLM-L6-v2'", **where) from None
     # Read at call time: huggingface_hub freezes its constant at import.
     cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
     try:

@@ -33,15 +33,24 @@ def results_populations(folder: str | Path) -> list[Population]:
     """Per-query differences of every candidate × dataset × allowed-drop gate of a results
     folder, with the margin that gate used."""
     run = RunFolder(folder)
-    manifest = run.read_manifest_data()
-    recipe = Recipe.model_validate(stored_recipe(manifest["recipe"], None))
+    manifest = run.read_manifest()  # typed: a damaged file is an InputError naming the field
+    try:
+        recipe = Recipe.model_validate(stored_recipe(manifest.recipe, None))
+    except ValueError as exc:  # pydantic's ValidationError: a hand-edited manifest
+        raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
+                         file=run.root / "manifest.json", field="recipe",
+                         fix="rerun 'evalq run' to write a fresh folder") from None
     reference = recipe.reference.name
+    if reference not in manifest.variants:
+        raise InputError(message=f"the manifest has no variant '{reference}' (the recipe's "
+                         "reference)", file=run.root / "manifest.json", field="variants",
+                         fix="rerun 'evalq run' to write a fresh folder")
     specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
     specs = [s for s in specs if s.max_drop is not None]
     populations = []
-    for ds in manifest["variants"][reference]["datasets"]:
+    for ds in manifest.variants[reference].datasets:
         ref = run.read_per_query(ds, reference)
-        for name in manifest["variants"]:
+        for name in manifest.variants:
             if name == reference:
                 continue
             cand = run.read_per_query(ds, name)
@@ -60,6 +69,8 @@ def calibrate_command(results: Path | None, *, trials: int = 2000,
     if trials < 50:
         raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
                          field="--trials", fix="use --trials 2000 (the default) or at least 50")
+    if json_path is not None:  # before the simulation, not after it
+        atomicio.check_output_location(json_path, folder=False, field="--json")
     populations = synthetic_panel()
     if results is not None:
         populations = results_populations(results) + populations

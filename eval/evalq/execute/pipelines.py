@@ -37,6 +37,7 @@ import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.core.gates import GateSpec, VariantGate
+from evalq.core.names import inside
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
 from evalq.decide.gate import decide_gates
@@ -199,7 +200,7 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
              datasets: list[Any], out_dir: Path, judged: dict[str, Any],
              variant_records: dict[str, Any], cache: Any,
              embedding_cache: Any = None) -> dict[str, Any]:
-    folder = RunFolder(out_dir / "pipelines" / spec.name)
+    folder = RunFolder(inside(out_dir, "pipelines", spec.name))
     cache_dir = Path(recipe.cache_dir)
     rr_paths = {
         v.name: resolve_reranker_model(v.model or spec.reranker.model, cache_dir, recipe_path,

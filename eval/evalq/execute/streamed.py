@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from evalq.core.names import inside
 from evalq.core.ranking import Ranking
 from evalq.data.streamed import StreamedCorpus
 from evalq.data.streaming import TextBlock, return_freed_memory
@@ -59,7 +60,7 @@ class ShardedDocuments:
 
 
 def shards_root(run_root: Path, dataset: str, variant: str) -> Path:
-    return run_root / "shards" / dataset / variant
+    return inside(run_root, "shards", dataset, variant)
 
 
 def encode_corpus(encoder: Any, corpus: StreamedCorpus, root: Path, *,

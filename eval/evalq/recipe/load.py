@@ -12,11 +12,29 @@ This module imports nothing of evalq, so ``evalq.recipe.schema`` can import it.
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
+from evalq.recipe.loadbudget import (
+    MAX_DURATION_S,
+    MAX_IN_FLIGHT,
+    MAX_REQUESTS,
+    MAX_RERANK_DEPTH,
+    MAX_TIMEOUT_S,
+    MAX_WARMUP_S,
+    check_schedule,
+)
+
+# A number a user typed that becomes a schedule, a sleep or an allocation: never NaN or
+# infinite (YAML reads ``.nan`` and ``.inf`` as floats), and positive where zero means
+# nothing to send. Upper bounds come from :mod:`evalq.recipe.loadbudget`.
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Clients = Annotated[int, Field(ge=1, le=MAX_IN_FLIGHT)]
+Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Batch = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]  # sent: min(batch, corpus, pool cap)
 
 
 def _ascending(values: list[float] | list[int], what: str) -> None:
@@ -29,13 +47,11 @@ class OpenLoop(StrictOptions):
     """Poisson arrivals at each rate in turn (requests/s): queueing shows, the generator
     never waits for the server."""
 
-    rates: list[float] = Field(min_length=1)
+    rates: list[Rate] = Field(min_length=1, max_length=1000)
 
     @field_validator("rates")
     @classmethod
     def _rates(cls, value: list[float]) -> list[float]:
-        if any(r <= 0 for r in value):
-            raise ValueError(f"rates must be positive requests/s, got {value}")
         _ascending(value, "rates")
         return value
 
@@ -43,13 +59,11 @@ class OpenLoop(StrictOptions):
 class ClosedLoop(StrictOptions):
     """A fixed number of clients, each sending its next request when the last answered."""
 
-    concurrency: list[int] = Field(min_length=1)
+    concurrency: list[Clients] = Field(min_length=1, max_length=1000)
 
     @field_validator("concurrency")
     @classmethod
     def _concurrency(cls, value: list[int]) -> list[int]:
-        if any(c < 1 for c in value):
-            raise ValueError(f"concurrency values must be at least 1, got {value}")
         _ascending(value, "concurrency")
         return value
 
@@ -60,15 +74,15 @@ WorkloadKind = Literal["query", "ingest", "rerank"]
 class Workload(StrictOptions):
     """One traffic shape: what a request carries and how the sweep offers it."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    name: PathName
     kind: WorkloadKind
-    slo_p99_ms: float = Field(gt=0)
+    slo_p99_ms: float = Field(gt=0, le=MAX_TIMEOUT_S * 1000, allow_inf_nan=False)
     open_loop: OpenLoop | None = None
     closed_loop: ClosedLoop | None = None
     # ingest: texts per request, each swept in turn
-    batch_sizes: list[int] | None = None
+    batch_sizes: list[Batch] | None = Field(default=None, max_length=1000)
     # rerank: candidates per request, and the route that scores them
-    depth: int | None = Field(default=None, ge=1)
+    depth: int | None = Field(default=None, ge=1, le=MAX_RERANK_DEPTH)
     endpoint: str | None = None
 
     @model_validator(mode="after")
@@ -113,7 +127,7 @@ class Launch(StrictOptions):
 
     command: list[str] = Field(min_length=1)
     health: str = "/health"
-    startup_timeout_s: float = Field(default=300, gt=0)
+    startup_timeout_s: float = Field(default=300, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
 
 
@@ -123,12 +137,12 @@ class LoadSection(StrictOptions):
     workloads: list[Workload] = Field(min_length=1)
     variants: list[str] | None = None  # default: every variant served over HTTP
     launch: dict[str, Launch] = Field(default_factory=dict)
-    warmup_s: float = Field(default=2.0, ge=0)
-    duration_s: float = Field(default=10.0, gt=0)
-    max_requests: int = Field(default=2000, ge=1)
-    timeout_s: float = Field(default=10.0, gt=0)
-    max_in_flight: int = Field(default=512, ge=1)
-    error_budget: float = Field(default=0.01, ge=0, le=1)
+    warmup_s: float = Field(default=2.0, ge=0, le=MAX_WARMUP_S, allow_inf_nan=False)
+    duration_s: float = Field(default=10.0, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    max_requests: int = Field(default=2000, ge=1, le=MAX_REQUESTS)
+    timeout_s: float = Field(default=10.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    max_in_flight: int = Field(default=512, ge=1, le=MAX_IN_FLIGHT)
+    error_budget: float = Field(default=0.01, ge=0, le=1, allow_inf_nan=False)
     stop_on_break: bool = True
     parity: bool = True
     seed: int = 0
@@ -140,18 +154,20 @@ class LoadSection(StrictOptions):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"workload names must be unique; repeated: {', '.join(dupes)}")
+        check_schedule(self)  # before anything is allocated: refused at recipe time
         return self
 
 
 class CapacitySection(StrictOptions):
     """``capacity:`` — the demand a deployment must carry, and what a replica costs."""
 
-    target_qps: float = Field(gt=0)
+    target_qps: float = Field(gt=0, allow_inf_nan=False)
     rerank_depth: int | None = Field(default=None, ge=1)
-    ingest_docs_per_day: float | None = Field(default=None, ge=0)
+    ingest_docs_per_day: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     # dollars per replica-hour: one price, or per variant with an optional "default"
-    dollars_per_replica_hour: float | dict[str, float] = 1.0
-    headroom: float = Field(default=0.8, gt=0, le=1)  # run replicas at most this busy
+    dollars_per_replica_hour: Price | dict[str, Price] = 1.0
+    # run replicas at most this busy
+    headroom: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
     min_replicas: int = Field(default=1, ge=1)
 
     def price(self, variant: str) -> float | None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from evalq.core.errors import InputError
+from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import (
@@ -52,12 +53,9 @@ if TYPE_CHECKING:
     from evalq.recipe.schema import Recipe
     from evalq.recipe.yamlsource import KeyPath, Located
 
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._\-]*$"
-
-
 class FirstStageSpec(StrictOptions):
     kind: Literal["bm25", "dense", "run"]
-    name: str | None = Field(default=None, pattern=_NAME)
+    name: PathName | None = None
     bm25: Bm25Options | None = None
     # dense: names of the recipe's (embedding) variants; the reference defaults to the
     # recipe's reference. Their rankings are the ones `evalq run` already searched.
@@ -84,7 +82,7 @@ class FirstStageSpec(StrictOptions):
 
 
 class RerankerVariant(StrictOptions):
-    name: str = Field(pattern=_NAME)
+    name: PathName
     # a registered reranker backend (backends/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("reranker"))
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
@@ -166,7 +164,7 @@ class PipelineGate(StrictOptions):
 
 
 class PipelineSpec(StrictOptions):
-    name: str = Field(pattern=_NAME)
+    name: PathName
     first_stage: FirstStageSpec
     depths: list[int] = Field(default_factory=lambda: [50], min_length=1)
     cutoff: int = Field(default=10, ge=1)

@@ -22,12 +22,12 @@ cache key) live in :mod:`evalq.recipe.plan_variants`.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalq.core.atomicio import check_output_location
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
 from evalq.core.values import EncodingSettings
@@ -36,6 +36,8 @@ from evalq.engines.capability import detect_device
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
+from evalq.recipe.loadbudget import load_budget
+from evalq.recipe.plan_datasets import check_datasets
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -121,6 +123,8 @@ class Plan:
     pipeline_gates: tuple[str, ...] = ()
     # Batch sensitivity decides the variants' own gates under every batch composition.
     sensitivity: bool = False
+    # What the recipe's load test may schedule and allocate (``evalq load``), if it has one.
+    load_budget: str | None = None
 
     def variant(self, name: str) -> VariantPlan:
         return next(v for v in self.variants if v.name == name)
@@ -213,6 +217,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     gate_plans = _plan_gates(recipe, problems)
     variant_plans = _plan_variants(recipe, selected, problems, detect, gate_plans, use_cache)
     _check_streamed(recipe, path, selected, problems)
+    check_datasets(recipe, path, problems)  # as the loader will parse them (validate = run)
     out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
 
     if problems.items:
@@ -233,6 +238,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         machine_notes=tuple(problems.notes),
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
         sensitivity=recipe.batch_sensitivity is not None,
+        load_budget=load_budget(recipe.load).describe() if recipe.load else None,
     )
 
 
@@ -346,18 +352,11 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
 
 def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,
                         name: str) -> None:
-    """A folder that exists must be a writable folder; else its nearest existing parent."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        if probe.is_symlink():  # dangling link
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        problems.add(key, f"{name} '{folder}': '{probe}' is a file, not a folder",
-                     "remove that file or choose another path", field=name.split()[0])
-    elif probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
-        problems.add(key, f"{name} '{folder}': '{probe}' is not writable by this user",
-                     "choose a writable path or fix its permissions", field=name.split()[0])
+    """The folder can be created and written (the check every output goes through)."""
+    try:
+        check_output_location(folder, folder=True, what=name)
+    except InputError as exc:
+        problems.add(key, exc.message, exc.fix or "", field=name.split()[0])
 
 
 # -- commands ------------------------------------------------------------------------
@@ -412,6 +411,8 @@ def describe_plan(plan: Plan) -> str:
         for g in v.gates:
             lines.append(f"      gate: {g}")
     lines += [f"  gate: {g}" for g in plan.pipeline_gates]
+    if plan.load_budget:
+        lines.append(f"  {plan.load_budget}")
     lines.append("  " + exit_statement(plan))
     return "\n".join(lines)
 

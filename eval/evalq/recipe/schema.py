@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from evalq.core.errors import InputError, RecipeValueError
 from evalq.core.locations import resolve_recipe
+from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.modelinfo import SettingsOverrides
@@ -79,7 +80,7 @@ class VectorSpec(StrictOptions):
 
 
 class Variant(StrictOptions):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    name: PathName
     # a registered embedding backend (backends/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
@@ -167,7 +168,7 @@ class ReportOptions(StrictOptions):
 
 
 class Recipe(StrictOptions):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    name: PathName
     description: str = ""
     model: ModelSpec
     datasets: list[str | dict[str, Any]] = Field(min_length=1)

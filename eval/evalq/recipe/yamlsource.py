@@ -95,6 +95,13 @@ def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     except UnicodeDecodeError as exc:
         raise InputError(message=f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=path,
                          fix="save the file as UTF-8") from None
+    return parse_yaml_text(text, path, (*_stack, resolved))
+
+
+def parse_yaml_text(text: str, path: Path, _stack: tuple[Path, ...] = ()) -> Located:
+    """``text`` as the recipe file ``path`` (its includes resolved beside it): what
+    :func:`load_yaml` does after reading, and what ``evalq init`` checks its output with
+    before writing it."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -131,7 +138,7 @@ def load_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> Located:
     include_line = lines.get(("include",), (path, None))[1]
     for inc in includes:
         try:
-            sub = load_yaml(resolve_include(path.parent, inc), (*_stack, resolved))
+            sub = load_yaml(resolve_include(path.parent, inc), _stack)
         except InputError as exc:
             if exc.message in ("file not found", "this is a folder, not a recipe file"):
                 raise InputError(message=f"included file '{inc}' ({path.parent / inc}): "

@@ -33,6 +33,7 @@ import numpy as np
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.core.names import inside
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
 from evalq.core.version import __version__
@@ -138,21 +139,21 @@ class RunFolder:
             for n, col in zip(names, columns):
                 row[n] = clean_json(col[i])
             lines.append(json.dumps(row))
-        path = self.root / "per_query" / dataset / f"{variant}.jsonl"
+        path = inside(self.root, "per_query", dataset, f"{variant}.jsonl")
         atomicio.write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 
     def write_per_text(self, dataset: str, variant: str, cosines: Mapping[str, Any]) -> None:
-        atomicio.write_json(self.root / "per_text" / dataset / f"{variant}.json",
+        atomicio.write_json(inside(self.root, "per_text", dataset, f"{variant}.json"),
                             clean_json(cosines))
 
     def write_run(self, dataset: str, variant: str, ranking: Ranking) -> Path:
-        path = self.root / "runs" / dataset / f"{variant}.trec"
+        path = inside(self.root, "runs", dataset, f"{variant}.trec")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_trec_run(ranking, path, tag=f"evalq-{variant}")
         return path
 
     def write_texts(self, dataset: str, texts: Mapping[str, Any]) -> None:
-        atomicio.write_json(self.root / "texts" / f"{dataset}.json", clean_json(texts))
+        atomicio.write_json(inside(self.root, "texts", f"{dataset}.json"), clean_json(texts))
 
     # -- reading -----------------------------------------------------------------------
     def _read_json(self, name: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.core.names import inside
 from evalq.results.folder import clean_json
 from evalq.results.schema import parse_load_summary
 
@@ -58,7 +59,7 @@ class LoadFolder:
         rows = self._steps.setdefault((variant, workload), [])
         rows.append(clean_json(dict(step)))
         text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows)
-        atomicio.write_text(self.root / "steps" / variant / f"{workload}.jsonl", text)
+        atomicio.write_text(inside(self.root, "steps", variant, f"{workload}.jsonl"), text)
 
     def read_summary(self) -> dict[str, Any]:
         path = self.root / "summary.json"

@@ -7,6 +7,7 @@ them for it), so search code reads its own options and never imports the recipe.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -17,6 +18,29 @@ from evalq.core.options import StrictOptions
 # FAISS search-time parameters we pass through ParameterSpace ("efSearch=64,nprobe=16").
 # Only names FAISS understands for the index families we document; a typo is caught here.
 SEARCH_PARAMS = ("efSearch", "nprobe", "max_codes", "ht", "k_factor")
+
+# What FAISS requires of each (it accepts any number through ParameterSpace and fails,
+# or loops, at search): lists to probe and HNSW beam width are counts of at least 1,
+# max_codes and ht are limits where 0 means none, k_factor multiplies k.
+_AT_LEAST = {"efSearch": 1, "nprobe": 1, "max_codes": 0, "ht": 0}
+
+
+def _search_param_problem(name: str, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "must be a number"
+    if not math.isfinite(value):
+        return "must be finite"
+    if name in _AT_LEAST:
+        if value != int(value):
+            return "must be a whole number"
+        if value < _AT_LEAST[name]:
+            return f"must be at least {_AT_LEAST[name]}"
+        if value > 2**31 - 1:
+            return "is larger than FAISS takes (a 32-bit int)"
+    elif value <= 0:
+        return "must be positive"
+    return None
+
 
 _FACTORY = re.compile(r"^[A-Za-z0-9_,.=+\-x]+$")
 
@@ -53,6 +77,10 @@ class IndexSpec(StrictOptions):
         if unknown:
             raise ValueError(f"unknown index search parameter(s) {', '.join(unknown)}; "
                              f"use {', '.join(SEARCH_PARAMS)}")
+        for name, number in value.items():
+            problem = _search_param_problem(name, number)
+            if problem:
+                raise ValueError(f"index search parameter {name}={number!r}: {problem}")
         return value
 
     def search_string(self) -> str:
@@ -67,9 +95,41 @@ class IndexSpec(StrictOptions):
 class Bm25Options(StrictOptions):
     """bm25s parameters; all of them go into the manifest."""
 
-    k1: float = Field(default=1.2, gt=0)
-    b: float = Field(default=0.75, ge=0, le=1)
+    k1: float = Field(default=1.2, gt=0, allow_inf_nan=False)
+    b: float = Field(default=0.75, ge=0, le=1, allow_inf_nan=False)
     method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
     stemmer: str | None = "english"  # a PyStemmer (Snowball) language, or null
     stopwords: str | None = "en"  # bm25s stopword list name, or null
     lower: bool = True
+
+    # Both names are checked against the library that will receive them, when the recipe
+    # is read (a name bm25s does not know failed only once the corpus was tokenized).
+    @field_validator("stopwords")
+    @classmethod
+    def _bm25s_knows(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            from bm25s.tokenization import Tokenizer
+        except ImportError:  # the run names the missing extra
+            return value
+        try:
+            Tokenizer(stopwords=value)  # bm25s's own lookup of its stopword lists
+        except ValueError as exc:
+            raise ValueError(f"bm25s has no stopword list '{value}' ({exc}); use a language "
+                             "it ships (en, english, en_plus, de, fr, es, ...) or null") from None
+        return value
+
+    @field_validator("stemmer")
+    @classmethod
+    def _pystemmer_knows(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            import Stemmer
+        except ImportError:
+            return value
+        if value not in Stemmer.algorithms():
+            raise ValueError(f"PyStemmer has no stemmer '{value}'; use one of "
+                             f"{', '.join(Stemmer.algorithms())}, or null")
+        return value

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -34,6 +35,9 @@ import httpx
 import numpy as np
 
 from evalq.execute.load.histogram import LatencyHistogram
+from evalq.recipe.loadbudget import MAX_STEP_REQUESTS
+
+_CHUNK = 1 << 16  # send times drawn at once
 
 
 @dataclass(frozen=True)
@@ -140,17 +144,35 @@ class StepMeasurement:
 
 def poisson_arrivals(rate: float, bounds: StepBounds, seed: int) -> tuple[np.ndarray, int]:
     """Send times (s from step start) for ``warmup_s + duration_s`` at ``rate``, cut once
-    ``max_requests`` of them fall after the warm-up; and how many are warm-up."""
+    ``max_requests`` of them fall after the warm-up; and how many are warm-up.
+
+    Drawn in chunks of at most :data:`_CHUNK` and stopped at the cut, so memory follows
+    the schedule the recipe allowed (:mod:`evalq.recipe.loadbudget`), never ``rate ×
+    horizon``; a schedule over :data:`MAX_STEP_REQUESTS` is refused before any draw."""
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"rate must be a positive finite number of requests/s, got {rate}")
+    expected = rate * bounds.warmup_s + min(rate * bounds.duration_s, bounds.max_requests)
+    if expected > MAX_STEP_REQUESTS:
+        raise ValueError(f"a step at {rate:g} requests/s schedules about {expected:,.0f} "
+                         f"requests, over {MAX_STEP_REQUESTS:,}")
     rng = np.random.default_rng(seed)
     horizon = bounds.warmup_s + bounds.duration_s
-    expected = int(rate * horizon * 1.2) + 32
-    times = np.cumsum(rng.exponential(1.0 / rate, size=expected))
-    while times[-1] < horizon:  # rare: draw more
-        more = np.cumsum(rng.exponential(1.0 / rate, size=expected)) + times[-1]
-        times = np.concatenate([times, more])
-    times = times[times < horizon]
-    warm = int(np.searchsorted(times, bounds.warmup_s))
-    return times[: warm + bounds.max_requests], warm
+    chunks: list[np.ndarray] = []
+    last, warm, measured = 0.0, 0, 0
+    while last < horizon and measured < bounds.max_requests:
+        size = min(_CHUNK, int(rate * horizon * 1.2) + 32)
+        times = np.cumsum(rng.exponential(1.0 / rate, size=size)) + last
+        last = float(times[-1])
+        times = times[times < horizon]
+        in_warm = int(np.searchsorted(times, bounds.warmup_s))
+        warm += in_warm
+        keep = in_warm + min(len(times) - in_warm, bounds.max_requests - measured)
+        measured += keep - in_warm
+        chunks.append(times[:keep])
+        if warm + measured > 2 * MAX_STEP_REQUESTS:  # the check above, held while drawing
+            raise ValueError(f"a step at {rate:g} requests/s drew more than "
+                             f"{MAX_STEP_REQUESTS:,} send times")
+    return (np.concatenate(chunks) if chunks else np.empty(0)), warm
 
 
 class LoadGenerator:

@@ -27,6 +27,7 @@ from evalq.execute.load.capacity import NEEDS_ANSWERS, Knee
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, StepMeasurement
 from evalq.execute.load.serverstats import ProcessSampler
 from evalq.recipe.load import LoadSection, Workload
+from evalq.recipe.loadbudget import MAX_POOL_TEXTS
 
 Api = Literal["openai", "tei"]
 
@@ -80,11 +81,20 @@ class TextPool:
     document_tokens: Sequence[int]
 
 
+def _capped(texts_per_request: int, count: int) -> int:
+    """How many prepared requests a series keeps: the sweep cycles through them, so past
+    :data:`MAX_POOL_TEXTS` texts more bodies would only cost memory."""
+    return max(1, min(count, MAX_POOL_TEXTS // max(1, texts_per_request)))
+
+
 def build_series(endpoint: Endpoint, workload: Workload,
                  pool: TextPool) -> list[tuple[str, list[RequestSpec]]]:
-    """``[(series label, requests)]``: one series, or one per ingest batch size."""
+    """``[(series label, requests)]``: one series, or one per ingest batch size; each
+    series holds at most :data:`MAX_POOL_TEXTS` texts (:mod:`evalq.recipe.loadbudget`)."""
     if workload.kind == "query":
-        reqs = [embed_request(endpoint, [q], n) for q, n in zip(pool.queries, pool.query_tokens)]
+        keep = _capped(1, len(pool.queries))
+        reqs = [embed_request(endpoint, [q], n)
+                for q, n in zip(pool.queries[:keep], pool.query_tokens[:keep])]
         return [("query", reqs)]
     if workload.kind == "ingest":
         out = []
@@ -92,11 +102,12 @@ def build_series(endpoint: Endpoint, workload: Workload,
         for asked in workload.batch_sizes or []:
             # A batch larger than the corpus sends the whole corpus: the series is labelled
             # with what was sent (sizes that collapse onto one are measured once).
-            size = min(asked, len(docs)) if docs else asked
+            # (and never more than the pool holds).
+            size = min(asked, len(docs), MAX_POOL_TEXTS) if docs else min(asked, MAX_POOL_TEXTS)
             if any(label == f"batch={size}" for label, _ in out):
                 continue
             reqs = []
-            for start in range(0, len(docs), size):
+            for start in range(0, len(docs), size)[:_capped(size, len(docs))]:
                 batch = docs[start:start + size]
                 if len(batch) < size:  # wrap around so every request is a full batch
                     batch = batch + docs[: size - len(batch)]
@@ -108,7 +119,8 @@ def build_series(endpoint: Endpoint, workload: Workload,
     route = workload.endpoint or "/rerank"
     reqs = []
     docs = list(pool.documents)
-    for i, (q, qn) in enumerate(zip(pool.queries, pool.query_tokens)):
+    keep = _capped(depth, len(pool.queries))
+    for i, (q, qn) in enumerate(zip(pool.queries[:keep], pool.query_tokens[:keep])):
         start = (i * depth) % max(1, len(docs))
         cands = [docs[(start + j) % len(docs)] for j in range(depth)]
         ctoks = sum(pool.document_tokens[(start + j) % len(docs)] for j in range(depth))

@@ -1,0 +1,58 @@
+"""The plan's checks of the recipe's ``datasets:`` entries, before anything is read.
+
+An inline dataset spec is a dict in the recipe schema (a dataset is loaded by the data
+part, which owns its model), so before this check ``evalq validate`` said "ok" for an
+inline spec that ``evalq run`` then refused when it loaded it: an unknown ``stream:``
+key, ``stream`` on a source that is loaded whole, a dataset name with ``../`` in it. The
+plan now parses every inline spec with the loader's own parser
+(:func:`evalq.data.manifest.parse_spec`), so validate and run refuse the same things at
+the same line; and every dataset's name, inline or from its manifest, is checked as a
+file name (:mod:`evalq.core.names`), since it becomes a folder in the results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalq.core.errors import InputError
+from evalq.core.locations import dataset_search_dirs
+from evalq.core.names import check_path_name
+from evalq.data.manifest import find_manifests, parse_spec
+from evalq.recipe.plan_variants import Problems
+
+
+def check_datasets(recipe: Any, path: Path, problems: Problems) -> None:
+    """Each inline spec parses as the loader will parse it; each name is a safe file name."""
+    manifests: dict[str, Any] | None = None
+    for i, entry in enumerate(recipe.datasets):
+        key = ("datasets", i)
+        if isinstance(entry, dict):
+            try:
+                spec = parse_spec(entry)
+            except InputError as exc:
+                problems.add_error(key, exc)
+                continue
+            name = spec.name or spec.source
+            where: Path | None = None
+        else:
+            if manifests is None:
+                try:
+                    manifests = find_manifests([d.path for d in dataset_search_dirs(path)])
+                except InputError:
+                    manifests = {}
+            found = manifests.get(entry)
+            if found is None:  # a path to a manifest, or unknown: the loader reports it
+                continue
+            where, spec = found
+            name = spec.name or where.stem
+        try:
+            check_path_name(name, what=f"dataset '{name}'", file=where,
+                            field=None if where is None else "name",
+                            fix="give the dataset a `name:` of letters, digits, '.', '_' "
+                            "and '-' (it becomes a folder in the results)")
+        except InputError as exc:
+            if where is None:
+                problems.add_error((*key, "name"), exc)
+            else:
+                problems.items.append(exc)
