@@ -179,3 +179,24 @@ def report_runs(tmp_path_factory):
 # ---------------------------------------------------------------------------------------
 # End of block: real results folders for the report tests.
 # ---------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------
+# Block: the fixture decoder embedder (owned by the decoder-embedder work): a tiny seeded
+# Qwen3 with last-token pooling, built once per session (engines/decoder_fixture.py).
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def decoder_path(tmp_path_factory) -> Path:
+    from evalq.engines.decoder_fixture import build_decoder_embedder
+
+    return build_decoder_embedder(tmp_path_factory.mktemp("decoder-models"))
+
+
+@pytest.fixture(scope="session")
+def decoder_settings(decoder_path: Path):
+    from evalq.engines.modelinfo import default_settings
+
+    return default_settings(decoder_path)
+# ---------------------------------------------------------------------------------------
+# End of block: the fixture decoder embedder.
+# ---------------------------------------------------------------------------------------

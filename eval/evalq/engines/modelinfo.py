@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalq.core.errors import InputError
 from evalq.core.values import EncodingSettings
+from evalq.engines.lasttoken import padding_side
 
 #: Longest max length assumed when a model states none (or states a sentinel like 1e30).
 MAX_LENGTH_CAP = 512
@@ -197,7 +198,8 @@ def default_settings(path: str | Path) -> EncodingSettings:
     ``config.json`` gives mean / cls / last token; a Normalize module means normalize),
     ``sentence_bert_config.json`` (``max_seq_length``) and
     ``config_sentence_transformers.json`` (``prompts``: ``query`` and the first of
-    ``document`` / ``passage`` / ``corpus``, the order sentence-transformers uses).
+    ``document`` / ``passage`` / ``corpus``, the order sentence-transformers uses), and
+    the padding side from ``tokenizer_config.json``.
     Without them: mean pooling, normalize, the model's max length capped at 512.
     """
     path = Path(path)
@@ -228,6 +230,7 @@ def default_settings(path: str | Path) -> EncodingSettings:
         truncation_side=_truncation_side(path),
         query_prefix=query_prefix,
         document_prefix=document_prefix,
+        padding_side=padding_side(path),  # type: ignore[arg-type]
     )
 
 
@@ -242,6 +245,8 @@ class SettingsOverrides(BaseModel):
     truncation_side: Literal["right", "left"] | None = None
     query_prefix: str | None = None
     document_prefix: str | None = None
+    padding_side: Literal["right", "left"] | None = None
+    append_eos: bool | None = None
 
 
 def resolve_settings(path: str | Path, overrides: Mapping[str, Any] | None = None, *,

@@ -18,6 +18,7 @@ from typing import Any
 from evalq.core.errors import InputError
 from evalq.core.weights import model_fingerprint
 from evalq.engines.capability import check_capability
+from evalq.engines.lasttoken import eos_problem
 from evalq.engines.modelinfo import ModelNotCachedError, resolve_model_path, resolve_settings
 from evalq.engines.registry import BACKENDS
 from evalq.engines.spec import SERVER_CACHE_KEY
@@ -169,7 +170,12 @@ def resolve_model(recipe: Any, variant: Any, vpath: tuple[Any, ...], label: str,
         model_path = str(resolved)
         fingerprint = model_fingerprint(resolved)
         merged = recipe.encoding.merged(variant.encoding)
-        settings = resolve_settings(resolved, merged.model_dump(exclude_none=True)).as_dict()
+        resolved_settings = resolve_settings(resolved, merged.model_dump(exclude_none=True))
+        settings = resolved_settings.as_dict()
+        eos = eos_problem(resolved, resolved_settings)
+        if eos is not None:
+            problems.add((*vpath, "encoding", "append_eos"), f"{label}: {eos}",
+                         "remove append_eos, or use a model whose tokenizer defines eos_token")
     except InputError as exc:
         key = (*vpath, "model") if variant.model else ("model", "path")
         if exc.field and exc.field not in ("model.path",):
