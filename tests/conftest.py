@@ -115,7 +115,8 @@ def minilm_w8a8(minilm_path: Path, tmp_path_factory):
 # Modules whose tests close the pool's embedding engine to run a vLLM reranker (one vLLM
 # process at a time). Run last, the float32 embedding engine starts once per session
 # instead of again after them (about 25 s each start on the 2-core CI machine).
-_CLOSE_THE_EMBEDDING_ENGINE = ("test_vllm_rerank.py", "test_vllm_rerank_server.py")
+_CLOSE_THE_EMBEDDING_ENGINE = ("test_vllm_rerank.py", "test_vllm_rerank_server.py",
+                              "test_vllm_decoder.py")
 
 
 # Fixtures that run whole recipes on the real model: a test using one is a model test and

@@ -82,11 +82,20 @@ def padding_side(path: str | Path) -> str:
     return side if side in ("right", "left") else "right"
 
 
-def eos_problem(path: str | Path, settings: EncodingSettings) -> str | None:
-    """Why ``append_eos`` cannot be honoured for this model, or None."""
-    if settings.append_eos and eos_token(path) is None:
+def eos_problem(path: str | Path, settings: EncodingSettings, *,
+                served: bool = False) -> str | None:
+    """Why ``append_eos`` cannot be honoured for this model, or None. ``served``: the
+    variant sends texts to a server that tokenizes them, so evalq cannot append anything."""
+    if not settings.append_eos:
+        return None
+    eos = eos_token(path)
+    if eos is None:
         return ("append_eos is set but the model's tokenizer names no eos_token "
                 "(tokenizer_config.json / special_tokens_map.json)")
+    if served and tokenizer_appended_token(path) != eos:
+        return ("append_eos is set, but this variant sends texts to a server that tokenizes "
+                "them itself, and the tokenizer does not append the EOS: evalq would be "
+                "unable to add it, and the server would pool each text's last word")
     return None
 
 
@@ -94,7 +103,8 @@ def eos_summary(path: str | Path, settings: EncodingSettings) -> str:
     """Where the token the pooling reads comes from, in words."""
     eos, appended = eos_token(path), tokenizer_appended_token(path)
     if appended is not None and appended == eos:
-        return f"EOS {eos!r} appended by the tokenizer's post-processor"
+        extra = " (append_eos has nothing to add)" if settings.append_eos else ""
+        return f"EOS {eos!r} appended by the tokenizer's post-processor{extra}"
     if settings.append_eos:
         return f"EOS {eos!r} appended to the token ids by evalq (append_eos)"
     if appended is not None:

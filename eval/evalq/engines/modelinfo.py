@@ -165,6 +165,27 @@ def _st_pooling(path: Path, modules: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def embedding_dim(path: str | Path) -> int | None:
+    """Width of the model's output vectors, read from its files (nothing loads): the last
+    sentence-transformers Dense module's ``out_features``, else the Pooling module's
+    ``word_embedding_dimension``, else ``config.json``'s hidden size."""
+    path = Path(path)
+    modules_file = path / "modules.json"
+    modules = _read_json(modules_file) if modules_file.is_file() else []
+    for kind, key in (("Dense", "out_features"), ("Pooling", "word_embedding_dimension")):
+        found = [m for m in modules if str(m.get("type", "")).endswith(kind)]
+        config_file = path / found[-1].get("path", "") / "config.json" if found else None
+        if config_file is not None and config_file.is_file():
+            value = _read_json(config_file).get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    config = _read_json(path / "config.json")
+    for key in ("hidden_size", "d_model", "dim"):
+        if isinstance(config.get(key), int):
+            return int(config[key])
+    return None
+
+
 def _model_max_length(path: Path) -> int:
     """The model's own max length (position embeddings / tokenizer), capped."""
     candidates: list[int] = []

@@ -170,9 +170,11 @@ def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
     for i, variant in enumerate(recipe.variants):
         if variant not in selected:
             continue
-        if variant.vectors.quantize != "none":
-            problems.add((*_variant_path(i), "vectors", "quantize"),
-                         f"variant '{variant.name}' quantizes its document vectors, which "
+        if variant.vectors.quantize != "none" or variant.vectors.dims is not None:
+            key = "quantize" if variant.vectors.quantize != "none" else "dims"
+            problems.add((*_variant_path(i), "vectors", key),
+                         f"variant '{variant.name}' quantizes or truncates its document "
+                         "vectors, which "
                          f"needs the whole document matrix; dataset {which} is streamed and "
                          "searched as exact float shards", fix)
         if variant.index is not None:
@@ -343,7 +345,9 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         backend=variant.backend + (f" ({variant.vllm.mode})" if variant.vllm else ""),
         dtype=variant.dtype, device=device, device_name=device_name, model_path=model_path,
         model_fingerprint=fingerprint, settings=settings, quantization=quant,
-        vectors=variant.vectors.quantize, endpoint=endpoint,
+        vectors=variant.vectors.quantize + (f", {variant.vectors.dims} Matryoshka dims"
+                                            if variant.vectors.dims else ""),
+        endpoint=endpoint,
         cached=cache_text(support, endpoint, use_cache), gates=gates,
         tokens=token_summary(model_path, EncodingSettings(**settings))
         if model_path and settings else None)
