@@ -178,3 +178,56 @@ def test_grid_report_shows_index_layout_and_delta(grid: dict[str, Any],
     assert main(["report", str(grid["out"]), "-o", str(page)]) == 0
     html = page.read_text()
     assert "18.8 KiB (64d int8)" in html and "75.0 KiB (64d float32)" in html
+
+
+# -- served variants send `dimensions`; a server's refusal is exit 2 with its answer -------
+
+
+@pytest.fixture(scope="module")
+def st_minilm(minilm_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu")
+
+
+def _served_recipe(tmp_path: Path, url: str) -> Path:
+    return recipes.write(tmp_path / "served.yaml", recipes.recipe(
+        "served-dims", cache=tmp_path / "cache", queries=20, docs=60,
+        candidates=[{"name": "d64", "vectors": {"dims": 64}},
+                    {"name": "served-d64", "backend": "openai", "vectors": {"dims": 64},
+                     "http": {"url": url, "model": "minilm", "retries": 0}}],
+        metrics=["nDCG@10"], reference_metrics=["overlap@10", "cosine"], resamples=200))
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_served_variant_sends_dimensions_and_matches_client_truncation(
+        tmp_path: Path, st_minilm) -> None:
+    from fake_embedding_server import FakeState, fake_server
+
+    with fake_server(FakeState(st_minilm)) as server:
+        outcome = run_recipe_file(_served_recipe(tmp_path, server.url), output=tmp_path / "o",
+                                  progress=False)
+        sent = {r.payload.get("dimensions") for r in server.state.requests
+                if r.path == "/v1/embeddings"}
+    assert 64 in sent
+    local = read_run(tmp_path / "o" / "runs" / "pydocs" / "d64.trec")
+    served = read_run(tmp_path / "o" / "runs" / "pydocs" / "served-d64.trec")
+    for qid, docs in local.items():
+        top = sorted(docs, key=lambda d: -docs[d])[:5]
+        assert top == sorted(served[qid], key=lambda d: -served[qid][d])[:5]
+    assert outcome.summary is not None
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_a_server_refusing_dimensions_exits_2_with_its_answer(
+        tmp_path: Path, st_minilm, capsys: pytest.CaptureFixture[str]) -> None:
+    from fake_embedding_server import FakeState, fake_server
+
+    with fake_server(FakeState(st_minilm, matryoshka=False)) as server:
+        code = main(["run", str(_served_recipe(tmp_path, server.url)),
+                     "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "does not support Matryoshka" in err and "HTTP 400" in err
