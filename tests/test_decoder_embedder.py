@@ -221,3 +221,50 @@ def test_instruction_goes_to_queries_only(encoder, st_model, texts):
     queries = encode_texts(encoder, QUERIES, role="query", progress=False).vectors
     bare = st_model.encode(QUERIES, convert_to_numpy=True)
     assert _rows_cosine(queries, bare).max() < 0.99  # and a query without it differs too
+
+
+# -- evalq plan on a decoder recipe: pooling, padding, EOS, instruction before loading ----
+
+
+def _gpu_recipe_on_fixture(tmp_path: Path, decoder_path: Path, dims: int) -> Path:
+    """recipes/vllm-gpu-decoder.yaml with its models swapped for the fixture (the same
+    architecture, pooling, EOS and instruction as Qwen3-Embedding)."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    data = yaml.safe_load((root / "recipes" / "vllm-gpu-decoder.yaml").read_text())
+    data["model"]["path"] = str(decoder_path)
+    data["output"], data["cache_dir"] = str(tmp_path / "out"), str(tmp_path / "cache")
+    for variant in data["candidates"]:
+        if "model" in variant:  # the GPTQ checkpoint
+            variant["model"] = str(decoder_path)
+        if "dims" in variant.get("vectors", {}):
+            variant["vectors"]["dims"] = dims
+    path = tmp_path / "decoder.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_plan_of_the_gpu_decoder_recipe_shows_what_engines_disagree_on(decoder_path, tmp_path):
+    from evalq.recipe.plan import describe_plan, plan_file
+
+    plan = plan_file(_gpu_recipe_on_fixture(tmp_path, decoder_path, 64), machine=False)
+    text = describe_plan(plan)
+    tokens = [line for line in text.splitlines() if line.strip().startswith("tokens:")]
+    assert len(tokens) == len(plan.variants) == 7
+    for line in tokens:
+        assert "pooling last, padding left" in line
+        assert f"EOS {EOS_TOKEN!r} appended by the tokenizer's post-processor" in line
+        assert "instruction for queries 'Instruct: Given a web search query" in line
+        assert "for documents none" in line
+    assert "index vectors int8, 64 Matryoshka dims" in text
+    assert not (tmp_path / "cache").exists()  # nothing loaded, nothing written
+
+
+def test_gpu_decoder_recipe_dims_beyond_the_model_are_refused(decoder_path, tmp_path):
+    from evalq.recipe.plan import PlanError, plan_file
+
+    with pytest.raises(PlanError) as err:
+        plan_file(_gpu_recipe_on_fixture(tmp_path, decoder_path, 256), machine=False)
+    text = str(err.value)
+    assert text.count("vectors.dims 256 exceeds the model's 128 dimensions") == 2
