@@ -47,7 +47,7 @@ def build(root: Path, tokenizer_source: Path, layers: int | None = None) -> Path
     began = time.perf_counter()
     shape = {**QWEN3_EMBEDDING_06B, **({"num_hidden_layers": layers} if layers else {})}
     path = build_decoder_embedder(root, source=tokenizer_source, shape=shape,
-                                  init_std=INIT_STD)
+                                  init_std=INIT_STD, max_seq_length=MAX_LENGTH)
     print(f"decoder: {path.name} ready in {time.perf_counter() - began:.0f} s", flush=True)
     return path
 
@@ -108,7 +108,8 @@ def measure_st(path: Path, docs: list[str], queries: list[str], dtype: str, repe
 
 def measure_vllm(path: Path, docs: list[str], queries: list[str], reference: Any,
                  cosines: Any) -> dict[str, Any]:
-    """bf16 (and fp8 where the GPU has it) through the vLLM engine, one engine at a time."""
+    """bf16 (and fp8 where the GPU has it; float32 on a CPU try) through the vLLM engine,
+    one engine at a time."""
     _unshadow_vllm()
     try:
         import vllm
@@ -117,41 +118,57 @@ def measure_vllm(path: Path, docs: list[str], queries: list[str], reference: Any
                            "has none and its wheels exceed what one call can carry"}
     import torch
 
-    from evalq.encode.matryoshka import truncate
-    from evalq.engines.vllm_engine import VllmEngineEncoder
 
     out: dict[str, Any] = {"version": vllm.__version__}
-    runs = [("bfloat16", None)]
+    runs = [("bfloat16" if torch.cuda.is_available() else "float32", None)]  # CPU: a try
     if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
         runs.append(("bfloat16", "fp8"))
     for dtype, quantization in runs:
         label = f"{dtype}{'+' + quantization if quantization else ''}"
-        engine = VllmEngineEncoder(path, settings=_settings(path), dtype=dtype,
-                                   quantization=quantization, gpu_memory_utilization=0.3,
-                                   max_model_len=MAX_LENGTH,
-                                   extra_engine_args={"hf_overrides": {"is_matryoshka": True}})
-        try:
-            began = time.perf_counter()
-            vectors, tokens = _both(engine, docs, queries)
-            seconds = time.perf_counter() - began
-            row = {"startup_s": engine.startup_s, "texts_per_s": len(vectors) / seconds,
-                   "tokens_per_s": tokens / seconds,
-                   "cosine_to_inprocess_fp32": cosines(vectors, reference)}
-            if quantization is None:  # vLLM's `dimensions` against evalq's truncation
-                nd, nq = min(512, len(docs)), min(64, len(queries))
-                engine.dimensions = DIMS
-                narrow, _ = _both(engine, docs[:nd], queries[:nq])
-                engine.dimensions = None
-                want = truncate(_head(reference, len(docs), nd, nq), DIMS)
-                row[f"dims{DIMS}_cosine_to_truncated_fp32"] = cosines(narrow, want)
-            out[label] = row
-        finally:
-            engine.close()
-            torch.cuda.empty_cache()
+        try:  # one engine failing must not lose the figures measured before it
+            out[label] = _vllm_run(path, docs, queries, reference, cosines, dtype,
+                                   quantization)
+        except Exception as exc:
+            out[label] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            print(f"  vllm {label:>15}: failed: {out[label]['error'][:300]}", flush=True)
+            continue
+        row = out[label]
         print(f"  vllm {label:>15}: {row['texts_per_s']:9.0f} texts/s, start-up "
               f"{row['startup_s']:.0f} s, cos to in-process fp32 min "
               f"{row['cosine_to_inprocess_fp32']['min']:.6f}", flush=True)
     return out
+
+
+def _vllm_run(path: Path, docs: list[str], queries: list[str], reference: Any,
+              cosines: Any, dtype: str, quantization: str | None) -> dict[str, Any]:
+    import torch
+
+    from evalq.encode.matryoshka import truncate
+    from evalq.engines.vllm_engine import VllmEngineEncoder
+
+    engine = VllmEngineEncoder(path, settings=_settings(path), dtype=dtype,
+                               quantization=quantization, gpu_memory_utilization=0.3,
+                               max_model_len=MAX_LENGTH,
+                               extra_engine_args={"hf_overrides": {"is_matryoshka": True}})
+    try:
+        began = time.perf_counter()
+        vectors, tokens = _both(engine, docs, queries)
+        seconds = time.perf_counter() - began
+        row = {"startup_s": engine.startup_s, "texts_per_s": len(vectors) / seconds,
+               "tokens_per_s": tokens / seconds,
+               "cosine_to_inprocess_fp32": cosines(vectors, reference)}
+        if quantization is None:  # vLLM's `dimensions` against evalq's truncation
+            nd, nq = min(512, len(docs)), min(64, len(queries))
+            engine.dimensions = DIMS
+            narrow, _ = _both(engine, docs[:nd], queries[:nq])
+            engine.dimensions = None
+            want = truncate(_head(reference, len(docs), nd, nq), DIMS)
+            row[f"dims{DIMS}_cosine_to_truncated_fp32"] = cosines(narrow, want)
+        return row
+    finally:
+        engine.close()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _unshadow_vllm() -> None:

@@ -268,3 +268,25 @@ def test_gpu_decoder_recipe_dims_beyond_the_model_are_refused(decoder_path, tmp_
         plan_file(_gpu_recipe_on_fixture(tmp_path, decoder_path, 256), machine=False)
     text = str(err.value)
     assert text.count("vectors.dims 256 exceeds the model's 128 dimensions") == 2
+
+
+def test_append_eos_on_a_server_that_cannot_get_it_is_refused_at_plan_time(
+        no_eos_tokenizer_path, decoder_path, tmp_path, capsys):
+    """A served variant tokenizes on the server: with a tokenizer that appends no EOS,
+    evalq could not append it, so the plan refuses (exit 2) instead of pooling last words.
+    With a tokenizer that appends it, the same variant plans."""
+    from evalq.app.cli import main
+    from support import recipes
+
+    def recipe(model: Path) -> Path:
+        return recipes.write(tmp_path / f"{model.name}.yaml", recipes.recipe(
+            "served-eos", model=str(model), cache=tmp_path / "cache", queries=5, docs=10,
+            encoding={"append_eos": True},
+            candidates=[{"name": "remote", "backend": "openai",
+                         "http": {"url": "http://127.0.0.1:9", "model": "m"}}]))
+
+    assert main(["plan", str(recipe(no_eos_tokenizer_path))]) == 2
+    err = capsys.readouterr().err
+    assert "candidates.0.encoding.append_eos" in err and "server" in err
+    assert main(["plan", str(recipe(decoder_path))]) == 0
+    assert "append_eos has nothing to add" in capsys.readouterr().out

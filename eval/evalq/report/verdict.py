@@ -168,6 +168,8 @@ def _fmt_cost(key: str, value: float | None) -> str:
         return "unknown"
     if key == "throughput":
         return f"{value:.1f} documents/s"
+    if key == "index_bytes" and value < 2**20:  # a slice's index: KiB says something
+        return f"{value / 2**10:.1f} KiB"
     return f"{value / 2**20:.1f} MiB"
 
 
