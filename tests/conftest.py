@@ -115,7 +115,8 @@ def minilm_w8a8(minilm_path: Path, tmp_path_factory):
 # Modules whose tests close the pool's embedding engine to run a vLLM reranker (one vLLM
 # process at a time). Run last, the float32 embedding engine starts once per session
 # instead of again after them (about 25 s each start on the 2-core CI machine).
-_CLOSE_THE_EMBEDDING_ENGINE = ("test_vllm_rerank.py", "test_vllm_rerank_server.py")
+_CLOSE_THE_EMBEDDING_ENGINE = ("test_vllm_rerank.py", "test_vllm_rerank_server.py",
+                              "test_vllm_decoder.py")
 
 
 # Fixtures that run whole recipes on the real model: a test using one is a model test and
@@ -178,4 +179,25 @@ def report_runs(tmp_path_factory):
     return ReportRuns(tmp_path_factory.mktemp("report-runs"), stdlib_docstrings())
 # ---------------------------------------------------------------------------------------
 # End of block: real results folders for the report tests.
+# ---------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------
+# Block: the fixture decoder embedder (owned by the decoder-embedder work): a tiny seeded
+# Qwen3 with last-token pooling, built once per session (engines/decoder_fixture.py).
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def decoder_path(tmp_path_factory) -> Path:
+    from evalq.engines.decoder_fixture import build_decoder_embedder
+
+    return build_decoder_embedder(tmp_path_factory.mktemp("decoder-models"))
+
+
+@pytest.fixture(scope="session")
+def decoder_settings(decoder_path: Path):
+    from evalq.engines.modelinfo import default_settings
+
+    return default_settings(decoder_path)
+# ---------------------------------------------------------------------------------------
+# End of block: the fixture decoder embedder.
 # ---------------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ class FakeState:
     api_key: str | None = None
     fail_next: list[int] = field(default_factory=list)
     die_after: int | None = None  # answered embedding requests before shutting down
+    # OpenAI `dimensions`: a Matryoshka model truncates then normalizes; any other model
+    # answers 400 with vLLM's wording
+    matryoshka: bool = True
     requests: list[Recorded] = field(default_factory=list)
     answered: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -194,7 +197,19 @@ def _make_handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
         def _openai_embed(self, payload: dict[str, Any]) -> None:
             inputs = payload["input"]
             inputs = [inputs] if isinstance(inputs, str) else inputs
-            vectors = server.embed(inputs, normalize=True, direction="Right")
+            dims = payload.get("dimensions")
+            if dims is not None and not state.matryoshka:
+                self._send(400, {"error": {
+                    "message": f"Model {state.model_id!r} does not support Matryoshka "
+                               f"embeddings; dimensions must be unset (received "
+                               f"dimensions={dims}).",
+                    "type": "BadRequestError", "code": 400}})
+                return
+            if dims is not None:
+                raw = server.embed(inputs, normalize=False, direction="Right")[:, :dims]
+                vectors = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+            else:
+                vectors = server.embed(inputs, normalize=True, direction="Right")
             fmt = payload.get("encoding_format", "float")
             data = []
             for i, vec in enumerate(vectors):

@@ -16,6 +16,12 @@ import numpy as np
 
 Pooling = Literal["mean", "cls", "last"]
 TruncationSide = Literal["right", "left"]
+PaddingSide = Literal["right", "left"]
+
+# Settings added after caches, manifests and baselines were first written. They are left out
+# of ``as_dict()`` (and so of fingerprints and manifests) while at these defaults, so every
+# model that does not use them keeps the cache keys it had.
+LATER_DEFAULTS: dict[str, Any] = {"padding_side": "right", "append_eos": False}
 
 
 @dataclass(frozen=True)
@@ -28,9 +34,18 @@ class EncodingSettings:
     truncation_side: TruncationSide = "right"
     query_prefix: str = ""
     document_prefix: str = ""
+    # Decoder embedders: the tokenizer's padding side (last-token pooling must find the
+    # last real token either way) and whether evalq appends the EOS token to the token ids
+    # itself, for models whose tokenizer does not append the EOS their pooling reads.
+    padding_side: PaddingSide = "right"
+    append_eos: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for name, default in LATER_DEFAULTS.items():
+            if out[name] == default:
+                del out[name]
+        return out
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.as_dict(), sort_keys=True).encode()
@@ -38,7 +53,7 @@ class EncodingSettings:
 
     def differences(self, other: EncodingSettings) -> dict[str, tuple[Any, Any]]:
         """Settings that differ, as ``{name: (self_value, other_value)}``."""
-        mine, theirs = self.as_dict(), other.as_dict()
+        mine, theirs = asdict(self), asdict(other)
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
 
@@ -67,8 +82,8 @@ class PerQuery:
         return float(np.mean(self.values[measure])) if len(self.query_ids) else 0.0
 
 
-__all__ = ["EncodingSettings", "PerQuery", "Pooling", "QuantizationRecord", "TruncationSide",
-           "vector_problem"]
+__all__ = ["LATER_DEFAULTS", "EncodingSettings", "PaddingSide", "PerQuery", "Pooling",
+           "QuantizationRecord", "TruncationSide", "vector_problem"]
 
 
 def vector_problem(array: np.ndarray) -> str | None:

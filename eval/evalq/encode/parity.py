@@ -24,6 +24,7 @@ import numpy as np
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
 from evalq.data.streamed import sample_texts
+from evalq.encode.matryoshka import common_dims
 
 DEFAULT_MIN_COSINE = 0.9999
 
@@ -148,6 +149,9 @@ def compare_vectors(
     alive at a time, vectors from the embedding cache) and still judge them the same way.
     """
     diffs = settings.differences(ref_settings)
+    if len(vectors) == len(ref_vectors) and np.ndim(vectors) == np.ndim(ref_vectors) == 2:
+        # a Matryoshka variant (vectors.dims): judged at its width, see encode.matryoshka
+        ref_vectors, vectors = common_dims(np.asarray(ref_vectors), np.asarray(vectors))
     vectors = _unit(vectors)
     ref_vectors = _unit(ref_vectors)
     common = {

@@ -29,6 +29,7 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.context import BuildContext
+from evalq.engines.lasttoken import eos_to_append, ids_with_eos
 from evalq.engines.quantize import load_model
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 
@@ -68,6 +69,8 @@ class InProcessEncoder:
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path),
                                                         local_files_only=True)
         self._tokenizer.truncation_side = settings.truncation_side
+        self._tokenizer.padding_side = settings.padding_side
+        self._eos_id = eos_to_append(self._tokenizer, settings)
         self._input_device = input_device(model, device)
         self.dim = int(model.config.hidden_size)
 
@@ -115,11 +118,24 @@ class InProcessEncoder:
         """Token counts with special tokens, after truncation to ``settings.max_length``."""
         if not texts:
             return []
+        if self._eos_id is not None:
+            return [len(ids) for ids in ids_with_eos(self._tokenizer, texts,
+                                                     self.settings.max_length, self._eos_id)]
         encoded = self._tokenizer(
             list(texts), truncation=True, max_length=self.settings.max_length,
             padding=False, return_attention_mask=False, return_token_type_ids=False,
         )
         return [len(ids) for ids in encoded["input_ids"]]
+
+    def tokenize(self, texts: Sequence[str]) -> Any:
+        """The padded batch ``embed`` runs: the tokenizer's own call (as sentence-
+        transformers makes it), or ids with the EOS appended when ``append_eos`` asks."""
+        if self._eos_id is None:
+            return self._tokenizer(list(texts), truncation=True,
+                                   max_length=self.settings.max_length, padding=True,
+                                   return_tensors="pt")
+        ids = ids_with_eos(self._tokenizer, texts, self.settings.max_length, self._eos_id)
+        return self._tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 ``(len(texts), dim)``; one forward pass over the batch padded to its longest."""
@@ -129,10 +145,7 @@ class InProcessEncoder:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self._model is None:
             raise RuntimeError("InProcessEncoder.embed called after close()")
-        batch = self._tokenizer(
-            list(texts), truncation=True, max_length=self.settings.max_length,
-            padding=True, return_tensors="pt",
-        )
+        batch = self.tokenize(texts)
         inputs = {k: v.to(self._input_device) for k, v in batch.items()}
         with torch.inference_mode():
             hidden = self._model(**inputs).last_hidden_state

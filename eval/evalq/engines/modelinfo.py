@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalq.core.errors import InputError
 from evalq.core.values import EncodingSettings
+from evalq.engines.lasttoken import padding_side
 
 #: Longest max length assumed when a model states none (or states a sentinel like 1e30).
 MAX_LENGTH_CAP = 512
@@ -171,6 +172,27 @@ def _st_pooling(path: Path, modules: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def embedding_dim(path: str | Path) -> int | None:
+    """Width of the model's output vectors, read from its files (nothing loads): the last
+    sentence-transformers Dense module's ``out_features``, else the Pooling module's
+    ``word_embedding_dimension``, else ``config.json``'s hidden size."""
+    path = Path(path)
+    modules_file = path / "modules.json"
+    modules = _read_json(modules_file) if modules_file.is_file() else []
+    for kind, key in (("Dense", "out_features"), ("Pooling", "word_embedding_dimension")):
+        found = [m for m in modules if str(m.get("type", "")).endswith(kind)]
+        config_file = path / found[-1].get("path", "") / "config.json" if found else None
+        if config_file is not None and config_file.is_file():
+            value = _read_json(config_file).get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    config = _read_json(path / "config.json")
+    for key in ("hidden_size", "d_model", "dim"):
+        if isinstance(config.get(key), int):
+            return int(config[key])
+    return None
+
+
 def _model_max_length(path: Path) -> int:
     """The model's own max length (position embeddings / tokenizer), capped."""
     candidates: list[int] = []
@@ -204,7 +226,8 @@ def default_settings(path: str | Path) -> EncodingSettings:
     ``config.json`` gives mean / cls / last token; a Normalize module means normalize),
     ``sentence_bert_config.json`` (``max_seq_length``) and
     ``config_sentence_transformers.json`` (``prompts``: ``query`` and the first of
-    ``document`` / ``passage`` / ``corpus``, the order sentence-transformers uses).
+    ``document`` / ``passage`` / ``corpus``, the order sentence-transformers uses), and
+    the padding side from ``tokenizer_config.json``.
     Without them: mean pooling, normalize, the model's max length capped at 512.
     """
     path = Path(path)
@@ -235,6 +258,7 @@ def default_settings(path: str | Path) -> EncodingSettings:
         truncation_side=_truncation_side(path),
         query_prefix=query_prefix,
         document_prefix=document_prefix,
+        padding_side=padding_side(path),  # type: ignore[arg-type]
     )
 
 
@@ -249,6 +273,8 @@ class SettingsOverrides(BaseModel):
     truncation_side: Literal["right", "left"] | None = None
     query_prefix: str | None = None
     document_prefix: str | None = None
+    padding_side: Literal["right", "left"] | None = None
+    append_eos: bool | None = None
 
 
 def resolve_settings(path: str | Path, overrides: Mapping[str, Any] | None = None, *,

@@ -258,7 +258,9 @@ def build(variant: Variant, ctx: BuildContext) -> Encoder:
     return OpenAIEncoder(
         http.url, http.model or str(ctx.model_path), settings=ctx.settings,
         api_key_env=http.api_key_env, timeout_s=http.timeout_s, retries=http.retries,
-        concurrency=http.concurrency, max_batch=http.max_batch, dimensions=http.dimensions,
+        concurrency=http.concurrency, max_batch=http.max_batch,
+        # a Matryoshka variant asks the server for its width (vectors.dims)
+        dimensions=http.dimensions if http.dimensions is not None else variant.vectors.dims,
         encoding_format=http.encoding_format, tokenizer_path=ctx.model_path, route=http.route,
         probe_store=ctx.cache_dir / "servers",
     )

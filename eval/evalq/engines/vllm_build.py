@@ -71,20 +71,24 @@ def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
         "enforce_eager": opts.enforce_eager,
     }
     encoder: Encoder
+    # Matryoshka variants ask vLLM for their width (`dimensions`); vLLM truncates, then
+    # normalizes, as evalq does, and refuses models it does not take for Matryoshka.
+    dims = variant.vectors.dims
     if opts.mode == "engine":
-        encoder = VllmEngineEncoder(model_path, extra_engine_args=opts.engine_args, **common)
+        encoder = VllmEngineEncoder(model_path, extra_engine_args=opts.engine_args,
+                                    dimensions=dims, **common)
     elif opts.url:
         encoder = OpenAIEncoder(
             opts.url, str(model_path), settings=settings, concurrency=opts.concurrency,
             max_batch=opts.max_batch, extra_fields=vllm_request_fields(settings),
-            tokenizer_path=model_path, probe_store=ctx.cache_dir / "servers",
+            tokenizer_path=model_path, probe_store=ctx.cache_dir / "servers", dimensions=dims,
         )
     else:
         extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
         encoder = VllmServerEncoder(
             model_path, log_dir=ctx.logs_dir, startup_timeout_s=opts.startup_timeout_s,
             concurrency=opts.concurrency, max_batch=opts.max_batch, extra_args=extra,
-            **common,
+            dimensions=dims, **common,
         )
     if record is not None:
         encoder = _WithRecord(encoder, record)

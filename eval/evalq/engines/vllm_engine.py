@@ -36,6 +36,7 @@ from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
 from evalq.engines.devices import check_current_vllm
+from evalq.engines.lasttoken import eos_to_append, ids_with_eos
 
 BACKEND_NAME = "vllm-engine"
 VLLM_POOLING = {"mean": "MEAN", "cls": "CLS", "last": "LAST"}
@@ -59,6 +60,23 @@ def _model_fingerprint(model_path: Path) -> str:
     return model_fingerprint(model_path)
 
 
+def _check_settings(settings: EncodingSettings, max_model_len: int) -> None:
+    """What the engine cannot do, refused before it starts."""
+    if settings.max_length > max_model_len:
+        raise InputError(
+            message=f"max_length {settings.max_length} exceeds the engine's "
+            f"max_model_len {max_model_len}",
+            field="max_model_len",
+            fix=f"set max_model_len >= {settings.max_length} or lower max_length",
+        )
+    if settings.pooling not in VLLM_POOLING:
+        raise InputError(
+            message=f"vLLM has no '{settings.pooling}' sequence pooling",
+            field="pooling",
+            fix=f"use one of {', '.join(VLLM_POOLING)}",
+        )
+
+
 class VllmEngineEncoder:
     """Encoder over an in-process ``vllm.LLM`` pooling engine (worker processes included)."""
 
@@ -73,9 +91,12 @@ class VllmEngineEncoder:
         gpu_memory_utilization: float = 0.1,
         enforce_eager: bool | None = None,
         extra_engine_args: Mapping[str, Any] | None = None,
+        dimensions: int | None = None,
     ) -> None:
         """Start the engine. ``max_model_len`` defaults to ``settings.max_length``;
         ``enforce_eager=None`` means True on CPU (CUDA graphs do not exist there).
+        ``dimensions`` asks vLLM for Matryoshka-truncated vectors (vLLM truncates, then
+        normalizes); a model vLLM does not take for Matryoshka is refused at start-up.
         """
         try:
             from vllm.config import PoolerConfig
@@ -90,23 +111,12 @@ class VllmEngineEncoder:
         self.dtype = dtype
         self.quantization = quantization
         self.max_model_len = max_model_len or settings.max_length
-        if settings.max_length > self.max_model_len:
-            raise InputError(
-                message=f"max_length {settings.max_length} exceeds the engine's "
-                f"max_model_len {self.max_model_len}",
-                field="max_model_len",
-                fix=f"set max_model_len >= {settings.max_length} or lower max_length",
-            )
-        if settings.pooling not in VLLM_POOLING:
-            raise InputError(
-                message=f"vLLM has no '{settings.pooling}' sequence pooling",
-                field="pooling",
-                fix=f"use one of {', '.join(VLLM_POOLING)}",
-            )
+        _check_settings(settings, self.max_model_len)
         self.on_cpu = on_cpu_host()
         self.enforce_eager = self.on_cpu if enforce_eager is None else enforce_eager
         self.gpu_memory_utilization = gpu_memory_utilization
         self.extra_engine_args = dict(extra_engine_args or {})
+        self.dimensions = dimensions
         self.vllm_version = vllm.__version__
         self._model_fingerprint = _model_fingerprint(self.model_path)
         self._left_tokenizer: Any = None
@@ -128,6 +138,13 @@ class VllmEngineEncoder:
         self._llm: Any = vllm.LLM(**engine_args)
         self.startup_s = time.perf_counter() - started
         self._tokenizer = self._llm.get_tokenizer()
+        self._eos_id = eos_to_append(self._tokenizer, settings)
+        if dimensions is not None:
+            try:
+                self.check_dimensions(dimensions)
+            except InputError:
+                self.close()
+                raise
         if settings.truncation_side == "left":
             from transformers import AutoTokenizer
 
@@ -147,6 +164,7 @@ class VllmEngineEncoder:
                 "dtype": self.dtype,
                 "quantization": self.quantization,
                 "settings": self.settings.fingerprint(),
+                **({"dimensions": self.dimensions} if self.dimensions is not None else {}),
             },
             sort_keys=True,
         ).encode()
@@ -167,11 +185,14 @@ class VllmEngineEncoder:
             "pooler_config": vllm_pooler_config_dict(self.settings),
             "truncation": self._truncation_description(),
             "extra_engine_args": self.extra_engine_args,
+            "dimensions": self.dimensions,
             "startup_s": round(self.startup_s, 3),
             "settings": self.settings.as_dict(),
         }
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        if self._eos_id is not None:
+            return [len(ids) for ids in self._token_ids(texts)]
         tok = self._left_tokenizer or self._tokenizer
         enc = tok(
             list(texts),
@@ -188,16 +209,12 @@ class VllmEngineEncoder:
             return np.zeros((0, 0), dtype=np.float32)
         from vllm.pooling_params import PoolingParams
 
-        params = PoolingParams(use_activation=self.settings.normalize)
-        if self._left_tokenizer is not None:
+        params = PoolingParams(use_activation=self.settings.normalize,
+                               dimensions=self.dimensions)
+        if self._left_tokenizer is not None or self._eos_id is not None:
             from vllm.inputs import TokensPrompt
 
-            ids = self._left_tokenizer(
-                list(texts),
-                truncation=True,
-                max_length=self.settings.max_length,
-                add_special_tokens=True,
-            )["input_ids"]
+            ids = self._token_ids(texts)
             prompts: list[Any] = [TokensPrompt(prompt_token_ids=list(x)) for x in ids]
             outputs = self._llm.embed(prompts, pooling_params=params, use_tqdm=False)
         else:
@@ -226,6 +243,33 @@ class VllmEngineEncoder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids evalq tokenizes itself: left truncation (special tokens kept) or the EOS
+        appended (``append_eos``), which vLLM's own text path cannot do."""
+        tok = self._left_tokenizer or self._tokenizer
+        if self._eos_id is not None:
+            return ids_with_eos(tok, texts, self.settings.max_length, self._eos_id)
+        return [list(x) for x in tok(list(texts), truncation=True,
+                                     max_length=self.settings.max_length,
+                                     add_special_tokens=True)["input_ids"]]
+
+    def check_dimensions(self, dimensions: int) -> None:
+        """vLLM checks ``dimensions`` per request; the constructor asks once at start-up so
+        a refusal is a clear exit 2 before anything encodes, naming vLLM's own answer."""
+        from vllm.exceptions import VLLMValidationError
+        from vllm.pooling_params import PoolingParams
+
+        try:
+            self._llm.embed(["dimensions probe"], use_tqdm=False,
+                            pooling_params=PoolingParams(dimensions=dimensions))
+        except (ValueError, TypeError, VLLMValidationError) as exc:
+            raise InputError(
+                message=f"vLLM refused dimensions={dimensions} for this model: {exc}",
+                field="vectors.dims",
+                fix="remove vectors.dims (evalq then truncates client-side, if the model was "
+                    "trained for it), or declare the model Matryoshka to vLLM with "
+                    "vllm: {engine_args: {hf_overrides: {is_matryoshka: true}}}") from exc
 
     # -- internals ---------------------------------------------------------------------------
 

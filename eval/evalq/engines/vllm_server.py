@@ -303,6 +303,7 @@ class VllmServerEncoder:
         retries: int = 2,
         backoff_s: float = 0.5,
         extra_args: Sequence[str] = (),
+        dimensions: int | None = None,
     ) -> None:
         fields = vllm_request_fields(settings)  # refuses what the server cannot do, first
         self.settings = settings
@@ -337,6 +338,7 @@ class VllmServerEncoder:
                 backoff_s=backoff_s,
                 concurrency=concurrency,
                 max_batch=max_batch,
+                dimensions=dimensions,
                 extra_fields=fields,
                 tokenizer_path=model_path,
                 identity=hashlib.sha256(identity.encode()).hexdigest()[:16],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from evalq.core.ranking import Ranking
 from evalq.core.values import EncodingSettings, PerQuery
 from evalq.decide.summary_stats import align
+from evalq.encode.matryoshka import common_dims, truncate
 from evalq.execute import streamed as streamrun
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference, vector_agreement
@@ -60,6 +61,11 @@ def score_dataset(
     record: VariantRecord,
 ) -> None:
     sharded = isinstance(docs, streamrun.ShardedDocuments)  # a streamed corpus
+    model_dim = None
+    if variant.vectors.dims is not None and not sharded:  # the plan refuses it streamed
+        model_dim = int(docs.vectors.shape[1])
+        docs, queries = (replace(e, vectors=truncate(e.vectors, variant.vectors.dims))
+                         for e in (docs, queries))
     spec = stored = None
     if variant.vectors.quantize != "none":
         spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
@@ -94,11 +100,14 @@ def score_dataset(
                            "shard_rows": ds.corpus.options.shard_rows}
         doc_vectors = docs.root
     elif spec is not None and stored is not None:
-        entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes}
+        entry["index"] = {**spec.record(docs.vectors.shape[1]), "bytes": stored.nbytes,
+                          **_matryoshka(variant, model_dim)}
         # What the index holds, as floats: the drift a deployment actually sees.
         doc_vectors = stored.stored_vectors(np.arange(len(ds.corpus)))
     else:
-        entry["index"] = {"quantize": "none", "bytes": int(docs.vectors.nbytes)}
+        entry["index"] = {"quantize": "none", "dim": int(docs.vectors.shape[1]),
+                          "bytes": int(docs.vectors.nbytes),
+                          **_matryoshka(variant, model_dim)}
         doc_vectors = docs.vectors
     if exact_ranking is not None:
         ref_state = reference.get(ds.name)
@@ -113,12 +122,7 @@ def score_dataset(
         reference[ds.name] = ReferenceState(ranking, queries.vectors, doc_vectors)
     else:
         ref = reference[ds.name]
-        q_agree = vector_agreement(ref.query_vectors, queries.vectors, list(ds.queries.ids))
-        if sharded:  # shard by shard; this candidate's shards are not needed after
-            d_agree = streamrun.document_agreement(ref.doc_vectors, docs.root, ds.corpus.ids)
-            shutil.rmtree(docs.root, ignore_errors=True)
-        else:
-            d_agree = vector_agreement(ref.doc_vectors, doc_vectors, list(ds.corpus.ids))
+        q_agree, d_agree = _agreement(ref, ds, queries.vectors, docs, doc_vectors, sharded)
         ref_values = evaluate_reference(ranking, ref.ranking,
                                         parse_measures(recipe.reference_metrics),
                                         query_agreement=q_agree)
@@ -131,6 +135,28 @@ def score_dataset(
                             "document": asdict(d_agree.summary())}
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
+
+
+def _agreement(ref: ReferenceState, ds: Any, query_vectors: np.ndarray, docs: Any,
+               doc_vectors: Any, sharded: bool) -> tuple[Any, Any]:
+    """Per-text cosines of queries and documents against the reference's, at the narrower
+    width when a side is Matryoshka-truncated (encode.matryoshka)."""
+    q_agree = vector_agreement(*common_dims(ref.query_vectors, query_vectors),
+                               list(ds.queries.ids))
+    if sharded:  # shard by shard; this candidate's shards are not needed after
+        d_agree = streamrun.document_agreement(ref.doc_vectors, docs.root, ds.corpus.ids)
+        shutil.rmtree(docs.root, ignore_errors=True)
+    else:
+        d_agree = vector_agreement(*common_dims(ref.doc_vectors, doc_vectors),
+                                   list(ds.corpus.ids))
+    return q_agree, d_agree
+
+
+def _matryoshka(variant: Variant, model_dim: int | None) -> dict[str, Any]:
+    """The index record's Matryoshka part: the width kept of the model's width."""
+    if model_dim is None:
+        return {}
+    return {"matryoshka": {"dims": variant.vectors.dims, "model_dim": model_dim}}
 
 
 def judge_index(

@@ -33,6 +33,7 @@ from evalq.core.locations import dataset_search_dirs
 from evalq.core.values import EncodingSettings
 from evalq.data.manifest import find_manifests
 from evalq.engines.capability import detect_device
+from evalq.engines.lasttoken import token_summary
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
@@ -90,6 +91,8 @@ class VariantPlan:
     endpoint: str | None
     cached: str  # what keys this variant's cache chunks
     gates: tuple[str, ...]
+    # Pooling, padding side, EOS and instructions in words (engines.lasttoken)
+    tokens: str | None = None
 
     def encoding_settings(self) -> EncodingSettings:
         """The settings the plan resolved (model defaults + recipe overrides): what every
@@ -171,9 +174,11 @@ def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
     for i, variant in enumerate(recipe.variants):
         if variant not in selected:
             continue
-        if variant.vectors.quantize != "none":
-            problems.add((*_variant_path(i), "vectors", "quantize"),
-                         f"variant '{variant.name}' quantizes its document vectors, which "
+        if variant.vectors.quantize != "none" or variant.vectors.dims is not None:
+            key = "quantize" if variant.vectors.quantize != "none" else "dims"
+            problems.add((*_variant_path(i), "vectors", key),
+                         f"variant '{variant.name}' quantizes or truncates its document "
+                         "vectors, which "
                          f"needs the whole document matrix; dataset {which} is streamed and "
                          "searched as exact float shards", fix)
         if variant.index is not None:
@@ -346,8 +351,12 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         backend=variant.backend + (f" ({variant.vllm.mode})" if variant.vllm else ""),
         dtype=variant.dtype, device=device, device_name=device_name, model_path=model_path,
         model_fingerprint=fingerprint, settings=settings, quantization=quant,
-        vectors=variant.vectors.quantize, endpoint=endpoint,
-        cached=cache_text(support, endpoint, use_cache), gates=gates)
+        vectors=variant.vectors.quantize + (f", {variant.vectors.dims} Matryoshka dims"
+                                            if variant.vectors.dims else ""),
+        endpoint=endpoint,
+        cached=cache_text(support, endpoint, use_cache), gates=gates,
+        tokens=token_summary(model_path, EncodingSettings(**settings))
+        if model_path and settings else None)
 
 
 def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,
@@ -407,6 +416,8 @@ def describe_plan(plan: Plan) -> str:
         if v.settings:
             lines.append("      encode with " + ", ".join(f"{k}={v.settings[k]!r}"
                                                           for k in v.settings))
+        if v.tokens:
+            lines.append(f"      tokens: {v.tokens}")
         lines.append(f"      cache: {v.cached}")
         for g in v.gates:
             lines.append(f"      gate: {g}")

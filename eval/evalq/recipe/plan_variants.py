@@ -18,7 +18,13 @@ from typing import Any
 from evalq.core.errors import InputError
 from evalq.core.weights import model_fingerprint
 from evalq.engines.capability import check_capability
-from evalq.engines.modelinfo import ModelNotCachedError, resolve_model_path, resolve_settings
+from evalq.engines.lasttoken import eos_problem
+from evalq.engines.modelinfo import (
+    ModelNotCachedError,
+    embedding_dim,
+    resolve_model_path,
+    resolve_settings,
+)
 from evalq.engines.registry import BACKENDS
 from evalq.engines.spec import SERVER_CACHE_KEY
 
@@ -169,7 +175,14 @@ def resolve_model(recipe: Any, variant: Any, vpath: tuple[Any, ...], label: str,
         model_path = str(resolved)
         fingerprint = model_fingerprint(resolved)
         merged = recipe.encoding.merged(variant.encoding)
-        settings = resolve_settings(resolved, merged.model_dump(exclude_none=True)).as_dict()
+        resolved_settings = resolve_settings(resolved, merged.model_dump(exclude_none=True))
+        settings = resolved_settings.as_dict()
+        eos = eos_problem(resolved, resolved_settings, served=variant_sends_texts(variant))
+        if eos is not None:
+            problems.add((*vpath, "encoding", "append_eos"), f"{label}: {eos}",
+                         "remove append_eos, or use a model whose tokenizer appends (or at "
+                         "least defines) eos_token; vllm mode engine appends it to token ids")
+        check_dims(variant, vpath, label, embedding_dim(resolved), problems)
     except InputError as exc:
         key = (*vpath, "model") if variant.model else ("model", "path")
         if exc.field and exc.field not in ("model.path",):
@@ -181,6 +194,27 @@ def resolve_model(recipe: Any, variant: Any, vpath: tuple[Any, ...], label: str,
         else:
             problems.add_error(key, exc, prefix=f"{label}: ")
     return model_path, fingerprint, settings
+
+
+def variant_sends_texts(variant: Any) -> bool:
+    """Whether the variant hands texts (not token ids) to a server that tokenizes them."""
+    return variant.http is not None or (variant.vllm is not None
+                                        and variant.vllm.mode == "server")
+
+
+def check_dims(variant: Any, vpath: tuple[Any, ...], label: str, model_dim: int | None,
+               problems: Problems) -> None:
+    """Matryoshka ``vectors.dims`` within the model's width (the schema refuses <= 0)."""
+    dims = variant.vectors.dims
+    if dims is not None and model_dim is not None and dims > model_dim:
+        problems.add((*vpath, "vectors", "dims"),
+                     f"{label}: vectors.dims {dims} exceeds the model's {model_dim} "
+                     "dimensions", f"use vectors.dims between 1 and {model_dim}")
+    asked = variant.http.dimensions if variant.http is not None else None
+    if dims is not None and asked is not None and asked != dims:
+        problems.add((*vpath, "http", "dimensions"),
+                     f"{label}: http.dimensions {asked} and vectors.dims {dims} disagree",
+                     "keep vectors.dims only: evalq sends it to the server as `dimensions`")
 
 
 def variant_endpoint(variant: Any) -> str | None:

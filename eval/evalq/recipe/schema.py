@@ -73,10 +73,13 @@ class EncodingOverrides(SettingsOverrides):
 
 class VectorSpec(StrictOptions):
     """Quantization of the output vectors (what the index stores), with optional rescoring
-    of the top ``depth × rescore`` candidates with the float query."""
+    of the top ``depth × rescore`` candidates with the float query; ``dims`` keeps the
+    first N Matryoshka dimensions (truncated, then renormalized: encode.matryoshka) before
+    anything is quantized or searched."""
 
     quantize: Literal["none", "int8", "binary"] = "none"
     rescore: int | None = Field(default=None, ge=1)
+    dims: int | None = Field(default=None, ge=1)
 
 
 class Variant(StrictOptions):

@@ -60,7 +60,7 @@ def run_summary_markdown(run: RunView) -> str:
         c = costs(run, v.name)
         speed = "—" if c.throughput is None else f"{c.throughput:.1f}"
         lines.append(f"| {md(v.name)} | {ICON.get(v.status, v.status)} | {cell} | "
-                     f"{_mib(c.weight_bytes)} | {_mib(c.index_bytes)} | {speed} |")
+                     f"{_mib(c.weight_bytes)} | {c.index_text()} | {speed} |")
     failures = [(v, f) for v in verdicts for f in v.failures]
     if failures:
         lines += ["", f"<details><summary>{len(failures)} failed or inconclusive gate"

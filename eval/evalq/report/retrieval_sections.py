@@ -141,7 +141,7 @@ def metrics_section(run: RunView, page: Page) -> Markup:
             for m in ref_metrics:
                 row.append("—" if is_ref else _ci((entry.get("reference_metrics") or {}).get(m)))
             c = costs(run, name)
-            row += [fmt_mib(c.weight_bytes), fmt_mib(c.index_bytes),
+            row += [fmt_mib(c.weight_bytes), c.index_text(),
                     "cached" if c.throughput is None else f"{c.throughput:.1f}",
                     "—" if c.peak_rss_mb is None else f"{c.peak_rss_mb:.0f} MiB"]
             rows.append(row)

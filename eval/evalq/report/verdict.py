@@ -38,9 +38,20 @@ class Costs:
     index_bytes: float | None
     throughput: float | None
     peak_rss_mb: float | None
+    # What one stored vector is: width × element ("64d int8"), so a table of Matryoshka
+    # dims × output quantizations reads as such; None without an index record.
+    index_layout: str | None = None
 
     def get(self, key: str) -> float | None:
         return getattr(self, key)
+
+    def index_text(self) -> str:
+        """Index bytes with the layout, KiB under a MiB (a slice's index is small)."""
+        if self.index_bytes is None:
+            return "—"
+        size = (f"{self.index_bytes / 2**20:.1f} MiB" if self.index_bytes >= 2**20
+                else f"{self.index_bytes / 2**10:.1f} KiB")
+        return f"{size} ({self.index_layout})" if self.index_layout else size
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ def costs(run: RunView, variant: str) -> Costs:
     index_total = 0.0
     texts = seconds = 0.0
     any_index = False
+    layout = None
     for ds in run.datasets:
         ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
         entry = run.entry(ds, variant) or {}
@@ -83,6 +95,7 @@ def costs(run: RunView, variant: str) -> Costs:
         if finite(index.get("bytes")) is not None:
             index_total += float(index["bytes"])
             any_index = True
+            layout = layout or index_layout(index)
         docs = ((entry.get("encode") or ds_info.get("encode") or {}).get("documents") or {})
         if finite(docs.get("texts_per_s")) and finite(docs.get("seconds_computing")):
             texts += float(docs.get("n_computed") or docs.get("texts") or 0)
@@ -90,7 +103,15 @@ def costs(run: RunView, variant: str) -> Costs:
     rss = finite(info.get("peak_rss_mb")) or finite(
         (run.manifest_variant(variant).get("timings") or {}).get("peak_rss_mb"))
     return Costs(weight, index_total if any_index else None,
-                 texts / seconds if seconds > 0 else None, rss)
+                 texts / seconds if seconds > 0 else None, rss, layout)
+
+
+def index_layout(index: dict[str, Any]) -> str | None:
+    """``"64d int8"`` from a stored index record (None for an ANN index or an old run)."""
+    dim, quantize = index.get("dim"), index.get("quantize")
+    if not isinstance(dim, int) or quantize is None:
+        return None
+    return f"{dim}d {'float32' if quantize == 'none' else quantize}"
 
 
 def _checks(run: RunView, name: str) -> list[tuple[str, dict[str, Any]]]:
@@ -147,6 +168,8 @@ def _fmt_cost(key: str, value: float | None) -> str:
         return "unknown"
     if key == "throughput":
         return f"{value:.1f} documents/s"
+    if key == "index_bytes" and value < 2**20:  # a slice's index: KiB says something
+        return f"{value / 2**10:.1f} KiB"
     return f"{value / 2**20:.1f} MiB"
 
 
