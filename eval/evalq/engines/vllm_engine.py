@@ -99,9 +99,8 @@ class VllmEngineEncoder:
         normalizes); a model vLLM does not take for Matryoshka is refused at start-up.
         """
         try:
-            from vllm.config import PoolerConfig
-
             import vllm
+            from vllm.config import PoolerConfig
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
 
