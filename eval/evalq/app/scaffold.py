@@ -268,7 +268,7 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
 
     out = [
         f"# Written by `evalq init`. Run it with: evalq run {_comment(recipe_file.name)}",
-        "# Every key is documented in the README's 'Recipes' section.",
+        "# Every key is documented in docs/recipes.md (and its generated key reference).",
         _yaml("name", name),
         _yaml("model", {"path": model_path, "kind": "embedding"}),
         f"# {_comment(data_note)}",

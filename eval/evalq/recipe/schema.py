@@ -57,8 +57,8 @@ class ModelSpec(StrictOptions):
                 field="model.kind",
                 fix="keep model.kind: embedding (the first stage's model) and add "
                 "pipelines: [{name: ..., first_stage: {kind: bm25}, depths: [20], "
-                "reranker: {model: <your reranker>, kind: cross-encoder}}]; see README, "
-                "'Rerankers and two-stage pipelines' and recipes/rerank-pipeline.yaml")
+                "reranker: {model: <your reranker>, kind: cross-encoder}}]; see "
+                "docs/rerank-pipelines.md and recipes/rerank-pipeline.yaml")
         return value
 
 
@@ -130,9 +130,9 @@ class StatsOptions(StrictOptions):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
     seed: int = 0
-    # Interval method and sparse-data rule of the gates (evalq.decide.intervals; README "Gate
-    # calibration"). Results written before these keys existed are re-decided with
-    # method percentile, min_nonzero 0: what decided them then.
+    # Interval method and sparse-data rule of the gates (evalq.decide.intervals;
+    # docs/benchmarks.md "Gate calibration"). Results written before these keys existed
+    # are re-decided with method percentile, min_nonzero 0: what decided them then.
     method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
         "t-and-bootstrap-t"
     min_nonzero: int = Field(default=10, ge=0)
@@ -243,7 +243,7 @@ def _describe(err: dict[str, Any], model: type[BaseModel], path: KeyPath) -> tup
         return "this key is required", "add it"
     if kind == "literal_error":
         return err["msg"], "pick one of the allowed values above"
-    return err["msg"].removeprefix("Value error, "), "see README.md, section 'Recipes'"
+    return err["msg"].removeprefix("Value error, "), "see docs/recipes.md and its key reference"
 
 
 def _allowed_keys(model: type[BaseModel], path: KeyPath) -> list[str]:

@@ -100,7 +100,7 @@ def check_plan(recipe: Recipe, located: Located, file: Path,
     if section is None:
         raise InputError(message="the recipe has no 'load:' section", file=file, field="load",
                          fix="add load: {workloads: [{name: query, kind: query, slo_p99_ms: "
-                         "100, open_loop: {rates: [5, 10, 20]}}]} (see README, 'evalq load')")
+                         "100, open_loop: {rates: [5, 10, 20]}}]} (see docs/load-testing.md)")
     by_name = {v.name: v for v in recipe.variants}
     served = [v for v in recipe.variants if _served(v)]
     skipped = {v.name: f"backend '{v.backend}' runs inside evalq; there is no server to load"
