@@ -173,9 +173,11 @@ def _vllm_run(path: Path, docs: list[str], queries: list[str], reference: Any,
 
 def _unshadow_vllm() -> None:
     """bench/vllm.py (the CPU vLLM benchmark) shadows the vllm package for scripts run from
-    bench/: take bench/ off the import path before vLLM is imported."""
+    bench/: move bench/ to the end of the import path (vLLM's engine-core child process
+    inherits it and still imports this script's siblings)."""
     here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    ours = [p for p in sys.path if Path(p or ".").resolve() == here]
+    sys.path[:] = [p for p in sys.path if p not in ours] + ours
     module = sys.modules.get("vllm")
     if module is not None and Path(getattr(module, "__file__", "") or "").parent == here:
         del sys.modules["vllm"]
