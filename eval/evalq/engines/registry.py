@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from evalq.engines import (
     inprocess,
+    onnx_backend,
     openai_http,
     rerank_http,
     reranker,
@@ -29,7 +30,7 @@ BACKENDS = BackendRegistry()
 
 for _spec in (inprocess.SPEC, vllm_build.SPEC, openai_http.SPEC, tei_http.SPEC,
               reranker.SPEC, vllm_rerank.SPEC, rerank_http.TEI_SPEC,
-              rerank_http.RERANK_API_SPEC):
+              rerank_http.RERANK_API_SPEC, onnx_backend.SPEC):
     BACKENDS.register(_spec)
 
 

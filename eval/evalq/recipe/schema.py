@@ -22,6 +22,7 @@ from evalq.core.locations import resolve_recipe
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.modelinfo import SettingsOverrides
+from evalq.engines.onnx_backend import OnnxOptions
 from evalq.engines.openai_http import HttpOptions
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
@@ -91,6 +92,7 @@ class Variant(StrictOptions):
     batch_tokens: int | None = Field(default=None, ge=16)
     vllm: VllmOptions | None = None
     http: HttpOptions | None = None
+    onnx: OnnxOptions | None = None
     index: IndexSpec | None = None  # an ANN index (FAISS index_factory); unset = exact
 
     @field_validator("backend", mode="before")
