@@ -50,6 +50,9 @@ CASES = {
     "ort-static": Variant(name="xs", backend="onnx",
                           quantization={"method": "ort-static-int8"}),
     "ort-opt": Variant(name="xo", backend="onnx", quantization={"method": "ort-optimize"}),
+    "ov-fp32": Variant(name="ov", backend="openvino"),
+    "ov-fp16": Variant(name="ov16", backend="openvino", dtype="float16"),
+    "ov-int8": Variant(name="ov8", backend="openvino", quantization={"method": "nncf-int8"}),
 }
 
 EXPECTED = {
@@ -58,7 +61,8 @@ EXPECTED = {
     "dyn-int8": "dependent", "vllm-fp32": "near-invariant", "vllm-w8a8": "near-invariant",
     "vllm-fp8": "unverified", "openai": "unverified", "tei": "unverified",
     "onnx-fp32": "near-invariant", "ort-dyn": "dependent", "ort-static": "near-invariant",
-    "ort-opt": "near-invariant",
+    "ort-opt": "near-invariant", "ov-fp32": "near-invariant", "ov-fp16": "near-invariant",
+    "ov-int8": "near-invariant",
 }
 
 
@@ -125,17 +129,19 @@ def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("case", ["onnx-fp32", "ort-dyn", "ort-static", "ort-opt"])
-def test_onnx_declaration_holds(case, minilm_path, minilm_settings, texts, tmp_path_factory):
+@pytest.mark.parametrize("case", ["onnx-fp32", "ort-dyn", "ort-static", "ort-opt", "ov-fp32",
+                                  "ov-fp16", "ov-int8"])
+def test_graph_backend_declaration_holds(case, minilm_path, minilm_settings, texts,
+                                         tmp_path_factory):
     from evalq.engines.context import BuildContext
-    from evalq.engines.onnx_backend import build
+    from evalq.engines.factory import create_encoder
 
     cache = tmp_path_factory.getbasetemp() / "composition-onnx"
     pairs = [(f"d{i}", t) for i, t in enumerate(texts)]
     ctx = BuildContext(minilm_path, minilm_settings, cache / "logs", "cpu", cache,
                        calibration=lambda n, seed: pairs[:n])
     variant = CASES[case]
-    encoder = build(variant, ctx)
+    encoder = create_encoder(variant, ctx)
     try:
         first, second = _two_compositions(encoder, texts)
         again = None

@@ -24,6 +24,7 @@ from evalq.core.values import QuantizationRecord
 from evalq.engines.quantize import (
     bnb,
     dtype,
+    nncf_int8,
     ort_dynamic,
     ort_optimize,
     ort_static,
@@ -83,7 +84,8 @@ def register(method: QuantMethod) -> QuantMethod:
     return method
 
 
-for _module in (dtype, bnb, torch_dynamic, w8a8, ort_dynamic, ort_static, ort_optimize):
+for _module in (dtype, bnb, torch_dynamic, w8a8, ort_dynamic, ort_static, ort_optimize,
+                nncf_int8):
     register(QuantMethod(_module.NAME, _module.SUMMARY, _module.Params, _module.load,
                          backends=_module.BACKENDS, devices=_module.DEVICES,
                          derive=getattr(_module, "derive", None)))
