@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import warnings
@@ -215,6 +216,20 @@ def check_width(width: int, hidden_size: int, path: Path, field_name: str) -> No
                          "first output, of the checkpoint this recipe names")
 
 
+def weight_matmuls(path: Path, *, weights_only: bool = True,
+                   skip: tuple[str, ...] = ()) -> list[str]:
+    """Names of the graph's MatMul nodes: those whose second input is a weight (an
+    initializer), i.e. the Linear layers and not the attention products of two
+    activations, unless ``weights_only`` is false; minus names matching a ``skip`` regex."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul"
+            and (not weights_only or (len(n.input) > 1 and n.input[1] in weights))
+            and not any(re.search(pattern, n.name) for pattern in skip)]
+
+
 def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[str, Any],
                   make: Callable[[Path, Path], dict[str, Any]], *, file: str = GRAPH_FILE,
                   libraries: tuple[str, ...] = ("onnx", "onnxruntime")) -> OnnxGraph:
@@ -230,6 +245,19 @@ def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[
     return cached_graph(cache_dir / f"graph-{method}-{key}", build, file)
 
 
-__all__ = ["GRAPH_FILE", "OPSET", "OUTPUT", "TOKEN_INPUTS", "OnnxGraph", "cached_graph",
-           "check_graph", "check_width", "derived_graph", "export_onnx", "require",
-           "user_graph", "versions"]
+__all__ = [
+    "GRAPH_FILE",
+    "OPSET",
+    "OUTPUT",
+    "TOKEN_INPUTS",
+    "OnnxGraph",
+    "cached_graph",
+    "check_graph",
+    "check_width",
+    "derived_graph",
+    "export_onnx",
+    "require",
+    "user_graph",
+    "versions",
+    "weight_matmuls",
+]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from evalq.engines.quantize.derive import DeriveContext, graph_method_load
-from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph
+from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph, weight_matmuls
 
 NAME = "ort-dynamic-int8"
 SUMMARY = "ONNX Runtime dynamic int8 (per-channel weights, per-batch activations)"
@@ -35,6 +35,9 @@ class Params(BaseModel):
     config: Config = "avx2"
     per_channel: bool = True
     operators: tuple[str, ...] = ("MatMul",)
+    # weights: only MatMuls with a weight operand (the Linear layers); all: the
+    # attention products of two activations too
+    nodes: Literal["weights", "all"] = "weights"
 
 
 def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
@@ -44,7 +47,9 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
         weight_type = WEIGHT_TYPES[params.config]
         quantize_dynamic(str(src), str(out), op_types_to_quantize=list(params.operators),
                          per_channel=params.per_channel, reduce_range=False,
-                         weight_type=getattr(QuantType, weight_type))
+                         weight_type=getattr(QuantType, weight_type),
+                         nodes_to_quantize=weight_matmuls(src) if params.nodes == "weights"
+                         else None)
         return {"bits": 8, "format": "QOperator", "activation_type": "QUInt8",
                 "weight_type": weight_type, "reduce_range": False}
 
