@@ -8,8 +8,9 @@ batches of 2,048 padded tokens, so sequence-length bucketing is the same for all
 
 Each format runs in its own subprocess, so its peak RSS (``ru_maxrss``, model load
 included; every worker imports torch, whose pooling arithmetic all formats share) is its
-own. Graphs are exported, quantized and calibrated in the parent first (cached), so the
-timed region is encoding alone. Static methods calibrate on corpus documents drawn
+own; the parent stays light (Linux keeps ``ru_maxrss`` across fork and exec). Graphs are
+exported, quantized and calibrated by a first child (cached), so the timed region is
+encoding alone. Static methods calibrate on corpus documents drawn
 (seeded) from the documents *not* timed. Printed: docs/s (best of ``repeats``, formats
 interleaved, as a shared machine's load changes within a minute), the ratio to torch
 fp32, CPU seconds, peak RSS and the per-text cosine to torch fp32 (mean and min). The
@@ -151,6 +152,12 @@ def main() -> None:
     parser.add_argument("--worker")
     parser.add_argument("--config")
     args = parser.parse_args()
+    if args.worker == "prepare":
+        cfg = json.loads(args.config)
+        write_texts(Path(cfg["texts"]), cfg["docs"])
+        prepare(cfg["names"], Path(cfg["cache"]), cfg["threads"], Path(cfg["texts"]))
+        print("{}")
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, json.loads(args.config))))
         return
@@ -162,8 +169,10 @@ def main() -> None:
     best: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         texts_file = Path(tmp) / "texts.json"
-        write_texts(texts_file, args.docs)
-        prepare(names, args.cache, args.threads, texts_file)
+        # In a child too: Linux keeps ru_maxrss across fork and exec, so a parent that
+        # had loaded models would hand its peak to every worker.
+        run_worker("prepare", {"docs": args.docs, "names": names, "cache": str(args.cache),
+                               "threads": args.threads, "texts": str(texts_file)})
         for _ in range(args.repeats):
             for name in names:
                 cfg = {"threads": args.threads, "cache": str(args.cache),
