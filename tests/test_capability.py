@@ -65,7 +65,7 @@ def test_unknown_names_list_the_known_ones():
         check_capability("vllm", "cpu", "int3-magic", "float32")
     assert "compressed-tensors" in str(err.value) and "fp8" in str(err.value)
     with pytest.raises(InputError) as err:
-        check_capability("onnx", "cpu", None, "float32")
+        check_capability("tensorrt", "cpu", None, "float32")
     assert "vllm" in str(err.value) and "inprocess" in str(err.value)
     with pytest.raises(InputError) as err:
         check_capability("vllm", "cpu", None, "float8")

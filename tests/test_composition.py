@@ -45,6 +45,14 @@ CASES = {
     "vllm-fp8": Variant(name="v8", backend="vllm", vllm={"quantization": "fp8"}),
     "openai": Variant(name="o", backend="openai", http={"url": "http://127.0.0.1:1"}),
     "tei": Variant(name="t", backend="tei", http={"url": "http://127.0.0.1:1"}),
+    "onnx-fp32": Variant(name="x", backend="onnx"),
+    "ort-dyn": Variant(name="xd", backend="onnx", quantization={"method": "ort-dynamic-int8"}),
+    "ort-static": Variant(name="xs", backend="onnx",
+                          quantization={"method": "ort-static-int8"}),
+    "ort-opt": Variant(name="xo", backend="onnx", quantization={"method": "ort-optimize"}),
+    "ov-fp32": Variant(name="ov", backend="openvino"),
+    "ov-fp16": Variant(name="ov16", backend="openvino", dtype="float16"),
+    "ov-int8": Variant(name="ov8", backend="openvino", quantization={"method": "nncf-int8"}),
 }
 
 EXPECTED = {
@@ -52,6 +60,9 @@ EXPECTED = {
     "bnb-int8": "dependent", "bnb-nf4": "near-invariant", "bnb-fp4": "near-invariant",
     "dyn-int8": "dependent", "vllm-fp32": "near-invariant", "vllm-w8a8": "near-invariant",
     "vllm-fp8": "unverified", "openai": "unverified", "tei": "unverified",
+    "onnx-fp32": "near-invariant", "ort-dyn": "dependent", "ort-static": "near-invariant",
+    "ort-opt": "near-invariant", "ov-fp32": "near-invariant", "ov-fp16": "near-invariant",
+    "ov-int8": "near-invariant",
 }
 
 
@@ -107,6 +118,30 @@ def test_inprocess_declaration_holds(case, minilm_path, minilm_settings, texts):
     variant = CASES[case]
     encoder = InProcessEncoder(minilm_path, settings=minilm_settings, dtype=variant.dtype,
                                quantization=variant.quantization)
+    try:
+        first, second = _two_compositions(encoder, texts)
+        again = None
+        if declared_dependence(variant).level == "dependent":
+            again = _two_compositions(encoder, texts)[0]
+    finally:
+        encoder.close()
+    assert_declaration_holds(declared_dependence(variant), first, second, again)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("case", ["onnx-fp32", "ort-dyn", "ort-static", "ort-opt", "ov-fp32",
+                                  "ov-fp16", "ov-int8"])
+def test_graph_backend_declaration_holds(case, minilm_path, minilm_settings, texts,
+                                         tmp_path_factory):
+    from evalq.engines.context import BuildContext
+    from evalq.engines.factory import create_encoder
+
+    cache = tmp_path_factory.getbasetemp() / "composition-onnx"
+    pairs = [(f"d{i}", t) for i, t in enumerate(texts)]
+    ctx = BuildContext(minilm_path, minilm_settings, cache / "logs", "cpu", cache,
+                       calibration=lambda n, seed: pairs[:n])
+    variant = CASES[case]
+    encoder = create_encoder(variant, ctx)
     try:
         first, second = _two_compositions(encoder, texts)
         again = None

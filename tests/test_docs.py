@@ -243,7 +243,9 @@ def test_support_table_follows_the_declarations() -> None:
                         backends=("tei",), devices=("cuda",))
     wider = gen_pages.support_reference({**METHODS, "brand-new-int4": extra})
     row = next(line for line in wider.splitlines() if "`brand-new-int4`" in line)
-    assert row.rstrip(" |").split(" | ")[2:7] == ["—", "—", "—", "cuda", "(no parameters)"]
+    cells = row.rstrip(" |").split(" | ")
+    assert cells[-1] == "(no parameters)" and cells.count("cuda") == 1
+    assert {c for c in cells[2:-1] if c != "cuda"} == {"—"}
     backends = {**gen_pages.backend_declarations(),
                 "brand-new-server": BackendSpec("brand-new-server", "embedding", "http",
                                                 lambda *a: None, quantized_by="server",

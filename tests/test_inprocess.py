@@ -19,8 +19,9 @@ from evalq.core.errors import InputError
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
-from evalq.engines.inprocess import InProcessEncoder, pool
+from evalq.engines.inprocess import InProcessEncoder
 from evalq.engines.modelinfo import default_settings, resolve_model_path, resolve_settings
+from evalq.engines.textfront import pool
 
 pytestmark = [pytest.mark.model]
 

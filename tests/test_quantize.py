@@ -170,7 +170,8 @@ def test_same_method_spelled_two_ways_shares_a_fingerprint(minilm_path: Path) ->
 
 
 def test_registry() -> None:
-    assert set(METHODS) == {"dtype", "bitsandbytes", "torch-dynamic-int8", "w8a8-int8"}
+    assert set(METHODS) == {"dtype", "bitsandbytes", "torch-dynamic-int8", "w8a8-int8",
+                            "ort-dynamic-int8", "ort-static-int8", "ort-optimize", "nncf-int8"}
 
 
 @pytest.mark.parametrize(("method", "params", "field", "hint"), [

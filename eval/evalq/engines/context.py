@@ -3,6 +3,7 @@ such as ``vllm_build`` need not import the factory that imports them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ class BuildContext:
     logs_dir: Path
     device: str  # "cpu" or "cuda", resolved from the variant's "auto"
     cache_dir: Path  # where derived artifacts (quantized checkpoints) are kept
+    # (n, seed) -> corpus (doc id, text) pairs a static quantization calibrates on
+    # (``quantize.derive``); None where the command has no corpus
+    calibration: Callable[[int, int], list[tuple[str, str]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.context import BuildContext
-from evalq.engines.lasttoken import eos_to_append, ids_with_eos
 from evalq.engines.quantize import load_model
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
+from evalq.engines.textfront import TokenizerFront, pooled_vectors
 
 if TYPE_CHECKING:
     from evalq.recipe.schema import Variant
@@ -51,8 +51,6 @@ class InProcessEncoder:
                  dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
                  device: str = "cpu", threads: int | None = None) -> None:
         import torch
-        from transformers import AutoTokenizer
-
 
         if threads is not None:
             torch.set_num_threads(threads)
@@ -66,11 +64,8 @@ class InProcessEncoder:
                                    device=device)
         self._model: Any = model
         self.record: QuantizationRecord = record
-        self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path),
-                                                        local_files_only=True)
-        self._tokenizer.truncation_side = settings.truncation_side
-        self._tokenizer.padding_side = settings.padding_side
-        self._eos_id = eos_to_append(self._tokenizer, settings)
+        self._front = TokenizerFront(self.model_path, settings)
+        self._tokenizer = self._front.tokenizer
         self._input_device = input_device(model, device)
         self.dim = int(model.config.hidden_size)
 
@@ -116,26 +111,11 @@ class InProcessEncoder:
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         """Token counts with special tokens, after truncation to ``settings.max_length``."""
-        if not texts:
-            return []
-        if self._eos_id is not None:
-            return [len(ids) for ids in ids_with_eos(self._tokenizer, texts,
-                                                     self.settings.max_length, self._eos_id)]
-        encoded = self._tokenizer(
-            list(texts), truncation=True, max_length=self.settings.max_length,
-            padding=False, return_attention_mask=False, return_token_type_ids=False,
-        )
-        return [len(ids) for ids in encoded["input_ids"]]
+        return self._front.token_lengths(texts)
 
     def tokenize(self, texts: Sequence[str]) -> Any:
-        """The padded batch ``embed`` runs: the tokenizer's own call (as sentence-
-        transformers makes it), or ids with the EOS appended when ``append_eos`` asks."""
-        if self._eos_id is None:
-            return self._tokenizer(list(texts), truncation=True,
-                                   max_length=self.settings.max_length, padding=True,
-                                   return_tensors="pt")
-        ids = ids_with_eos(self._tokenizer, texts, self.settings.max_length, self._eos_id)
-        return self._tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+        """The padded batch ``embed`` runs (``textfront.TokenizerFront.batch``)."""
+        return self._front.batch(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 ``(len(texts), dim)``; one forward pass over the batch padded to its longest."""
@@ -150,10 +130,7 @@ class InProcessEncoder:
         with torch.inference_mode():
             hidden = self._model(**inputs).last_hidden_state
             self.forward_calls += 1
-            pooled = pool(hidden, inputs["attention_mask"], self.settings.pooling)
-            if self.settings.normalize:
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-            return pooled.to(device="cpu", dtype=torch.float32).numpy()
+            return pooled_vectors(hidden, inputs["attention_mask"], self.settings)
 
     def close(self) -> None:
         if self._model is None:
@@ -185,33 +162,6 @@ def input_device(model: Any, device: str) -> Any:
     """Where the input ids must go: the embedding layer's device (bnb models use device_map)."""
     embeddings = model.get_input_embeddings()
     return embeddings.weight.device if embeddings is not None else device
-
-
-def pool(hidden: Any, mask: Any, pooling: str) -> Any:
-    """Pool token states ``(B, T, H)`` under ``mask`` ``(B, T)`` into ``(B, H)``.
-
-    Arithmetic mirrors sentence-transformers (sum in float32 for half dtypes, divide by
-    the clamped token count) so float32 output is bit-for-bit comparable. ``cls`` takes
-    the first unmasked token and ``last`` the last unmasked one, which is right for both
-    left and right padding.
-    """
-    import torch
-
-    if pooling == "mean":
-        acc = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        summed = (hidden * weights).sum(dim=1, dtype=acc)
-        counts = torch.clamp(mask.sum(dim=1, dtype=acc).unsqueeze(-1), min=1e-9)
-        return summed / counts
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
-    if pooling == "cls":
-        index = mask.to(torch.int32).argmax(dim=1)
-    elif pooling == "last":
-        length = mask.shape[1]
-        index = length - 1 - mask.flip(1).to(torch.int32).argmax(dim=1)
-    else:
-        raise ValueError(f"unknown pooling {pooling!r}")
-    return hidden[rows, index].to(torch.float32)
 
 
 # -- the backend's declaration ------------------------------------------------------
@@ -262,3 +212,7 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by=
                    batch_dependence=batch_dependence, ray=True,
                    cache_key="chunks keyed by weights fingerprint, dtype, quantization, "
                    "device, torch/transformers/bitsandbytes versions, settings, texts")
+
+
+__all__ = ["BACKEND_NAME", "LLM_INT8", "PADDED_FLOAT", "PADDED_HALF", "SPEC", "TORCH_DYNAMIC",
+           "WEIGHT_ONLY_4BIT", "InProcessEncoder", "batch_dependence", "build", "input_device"]

@@ -11,7 +11,7 @@ EOS itself only when the recipe says ``encoding: {append_eos: true}``; the plan 
 of these happens, read from the tokenizer's files without loading anything.
 
 Padding side does not change what evalq pools (the pooling finds the last *unmasked*
-position, see :func:`evalq.engines.inprocess.pool`), but it is the model's setting and
+position, see :func:`evalq.engines.textfront.pool`), but it is the model's setting and
 the first thing a hand-written last-token pooling gets wrong, so it is recorded and shown.
 """
 

@@ -16,7 +16,9 @@ from pydantic_core import PydanticCustomError
 
 from evalq.engines import (
     inprocess,
+    onnx_backend,
     openai_http,
+    openvino_backend,
     rerank_http,
     reranker,
     tei_http,
@@ -29,7 +31,8 @@ BACKENDS = BackendRegistry()
 
 for _spec in (inprocess.SPEC, vllm_build.SPEC, openai_http.SPEC, tei_http.SPEC,
               reranker.SPEC, vllm_rerank.SPEC, rerank_http.TEI_SPEC,
-              rerank_http.RERANK_API_SPEC):
+              rerank_http.RERANK_API_SPEC, onnx_backend.SPEC,
+              openvino_backend.SPEC):
     BACKENDS.register(_spec)
 
 

@@ -41,6 +41,7 @@ from evalq.engines.http_probe import launched_by_recipe, probe_http_variants, pr
 from evalq.engines.launch import start_launch
 from evalq.execute import sensitivity, sensitivity_measure
 from evalq.execute import streamed as streamrun
+from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
@@ -273,7 +274,8 @@ def _run_variant(
 ) -> tuple[VariantRecord, np.ndarray | None]:
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
-                       device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir))
+                       device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir),
+                       calibration=corpus_calibration(datasets, recipe.title_separator))
     encoder: Encoder = create_encoder(variant, ctx)
     record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
     parity_vectors = None
@@ -386,7 +388,8 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
         model_path = plan.variant(variant.name).model_folder()
         settings = plan.variant(variant.name).encoding_settings()
         ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
-                           resolve_device(variant.device), Path(recipe.cache_dir))
+                           resolve_device(variant.device), Path(recipe.cache_dir),
+                           corpus_calibration(datasets, recipe.title_separator))
 
         launched = start_launch(recipe, variant, model_path, ctx.logs_dir)
         encoder = create_encoder(variant, ctx)

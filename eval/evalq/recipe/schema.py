@@ -23,7 +23,9 @@ from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.modelinfo import SettingsOverrides
+from evalq.engines.onnx_backend import OnnxOptions
 from evalq.engines.openai_http import HttpOptions
+from evalq.engines.openvino_backend import OpenVinoOptions
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.engines.vllm_build import VllmOptions
@@ -95,6 +97,8 @@ class Variant(StrictOptions):
     batch_tokens: int | None = Field(default=None, ge=16)
     vllm: VllmOptions | None = None
     http: HttpOptions | None = None
+    onnx: OnnxOptions | None = None
+    openvino: OpenVinoOptions | None = None
     index: IndexSpec | None = None  # an ANN index (FAISS index_factory); unset = exact
 
     @field_validator("backend", mode="before")

@@ -21,7 +21,16 @@ from pydantic import BaseModel, ValidationError
 
 from evalq.core.errors import InputError
 from evalq.core.values import QuantizationRecord
-from evalq.engines.quantize import bnb, dtype, torch_dynamic, w8a8
+from evalq.engines.quantize import (
+    bnb,
+    dtype,
+    nncf_int8,
+    ort_dynamic,
+    ort_optimize,
+    ort_static,
+    torch_dynamic,
+    w8a8,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +48,9 @@ class QuantMethod:
     load: LoadFn
     backends: tuple[str, ...] = ("inprocess",)  # backends that apply this method
     devices: tuple[str, ...] = ("cpu", "cuda")
+    # Methods of graph backends (onnx, openvino): (parent graph, params, DeriveContext)
+    # -> the derived graph (``quantize/derive.py``); None for the in-process methods.
+    derive: Callable[..., Any] | None = None
 
     def allowed_fields(self) -> str:
         fields = self.params_model.model_fields
@@ -72,9 +84,11 @@ def register(method: QuantMethod) -> QuantMethod:
     return method
 
 
-for _module in (dtype, bnb, torch_dynamic, w8a8):
+for _module in (dtype, bnb, torch_dynamic, w8a8, ort_dynamic, ort_static, ort_optimize,
+                nncf_int8):
     register(QuantMethod(_module.NAME, _module.SUMMARY, _module.Params, _module.load,
-                         backends=_module.BACKENDS, devices=_module.DEVICES))
+                         backends=_module.BACKENDS, devices=_module.DEVICES,
+                         derive=getattr(_module, "derive", None)))
 
 
 def get_method(method: str, *, file: str | Path | None = None,

@@ -1,0 +1,245 @@
+"""The ``onnx`` embedding backend: ONNX Runtime's CPU execution provider, in-process.
+
+This is how small embedding models are usually served on CPUs (sentence-transformers'
+``backend="onnx"``, TEI's CPU images, Infinity's optimum engine). The graph is evalq's
+export of the recipe's checkpoint (``quantize.onnx_graph``) or a user's ``model.onnx``
+(``onnx: {file: ...}``); the quantization methods whose ``backends`` name ``onnx``
+(ORT dynamic and static int8, offline graph optimization) derive a graph from it.
+Tokenization, pooling, normalization and truncation are ``textfront``'s, the in-process
+backend's own, so ONNX fp32 is judged on its kernels alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from evalq.core.errors import InputError
+from evalq.core.options import StrictOptions
+from evalq.core.protocols import Encoder
+from evalq.core.values import EncodingSettings, QuantizationRecord
+from evalq.engines.context import BuildContext
+from evalq.engines.inprocess import PADDED_FLOAT
+from evalq.engines.quantize import (
+    METHODS,
+    ort_dynamic,
+    ort_optimize,
+    ort_static,
+    validate_quantization,
+)
+from evalq.engines.quantize.derive import DeriveContext, hidden_size
+from evalq.engines.quantize.onnx_graph import (
+    OPSET,
+    OnnxGraph,
+    check_graph,
+    check_width,
+    export_onnx,
+    require,
+    user_graph,
+    versions,
+)
+from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
+from evalq.engines.textfront import TokenizerFront, pooled_vectors
+
+if TYPE_CHECKING:
+    from evalq.recipe.schema import Variant
+
+BACKEND_NAME = "onnx"
+EXTRA = "onnx"
+# ONNX Runtime's session-level graph optimization levels, by the names its docs use.
+SESSION_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                  "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+class OnnxOptions(StrictOptions):
+    """``onnx:`` of a variant: a ready-made graph, threads, session optimization."""
+
+    # A user's model.onnx of the recipe's checkpoint (token states as first output);
+    # unset: evalq exports the checkpoint itself.
+    file: str | None = None
+    # intra-op threads; None: ONNX Runtime's default (one per physical core)
+    threads: int | None = Field(default=None, ge=1)
+    # SessionOptions.graph_optimization_level (ONNX Runtime's default is all)
+    graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
+
+
+class OnnxEncoder:
+    """Encoder protocol on an ONNX Runtime session (CPU execution provider)."""
+
+    def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
+                 settings: EncodingSettings, record: QuantizationRecord,
+                 options: OnnxOptions | None = None, field_name: str = "onnx.file") -> None:
+        ort = require("onnxruntime", EXTRA, "the onnx backend")
+        self.model_path = Path(model_path)
+        self.settings = settings
+        self.graph = graph
+        self.record = record
+        self.options = options or OnnxOptions()
+        self.forward_calls = 0
+        self._field = field_name
+        self.dim = hidden_size(self.model_path)
+        self._inputs = check_graph(graph.path, self.dim, field_name=field_name)
+        self._front = TokenizerFront(self.model_path, settings)
+        self._session: Any = open_session(ort, graph.path, self.options, field_name)
+        self._width_checked = False
+
+    def fingerprint(self) -> str:
+        """Cache key: backend, graph content, quantization, settings, ORT version."""
+        blob = json.dumps({
+            "backend": BACKEND_NAME, "graph": self.graph.key,
+            "quantization": {"method": self.record.method, "params": self.record.params},
+            "session": self.options.graph_optimization,
+            "settings": self.settings.fingerprint(),
+            "versions": versions("onnxruntime"),
+        }, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": BACKEND_NAME, "model_path": str(self.model_path),
+            "graph": str(self.graph.path), "graph_key": self.graph.key,
+            "graph_info": self.graph.info, "dtype": "float32", "device": "cpu",
+            "execution_provider": "CPUExecutionProvider",
+            "threads": self.options.threads,
+            "session_graph_optimization": self.options.graph_optimization,
+            "versions": versions("onnxruntime", "onnx", "transformers"),
+            "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
+            "fingerprint": self.fingerprint(),
+        }
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._front.token_lengths(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 ``(len(texts), dim)``; one session run over the batch padded to its
+        longest, pooled by ``textfront``."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._session is None:
+            raise RuntimeError("OnnxEncoder.embed called after close()")
+        batch = self._front.batch(texts, tensors="np")
+        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
+        hidden = self._session.run(None, feed)[0]
+        self.forward_calls += 1
+        if not self._width_checked:
+            check_width(hidden.shape[-1] if hidden.ndim == 3 else -1, self.dim,
+                        self.graph.path, self._field)
+            self._width_checked = True
+        return pooled_vectors(hidden.astype(np.float32, copy=False), batch["attention_mask"],
+                              self.settings)
+
+    def close(self) -> None:
+        self._session = None
+
+
+def open_session(ort: Any, path: Path, options: OnnxOptions, field_name: str) -> Any:
+    """An ONNX Runtime CPU session; a graph it cannot run (an operator it has no kernel
+    for, a malformed model) is the user's file's problem (exit 2)."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                            SESSION_LEVELS[options.graph_optimization])
+    if options.threads is not None:
+        opts.intra_op_num_threads = options.threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's Fail / NotImplemented / InvalidGraph
+        raise InputError(message=f"ONNX Runtime cannot run '{path}': "
+                         f"{type(exc).__name__}: {str(exc)[:300]}", file=path,
+                         field=field_name,
+                         fix="use operators ONNX Runtime's CPU provider implements (re-export "
+                         f"with opset {OPSET} from torch, or let evalq export the model)") from None
+
+
+def base_graph(ctx: BuildContext, options: OnnxOptions | None) -> OnnxGraph:
+    """The variant's fp32 graph: the user's file when given, else evalq's export."""
+    if options is not None and options.file:
+        return user_graph(options.file, field_name="onnx.file")
+    require("onnxruntime", EXTRA, "the onnx backend")
+    return export_onnx(ctx.model_path, ctx.cache_dir / "checkpoints")
+
+
+def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront | None = None,
+              ) -> tuple[OnnxGraph, QuantizationRecord]:
+    """The graph a variant runs (base, or derived by its quantization method) and the
+    record of what was done to it."""
+    options = getattr(variant, BACKEND_NAME, None)
+    graph = base_graph(ctx, options)
+    quant = dict(variant.quantization or {})
+    method = quant.pop("method", None)
+    if method is None or method == "dtype":
+        return graph, QuantizationRecord("none", 32, graph.path.stat().st_size,
+                                         {"graph": graph.info})
+    spec = METHODS[method]
+    params = validate_quantization(method, quant)
+    if spec.derive is None or BACKEND_NAME not in spec.backends:
+        raise InputError(message=f"quantization method '{method}' is not applied by backend "
+                         f"{BACKEND_NAME}", field="quantization.method",
+                         fix=f"use one of {', '.join(methods_for(BACKEND_NAME))}")
+    dctx = DeriveContext(ctx.cache_dir / "checkpoints", front or TokenizerFront(
+        ctx.model_path, ctx.settings), ctx.calibration, ctx.model_path)
+    derived = spec.derive(graph, params, dctx)
+    record = QuantizationRecord(method, derived.info.get("bits"), derived.path.stat().st_size,
+                                {**params.model_dump(), "graph": derived.info})
+    return derived, record
+
+
+def methods_for(backend: str) -> list[str]:
+    return [m for m, s in METHODS.items() if backend in s.backends and m != "dtype"]
+
+
+def build(variant: Variant, ctx: BuildContext) -> Encoder:
+    if ctx.device != "cpu" and variant.device == "cuda":
+        raise InputError(message="backend onnx runs ONNX Runtime's CPU execution provider",
+                         field="device", fix="use device: cpu (or auto) for this variant")
+    front = TokenizerFront(ctx.model_path, ctx.settings)
+    graph, record = graph_for(variant, ctx, front)
+    return OnnxEncoder(ctx.model_path, graph, settings=ctx.settings, record=record,
+                       options=getattr(variant, BACKEND_NAME, None))
+
+
+# Batch dependence of each quantization method this backend applies; every one is
+# checked against the real encoder by tests/test_composition.py.
+DECLARED = {
+    ort_dynamic.NAME: BatchDependence(
+        "dependent",
+        "DynamicQuantizeLinear scales each MatMul input per tensor: one scale per batch, set "
+        "by the batch's largest activation", None),
+    ort_static.NAME: BatchDependence(
+        "near-invariant",
+        "activation scales fixed at calibration and masked attention: neighbours change only "
+        "padding (measured 0 between the compositions of tests/test_composition.py; the "
+        "tolerance leaves room for a rounding that crosses one quantization step)", 1e-2),
+    ort_optimize.NAME: BatchDependence(
+        "near-invariant",
+        "float32 fused graph, masked attention and per-text pooling: neighbours only change "
+        "padding", NEAR_INVARIANT_TOLERANCE),
+}
+
+
+def batch_dependence(variant: Variant) -> BatchDependence:
+    method = (variant.quantization or {}).get("method")
+    if method is None or method == "dtype":
+        return PADDED_FLOAT
+    if method in DECLARED:
+        return DECLARED[method]
+    return BatchDependence("unverified", f"no declaration for backend {BACKEND_NAME!r} "
+                           f"with quantization {method!r}", None)
+
+
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",
+                   options_key=BACKEND_NAME, options_model=OnnxOptions,
+                   devices=("cpu",), dtypes=("float32",), batch_dependence=batch_dependence,
+                   cache_key="chunks keyed by the graph's content (weights fingerprint and "
+                   "export, or the user file's hash), quantization, session optimization, "
+                   "onnxruntime version, settings, texts")
+
+__all__ = ["BACKEND_NAME", "SPEC", "OnnxEncoder", "OnnxOptions", "base_graph", "build",
+           "graph_for", "methods_for", "open_session"]

@@ -1,0 +1,207 @@
+"""The ``openvino`` embedding backend: OpenVINO's CPU plugin, in-process.
+
+The IR is converted from evalq's ONNX export of the recipe's checkpoint
+(``quantize/openvino_ir.py``), or is a user's ``openvino_model.xml``
+(``openvino: {file: ...}``). ``dtype: float16`` stores float16 weights
+(``compress_to_fp16``); the CPU plugin computes in the precision its hint names, which
+the manifest records (float32 on a CPU without native float16 arithmetic). ``nncf-int8``
+derives an int8 IR calibrated on corpus texts. Tokenization, pooling and normalization
+are ``textfront``'s, as in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import Field
+
+from evalq.core.errors import InputError
+from evalq.core.options import StrictOptions
+from evalq.core.protocols import Encoder
+from evalq.core.values import EncodingSettings, QuantizationRecord
+from evalq.engines.context import BuildContext
+from evalq.engines.inprocess import PADDED_FLOAT
+from evalq.engines.onnx_backend import methods_for
+from evalq.engines.quantize import METHODS, nncf_int8, validate_quantization
+from evalq.engines.quantize.derive import DeriveContext, hidden_size
+from evalq.engines.quantize.onnx_graph import (
+    OnnxGraph,
+    check_width,
+    export_onnx,
+    require,
+    user_graph,
+    versions,
+)
+from evalq.engines.quantize.openvino_ir import EXTRA, convert_ir, read_ir
+from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
+from evalq.engines.textfront import TokenizerFront, pooled_vectors
+
+if TYPE_CHECKING:
+    from evalq.recipe.schema import Variant
+
+BACKEND_NAME = "openvino"
+
+
+class OpenVinoOptions(StrictOptions):
+    """``openvino:`` of a variant: a ready-made IR and the CPU plugin's threads."""
+
+    # A user's openvino_model.xml (its .bin beside it) of the recipe's checkpoint, token
+    # states as first output; unset: evalq converts its ONNX export.
+    file: str | None = None
+    threads: int | None = Field(default=None, ge=1)  # None: the plugin's default
+
+
+class OpenVinoEncoder:
+    """Encoder protocol on a compiled OpenVINO model (CPU plugin)."""
+
+    def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
+                 settings: EncodingSettings, record: QuantizationRecord, dtype: str,
+                 options: OpenVinoOptions | None = None,
+                 field_name: str = "openvino.file") -> None:
+        ov = require("openvino", EXTRA, "the openvino backend")
+        self.model_path = Path(model_path)
+        self.settings, self.graph, self.record, self.dtype = settings, graph, record, dtype
+        self.options = options or OpenVinoOptions()
+        self.forward_calls = 0
+        self._field = field_name
+        self.dim = hidden_size(self.model_path)
+        core = ov.Core()
+        model = read_ir(core, graph.path, self.dim, field_name=field_name)
+        self._inputs = [n for n in ("input_ids", "attention_mask", "token_type_ids")
+                        if any(n in i.get_names() for i in model.inputs)]
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+        if self.options.threads is not None:
+            config["INFERENCE_NUM_THREADS"] = self.options.threads
+        try:
+            self._compiled: Any = core.compile_model(model, "CPU", config)
+        except Exception as exc:  # an operation the CPU plugin has no implementation for
+            raise InputError(message=f"OpenVINO's CPU plugin cannot compile '{graph.path}': "
+                             f"{str(exc)[:300]}", file=graph.path, field=field_name,
+                             fix="use operations the CPU plugin supports, or let evalq "
+                             "convert the model") from None
+        hint = self._compiled.get_property("INFERENCE_PRECISION_HINT")
+        self.precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)
+        self._front = TokenizerFront(self.model_path, settings)
+
+    def fingerprint(self) -> str:
+        """Cache key: backend, IR content, quantization, settings, OpenVINO version."""
+        blob = json.dumps({
+            "backend": BACKEND_NAME, "graph": self.graph.key, "dtype": self.dtype,
+            "quantization": {"method": self.record.method, "params": self.record.params},
+            "precision": self.precision, "settings": self.settings.fingerprint(),
+            "versions": versions("openvino"),
+        }, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": BACKEND_NAME, "model_path": str(self.model_path),
+            "graph": str(self.graph.path), "graph_key": self.graph.key,
+            "graph_info": self.graph.info, "dtype": self.dtype, "device": "cpu",
+            "inference_precision": self.precision, "threads": self.options.threads,
+            "versions": versions("openvino", "nncf", "transformers"),
+            "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
+            "fingerprint": self.fingerprint(),
+        }
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._front.token_lengths(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._compiled is None:
+            raise RuntimeError("OpenVinoEncoder.embed called after close()")
+        batch = self._front.batch(texts, tensors="np")
+        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
+        hidden = np.asarray(self._compiled(feed)[0], dtype=np.float32)
+        self.forward_calls += 1
+        check_width(hidden.shape[-1] if hidden.ndim == 3 else -1, self.dim, self.graph.path,
+                    self._field)
+        return pooled_vectors(hidden, batch["attention_mask"], self.settings)
+
+    def close(self) -> None:
+        self._compiled = None
+
+
+def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront,
+              ) -> tuple[OnnxGraph, QuantizationRecord]:
+    """The IR a variant runs and the record of what was done to it."""
+    options = getattr(variant, BACKEND_NAME, None)
+    fp16 = variant.dtype == "float16"
+    if options is not None and options.file:
+        graph = user_graph(options.file, field_name="openvino.file", kind="OpenVINO",
+                           siblings=(".bin",), libraries=("openvino",))
+    else:
+        require("openvino", EXTRA, "the openvino backend")
+        cache = ctx.cache_dir / "checkpoints"
+        graph = convert_ir(export_onnx(ctx.model_path, cache), cache, fp16=fp16)
+    quant = dict(variant.quantization or {})
+    method = quant.pop("method", None)
+    size = graph.path.with_suffix(".bin").stat().st_size if graph.path.with_suffix(
+        ".bin").is_file() else None
+    if method is None or method == "dtype":
+        return graph, QuantizationRecord("none" if not fp16 else "dtype", 16 if fp16 else 32,
+                                         size, {"graph": graph.info})
+    params = validate_quantization(method, quant)
+    spec = METHODS[method]
+    if spec.derive is None or BACKEND_NAME not in spec.backends:
+        raise InputError(message=f"quantization method '{method}' is not applied by backend "
+                         f"{BACKEND_NAME}", field="quantization.method",
+                         fix=f"use one of {', '.join(methods_for(BACKEND_NAME))}")
+    dctx = DeriveContext(ctx.cache_dir / "checkpoints", front, ctx.calibration,
+                         ctx.model_path)
+    derived = spec.derive(graph, params, dctx)
+    bin_file = derived.path.with_suffix(".bin")
+    return derived, QuantizationRecord(method, derived.info.get("bits"),
+                                       bin_file.stat().st_size if bin_file.is_file() else None,
+                                       {**params.model_dump(), "graph": derived.info})
+
+
+def build(variant: Variant, ctx: BuildContext) -> Encoder:
+    if variant.device == "cuda":
+        raise InputError(message="backend openvino runs OpenVINO's CPU plugin", field="device",
+                         fix="use device: cpu (or auto) for this variant")
+    front = TokenizerFront(ctx.model_path, ctx.settings)
+    graph, record = graph_for(variant, ctx, front)
+    return OpenVinoEncoder(ctx.model_path, graph, settings=ctx.settings, record=record,
+                           dtype=variant.dtype, options=getattr(variant, BACKEND_NAME, None))
+
+
+# Batch dependence of what this backend runs; checked by tests/test_composition.py.
+DECLARED = {
+    nncf_int8.NAME: BatchDependence(
+        "near-invariant",
+        "FakeQuantize ranges fixed at calibration and masked attention: neighbours change "
+        "only padding (measured 0 between the compositions of tests/test_composition.py; the "
+        "tolerance leaves room for a rounding that crosses one quantization step)", 1e-2),
+}
+FP16_WEIGHTS = BatchDependence(
+    "near-invariant", "float16 weights computed in float32, masked attention: neighbours "
+    "only change padding", NEAR_INVARIANT_TOLERANCE)
+
+
+def batch_dependence(variant: Variant) -> BatchDependence:
+    method = (variant.quantization or {}).get("method")
+    if method is None or method == "dtype":
+        return PADDED_FLOAT if variant.dtype == "float32" else FP16_WEIGHTS
+    if method in DECLARED:
+        return DECLARED[method]
+    return BatchDependence("unverified", f"no declaration for backend {BACKEND_NAME!r} "
+                           f"with quantization {method!r}", None)
+
+
+SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",
+                   options_key=BACKEND_NAME, options_model=OpenVinoOptions,
+                   devices=("cpu",), dtypes=("float32", "float16"),
+                   batch_dependence=batch_dependence,
+                   cache_key="chunks keyed by the IR's content (weights fingerprint, export "
+                   "and conversion, or the user file's hash), dtype, quantization, "
+                   "OpenVINO version, settings, texts")
+
+__all__ = ["BACKEND_NAME", "SPEC", "OpenVinoEncoder", "OpenVinoOptions", "build", "graph_for"]

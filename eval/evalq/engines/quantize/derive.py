@@ -1,0 +1,76 @@
+"""What a quantization method that derives a graph (ONNX, OpenVINO IR) is given.
+
+Methods in ``quantize.METHODS`` that apply to the in-process backend change a torch
+model (``load``). The ONNX and OpenVINO methods instead turn a graph file into another
+(``derive``); static ones calibrate on corpus texts the run supplies through
+``BuildContext.calibration`` and never on the judged queries, so a verdict is not tuned
+to its own test. This module holds the context they get and the checks they share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalq.core.errors import InputError
+
+# (n, seed) -> up to n (doc id, text) pairs drawn from the run's corpora, seeded.
+CalibrationSource = Callable[[int, int], list[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class DeriveContext:
+    """Where derived graphs are cached, the tokenizer front (``textfront``), and where
+    calibration texts come from (None: this run has no corpus to offer)."""
+
+    cache_dir: Path
+    front: Any
+    calibration: CalibrationSource | None
+    model_path: Path
+
+
+def hidden_size(model_path: Path) -> int:
+    """The checkpoint's hidden size (what every token state and vector is wide)."""
+    config = Path(model_path) / "config.json"
+    try:
+        return int(json.loads(config.read_text())["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(message=f"cannot read hidden_size from {config}: {exc}", file=config,
+                         field="hidden_size",
+                         fix="point the recipe at a transformers checkpoint folder") from None
+
+
+def calibration_texts(ctx: DeriveContext, count: int, seed: int, method: str,
+                      ) -> tuple[list[str], list[str]]:
+    """``count`` corpus documents (ids, texts with the document prefix) to calibrate on."""
+    if ctx.calibration is None:
+        raise InputError(message=f"quantization method '{method}' calibrates on corpus "
+                         "texts, and this command has no corpus to draw them from",
+                         field="quantization.method",
+                         fix="run it through evalq run / evalq parity with a dataset, or "
+                         "choose a method without calibration (ort-dynamic-int8)")
+    pairs = ctx.calibration(count, seed)
+    if not pairs:
+        raise InputError(message=f"quantization method '{method}' calibrates on corpus "
+                         "texts, but the recipe's corpora are empty", field="datasets",
+                         fix="give the recipe a dataset with documents (max_docs > 0), or "
+                         "use ort-dynamic-int8, which needs no calibration")
+    prefix = ctx.front.settings.document_prefix
+    return [i for i, _ in pairs], [prefix + t for _, t in pairs]
+
+
+__all__ = ["CalibrationSource", "DeriveContext", "calibration_texts", "graph_method_load",
+           "hidden_size"]
+
+
+def graph_method_load(name: str, backends: tuple[str, ...]) -> Callable[..., Any]:
+    """The registry's in-process hook for a graph method: refused, naming its backends."""
+    def load(model_path: Path, params: Any, device: str, dtype: str | None = None) -> Any:
+        raise InputError(message=f"quantization method '{name}' derives a graph that "
+                         f"backend {' or '.join(backends)} runs; the in-process backend "
+                         "cannot run it", field="backend",
+                         fix=f"use backend: {backends[0]} for this variant")
+    return load

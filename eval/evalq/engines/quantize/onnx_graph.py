@@ -1,0 +1,263 @@
+"""ONNX graphs of a checkpoint: exported by evalq, or a user's ``model.onnx``; checked.
+
+The export starts from the same HF checkpoint the in-process backend loads and outputs
+the token states (``last_hidden_state``); pooling, normalization, truncation and prefixes
+stay evalq's (``textfront``), so an ONNX graph differs from the in-process model in its
+kernels only. The graph is traced with eager attention: the SDPA path builds its mask
+with Python branches a trace would freeze to the example's shape.
+
+Exports (and the graphs quantization methods derive from them) are cached under the
+run's cache folder, keyed by the weight fingerprint like the W8A8 checkpoints; each
+folder carries ``evalq-onnx.json`` (exporter, opset, library versions), written last, so
+a folder without it is incomplete and made again.
+
+A graph is checked before it serves: a file that does not parse (corrupt, truncated), a
+graph ``onnx.checker`` refuses, one whose inputs are not a tokenizer's, one whose output
+width differs from the model's hidden size, and one whose operators ONNX Runtime cannot
+run are each an :class:`InputError` naming the file and the fix (exit 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from evalq.core.atomicio import write_json
+from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.weights import model_fingerprint
+
+RECORD_FILE = "evalq-onnx.json"
+GRAPH_FILE = "model.onnx"
+OPSET = 17
+EXPORTER = "torch.onnx.export (TorchScript)"
+OUTPUT = "last_hidden_state"
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True)
+class OnnxGraph:
+    """A graph file and what made it (``info``: exporter, opset, versions, parent)."""
+
+    path: Path
+    key: str  # identifies the graph's content: source fingerprint + how it was made
+    info: dict[str, Any] = field(default_factory=dict)
+    reused: bool = False
+
+
+def require(module: str, extra: str, purpose: str) -> Any:
+    """Import an optional library or say which extra installs it (exit 2)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(module, extra, purpose) from None
+
+
+def versions(*names: str) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _key(blob: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_graph(folder: Path, make: Callable[[Path], dict[str, Any]],
+                 file: str = GRAPH_FILE) -> OnnxGraph:
+    """The graph in ``folder`` if complete, else ``make(work_dir)`` (which writes
+    ``file`` there and returns its info) run in a temporary folder renamed into place, so
+    an interrupted build never leaves a folder that looks complete."""
+    record = folder / RECORD_FILE
+    key = folder.name.rsplit("-", 1)[-1]
+    if record.is_file() and (folder / file).is_file():
+        return OnnxGraph(folder / file, key, json.loads(record.read_text()), reused=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        info = make(work)
+        write_json(work / RECORD_FILE, info)
+        if folder.exists():
+            shutil.rmtree(folder)
+        work.chmod(0o755)
+        work.rename(folder)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return OnnxGraph(folder / file, key, info)
+
+
+def export_onnx(model_path: Path, cache_dir: Path) -> OnnxGraph:
+    """The fp32 ONNX export of the checkpoint at ``model_path`` (made once per weights)."""
+    require("onnx", "onnx", "exporting to ONNX")
+    source = model_fingerprint(model_path)
+    key = _key({"model": source, "exporter": EXPORTER, "opset": OPSET, "output": OUTPUT,
+                "torch": versions("torch")["torch"]})
+
+    def make(work: Path) -> dict[str, Any]:
+        inputs = _export(model_path, work / GRAPH_FILE)
+        return {"exporter": EXPORTER, "opset": OPSET, "output": OUTPUT, "inputs": inputs,
+                "source": str(model_path), "source_fingerprint": source,
+                "attn_implementation": "eager", "dynamic_axes": ["batch", "sequence"],
+                "versions": versions("torch", "transformers", "onnx", "onnxruntime")}
+
+    return cached_graph(cache_dir / f"onnx-export-{key}", make)
+
+
+def _export(model_path: Path, out: Path) -> list[str]:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(str(model_path), dtype=torch.float32,
+                                      attn_implementation="eager", local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    example = tokenizer(["an example text to trace", "a second, longer example text"],
+                        padding=True, return_tensors="pt")
+    names = [n for n in TOKEN_INPUTS if n in example]
+
+    class TokenStates(torch.nn.Module):
+        """The encoder with positional inputs and its token states as the one output."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return self.model(**dict(zip(names, args, strict=True))).last_hidden_state
+
+    wrapper = TokenStates().eval()  # eval: export restores the mode it found
+    axes = {n: {0: "batch", 1: "sequence"} for n in (*names, OUTPUT)}
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+        # The trace's own notes (legacy exporter, constant masks branches): the graph is
+        # checked against the model by tests/test_onnx_backend.py, not by these.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapper, tuple(example[n] for n in names), str(out),
+                          input_names=names, output_names=[OUTPUT], dynamic_axes=axes,
+                          opset_version=OPSET, dynamo=False)
+    return names
+
+
+def user_graph(file: str | Path, *, field_name: str, kind: str = "ONNX",
+               siblings: tuple[str, ...] = (),
+               libraries: tuple[str, ...] = ("onnx", "onnxruntime")) -> OnnxGraph:
+    """A user's ready-made graph file (``model.onnx``; ``openvino_model.xml`` with its
+    ``.bin`` sibling): keyed by its content, checked when the backend opens it."""
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise InputError(message=f"{kind} file '{path}' does not exist", file=path,
+                         field=field_name,
+                         fix=f"point it at a {path.name or 'graph'} file (or drop it to let "
+                         "evalq export the model)")
+    digest = hashlib.blake2b(digest_size=8)
+    for part in (path, *(path.with_suffix(s) for s in siblings)):
+        if part.is_file():
+            with part.open("rb") as handle:
+                while chunk := handle.read(8 << 20):
+                    digest.update(chunk)
+    return OnnxGraph(path, digest.hexdigest(), {"exporter": "user file", "file": str(path),
+                                                "versions": versions(*libraries)})
+
+
+def check_graph(path: Path, hidden_size: int, *, field_name: str) -> list[str]:
+    """The graph's token inputs, after refusing a file that is not a usable encoder graph
+    (see the module docstring); the output width is checked here when the graph states
+    it and again on the first batch when it does not."""
+    onnx = require("onnx", "onnx", "reading ONNX graphs")
+    fix_file = "re-export the model (delete the file to let evalq export it) or copy it again"
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        onnx.checker.check_model(model)
+    except Exception as exc:  # protobuf's DecodeError, onnx's ValidationError, ...
+        raise InputError(message=f"'{path}' is not a valid ONNX graph (corrupt or truncated "
+                         f"file?): {type(exc).__name__}: {str(exc)[:200]}", file=path,
+                         field=field_name, fix=fix_file) from None
+    inputs = [i.name for i in model.graph.input]
+    unknown = [n for n in inputs if n not in TOKEN_INPUTS]
+    if unknown or "input_ids" not in inputs:
+        raise InputError(message=f"'{path}' takes inputs {inputs}; an encoder graph takes "
+                         f"{', '.join(TOKEN_INPUTS)} (token_type_ids optional)", file=path,
+                         field=field_name, fix="export the encoder with those input names")
+    width = output_width(model)
+    if width is not None:
+        check_width(width, hidden_size, path, field_name)
+    return inputs
+
+
+def output_width(model: Any) -> int | None:
+    """The last dimension of the first output when the graph states it, else None."""
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    if len(dims) != 3:
+        return -1  # not (batch, sequence, hidden): refused by check_width
+    last = dims[-1]
+    return int(last.dim_value) if last.HasField("dim_value") else None
+
+
+def check_width(width: int, hidden_size: int, path: Path, field_name: str) -> None:
+    if width != hidden_size:
+        shape = "not (batch, sequence, hidden)" if width < 0 else f"{width} wide"
+        raise InputError(message=f"'{path}': its first output is {shape}, but the model's "
+                         f"hidden size is {hidden_size}; evalq pools the token states "
+                         f"('{OUTPUT}') itself", file=path, field=field_name,
+                         fix="export the encoder's token states (last_hidden_state) as the "
+                         "first output, of the checkpoint this recipe names")
+
+
+def weight_matmuls(path: Path, *, weights_only: bool = True,
+                   skip: tuple[str, ...] = ()) -> list[str]:
+    """Names of the graph's MatMul nodes: those whose second input is a weight (an
+    initializer), i.e. the Linear layers and not the attention products of two
+    activations, unless ``weights_only`` is false; minus names matching a ``skip`` regex."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul"
+            and (not weights_only or (len(n.input) > 1 and n.input[1] in weights))
+            and not any(re.search(pattern, n.name) for pattern in skip)]
+
+
+def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[str, Any],
+                  make: Callable[[Path, Path], dict[str, Any]], *, file: str = GRAPH_FILE,
+                  libraries: tuple[str, ...] = ("onnx", "onnxruntime")) -> OnnxGraph:
+    """A graph a quantization method derives from ``parent`` (``make(parent_file,
+    out_file)`` returns what to record), cached by the parent's key and the parameters."""
+    key = _key({"parent": parent.key, "method": method, "params": params})
+
+    def build(work: Path) -> dict[str, Any]:
+        made = make(parent.path, work / file)
+        return {**made, "method": method, "params": params, "parent": parent.info,
+                "versions": versions(*libraries)}
+
+    return cached_graph(cache_dir / f"graph-{method}-{key}", build, file)
+
+
+__all__ = [
+    "GRAPH_FILE",
+    "OPSET",
+    "OUTPUT",
+    "TOKEN_INPUTS",
+    "OnnxGraph",
+    "cached_graph",
+    "check_graph",
+    "check_width",
+    "derived_graph",
+    "export_onnx",
+    "require",
+    "user_graph",
+    "versions",
+    "weight_matmuls",
+]

@@ -1,0 +1,56 @@
+"""ONNX Runtime dynamic int8: MatMul weights int8 per channel, activations per batch.
+
+The configurations are the ones users know from sentence-transformers'
+``export_dynamic_quantized_onnx_model(..., "avx2" | "avx512" | "avx512_vnni" | "arm64")``,
+which name optimum's per-ISA presets: unsigned 8-bit activations everywhere; unsigned
+weights for AVX2 (its u8·u8 kernel has no saturation problem), signed weights for
+AVX-512, AVX-512 VNNI and ARM64. No calibration: activation scales come from each batch
+at run time, which is what makes a text's vector depend on its batch neighbours.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from evalq.engines.quantize.derive import DeriveContext, graph_method_load
+from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph, weight_matmuls
+
+NAME = "ort-dynamic-int8"
+SUMMARY = "ONNX Runtime dynamic int8 (per-channel weights, per-batch activations)"
+BACKENDS = ("onnx",)
+DEVICES = ("cpu",)
+# Weight type per target ISA (activations are QUInt8 in all of them); reduce_range off.
+WEIGHT_TYPES = {"avx2": "QUInt8", "avx512": "QInt8", "avx512_vnni": "QInt8", "arm64": "QInt8"}
+Config = Literal["avx2", "avx512", "avx512_vnni", "arm64"]
+
+load = graph_method_load(NAME, BACKENDS)
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # the x86 baseline by default: every x86-64 CPU evalq runs on has AVX2
+    config: Config = "avx2"
+    per_channel: bool = True
+    operators: tuple[str, ...] = ("MatMul",)
+    # weights: only MatMuls with a weight operand (the Linear layers); all: the
+    # attention products of two activations too
+    nodes: Literal["weights", "all"] = "weights"
+
+
+def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
+    def make(src: Path, out: Path) -> dict[str, Any]:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        weight_type = WEIGHT_TYPES[params.config]
+        quantize_dynamic(str(src), str(out), op_types_to_quantize=list(params.operators),
+                         per_channel=params.per_channel, reduce_range=False,
+                         weight_type=getattr(QuantType, weight_type),
+                         nodes_to_quantize=weight_matmuls(src) if params.nodes == "weights"
+                         else None)
+        return {"bits": 8, "format": "QOperator", "activation_type": "QUInt8",
+                "weight_type": weight_type, "reduce_range": False}
+
+    return derived_graph(parent, ctx.cache_dir, NAME, params.model_dump(mode="json"), make)

@@ -1,0 +1,104 @@
+"""ONNX Runtime static int8 (QDQ): weights and activations int8, scales calibrated once.
+
+Activation ranges are measured on corpus documents the run draws (seeded) from its own
+corpora, never on the judged queries; the record keeps their ids, so anyone can see what
+the scales were fitted to. With fixed scales, a text's quantized activations do not
+depend on its batch neighbours, unlike dynamic int8. The ISA configurations are
+:mod:`ort_dynamic`'s (optimum's presets, QDQ format for static).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalq.engines.quantize.derive import DeriveContext, calibration_texts, graph_method_load
+from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph, weight_matmuls
+from evalq.engines.quantize.ort_dynamic import WEIGHT_TYPES, Config
+
+NAME = "ort-static-int8"
+SUMMARY = "ONNX Runtime static int8, QDQ, calibrated on corpus texts"
+BACKENDS = ("onnx",)
+DEVICES = ("cpu",)
+
+load = graph_method_load(NAME, BACKENDS)
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    config: Config = "avx2"
+    per_channel: bool = True
+    operators: tuple[str, ...] = ("MatMul",)
+    # weights: only MatMuls with a weight operand (the Linear layers); all: the
+    # attention products of two activations too
+    nodes: Literal["weights", "all"] = "weights"
+    # MatMuls kept in float (regexes over node names). Default: the feed-forward
+    # down-projection, whose input (after GELU) has outlier channels one per-tensor
+    # activation scale cannot hold (MiniLM, 128 texts: cosine to fp32 0.939 with it
+    # quantized, 0.994 without; bench/cpu_formats.py)
+    skip: tuple[str, ...] = (r"layer\.\d+/output/dense/",)
+    calibration_texts: int = Field(default=128, ge=1, le=100_000)
+    calibrate_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    seed: int = 0
+    batch_texts: int = Field(default=16, ge=1)  # calibration batch size
+
+
+_CALIBRATION = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+
+
+def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
+    ids, texts = calibration_texts(ctx, params.calibration_texts, params.seed, NAME)
+    drawn = hashlib.sha256("\0".join(ids).encode()).hexdigest()[:16]
+
+    def make(src: Path, out: Path) -> dict[str, Any]:
+        import onnx
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+
+        names = [i.name for i in onnx.load(str(src), load_external_data=False).graph.input]
+
+        class Reader(CalibrationDataReader):  # type: ignore[misc]
+            """Tokenized corpus batches, as the encoder feeds them."""
+
+            def __init__(self) -> None:
+                self._batches: Iterator[dict[str, Any]] = _batches(ctx, texts, names,
+                                                                   params.batch_texts)
+
+            def get_next(self) -> dict[str, Any] | None:
+                return next(self._batches, None)
+
+        weight_type = WEIGHT_TYPES[params.config]
+        quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ,
+                        op_types_to_quantize=list(params.operators),
+                        nodes_to_quantize=weight_matmuls(
+                            src, weights_only=params.nodes == "weights", skip=params.skip),
+                        per_channel=params.per_channel, reduce_range=False,
+                        activation_type=QuantType.QUInt8,
+                        weight_type=getattr(QuantType, weight_type),
+                        calibrate_method=getattr(CalibrationMethod,
+                                                 _CALIBRATION[params.calibrate_method]))
+        return {"bits": 8, "format": "QDQ", "activation_type": "QUInt8",
+                "weight_type": weight_type, "calibration": {
+                    "source": "corpus documents (never the judged queries)",
+                    "count": len(ids), "ids": ids, "ids_sha256": drawn}}
+
+    key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn}
+    return derived_graph(parent, ctx.cache_dir, NAME, key_params, make)
+
+
+def _batches(ctx: DeriveContext, texts: list[str], names: list[str],
+             size: int) -> Iterator[dict[str, Any]]:
+    import numpy as np
+
+    for start in range(0, len(texts), size):
+        batch = ctx.front.batch(texts[start:start + size], tensors="np")
+        yield {n: np.asarray(batch[n], dtype=np.int64) for n in names}
