@@ -2,7 +2,9 @@
 
 ``results/baselines/quickstart-slice-summary.json`` is the ``summary.json`` that
 ``evalq run quickstart --max-queries 40 --max-docs 100`` wrote at commit 71d496c, the
-last commit before the package-by-stage restructure. The same command is run here and
+last commit before the package-by-stage restructure. That recipe is frozen as
+``tests/data/recipes/quickstart-71d496c.yaml`` (the shipped quickstart has moved on). The
+same command is run on it here and
 every value of that file is compared exactly: aggregates, intervals, p-values, gate
 figures, batch-sensitivity spreads, index sizes, failed-gate labels. Only what measures
 the machine rather than the model is left out (seconds, throughput, peak memory) and
@@ -25,8 +27,9 @@ from evalq.app.cli import main
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-BASELINE = (Path(__file__).resolve().parents[1] / "results" / "baselines"
-            / "quickstart-slice-summary.json")
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = ROOT / "results" / "baselines" / "quickstart-slice-summary.json"
+RECIPE = ROOT / "tests" / "data" / "recipes" / "quickstart-71d496c.yaml"
 # What depends on the machine or on the cache's state, not on the model's numbers.
 MACHINE = re.compile(r"/encode/|seconds|_s$|_s/|peak_rss|texts_per_s|tokens_per_s")
 
@@ -51,7 +54,7 @@ def test_quickstart_slice_summary_is_unchanged(tmp_path: Path, monkeypatch: pyte
                                                ) -> None:
     monkeypatch.chdir(tmp_path)  # a cache of its own: nothing reused from other tests
     out = tmp_path / "qs"
-    code = main(["run", "quickstart", "--max-queries", "40", "--max-docs", "100",
+    code = main(["run", str(RECIPE), "--max-queries", "40", "--max-docs", "100",
                  "-o", str(out)])
     assert code == 1  # the slice's gates fail (as they did at the baseline)
     before = {k: v for k, v in leaves(json.loads(BASELINE.read_text()))
