@@ -75,3 +75,16 @@ def test_latin1_bytes_are_exit_2_naming_file_and_line(
         return
     assert init.code == 2 and f"{target}:2:" in init.err and "UTF-8" in init.err, init.err
     assert no_traceback(init.err) and not out.exists()
+
+
+def test_a_home_folder_of_no_user_is_kept_as_written(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``~name`` for a user this machine lacks made Path.expanduser raise (exit 3); found
+    by the long fuzz tier."""
+    out = tmp_path / "r.yaml"
+    model = "~no-such-user-evalq/model"
+    assert run_cli(capsys, "init", "-o", str(out), "--model", model,
+                   "--beir", str(TINY)).code == 0
+    assert load_recipe(out).model.path == model
+    checked = run_cli(capsys, "validate", str(out))
+    assert checked.code == 2 and model in checked.err and no_traceback(checked.err)
