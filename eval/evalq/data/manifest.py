@@ -68,7 +68,7 @@ class DatasetSpec(BaseModel):
     description: str = ""
     source: Source
     path: str | None = None
-    split: str = "test"
+    split: PathName = "test"  # a file name too: qrels/<split>.tsv
     revision: str | None = None
     use_titles: bool = True
     allow_empty_texts: bool = False
