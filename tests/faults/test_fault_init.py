@@ -15,7 +15,8 @@ from evalq.recipe.schema import load_recipe
 TINY = Path(__file__).resolve().parents[1] / "data" / "beir-tiny"
 NASTY = ["a: b", "it's \"quoted\"", "# not a comment", "line\nbreak", "tab\there",
          "- dash", "{flow: map}", "[list]", "yes", "null", "~", "&anchor *ref", "é ü ✓",
-         "trailing\\", "%percent", "@at `tick`", "  spaced  ", "'", '"']
+         "trailing\\", "%percent", "@at `tick`", "  spaced  ", "'", '"', "nel\x85", "ls\u2028",
+         "\ufeffbom"]
 
 
 @pytest.mark.parametrize("text", NASTY)
