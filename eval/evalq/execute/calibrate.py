@@ -26,6 +26,7 @@ from evalq.decide.gate import paired_values
 from evalq.execute.regate import stored_recipe
 from evalq.recipe.gates import gate_spec
 from evalq.recipe.schema import Recipe
+from evalq.results.damage import damaged_folder_is_input
 from evalq.results.folder import RunFolder
 
 
@@ -36,7 +37,7 @@ def results_populations(folder: str | Path) -> list[Population]:
     manifest = run.read_manifest()  # typed: a damaged file is an InputError naming the field
     try:
         recipe = Recipe.model_validate(stored_recipe(manifest.recipe, None))
-    except ValueError as exc:  # pydantic's ValidationError: a hand-edited manifest
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError: a hand-edited one
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=run.root / "manifest.json", field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
@@ -45,21 +46,22 @@ def results_populations(folder: str | Path) -> list[Population]:
         raise InputError(message=f"the manifest has no variant '{reference}' (the recipe's "
                          "reference)", file=run.root / "manifest.json", field="variants",
                          fix="rerun 'evalq run' to write a fresh folder")
-    specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
-    specs = [s for s in specs if s.max_drop is not None]
-    populations = []
-    for ds in manifest.variants[reference].datasets:
-        ref = run.read_per_query(ds, reference)
-        for name in manifest.variants:
-            if name == reference:
-                continue
-            cand = run.read_per_query(ds, name)
-            for spec in specs:
-                c, r = paired_values(spec, cand, ref)
-                assert spec.max_drop is not None
-                margin = spec.max_drop * float(r.mean()) if spec.relative else spec.max_drop
-                populations.append(Population(f"{name}/{ds}/{spec.metric}", str(folder),
-                                              c - r, margin))
+    with damaged_folder_is_input([folder]):
+        specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
+        specs = [s for s in specs if s.max_drop is not None]
+        populations = []
+        for ds in manifest.variants[reference].datasets:
+            ref = run.read_per_query(ds, reference)
+            for name in manifest.variants:
+                if name == reference:
+                    continue
+                cand = run.read_per_query(ds, name)
+                for spec in specs:
+                    c, r = paired_values(spec, cand, ref)
+                    assert spec.max_drop is not None
+                    margin = spec.max_drop * float(r.mean()) if spec.relative else spec.max_drop
+                    populations.append(Population(f"{name}/{ds}/{spec.metric}", str(folder),
+                                                  c - r, margin))
     return populations
 
 

@@ -18,6 +18,7 @@ from evalq.report.contents import sections_for
 from evalq.report.history import render_history
 from evalq.report.html import Page
 from evalq.report.runview import RunView
+from evalq.results.damage import damaged_folder_is_input
 
 
 def _header(run: RunView) -> Markup:
@@ -55,8 +56,9 @@ def write_report(results: Sequence[str | Path], output: str | Path) -> Path:
     if not results:
         raise InputError(message="no results folder given", field="RESULTS",
                          fix="evalq report results/quickstart -o report.html")
-    runs = [RunView.load(r) for r in results]
-    text = render_run(runs[0]) if len(runs) == 1 else render_history(runs)
+    with damaged_folder_is_input(results):
+        runs = [RunView.load(r) for r in results]
+        text = render_run(runs[0]) if len(runs) == 1 else render_history(runs)
     out = Path(output)
     if out.is_dir():
         raise InputError(message="the output is a folder", file=out, field="-o",
