@@ -10,7 +10,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test test-fast docs demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
+.PHONY: install test test-fast fuzz docs demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
 
 install: $(STAMP)
 
@@ -64,7 +64,12 @@ chromium:
 	  fi; }
 
 test: install llmcompressor-venv infinity-venv chromium docs lint
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -m "not fuzz"
+
+# The long fuzz tier: 10,000 generated recipes, server answers and damaged results folders
+# per parser (tests/faults/test_fuzz_surfaces.py; hours). EVALQ_FUZZ_LONG=N sets the count.
+fuzz: install
+	$(BIN)/python -m pytest tests/faults/test_fuzz_surfaces.py -m fuzz
 
 # Markers are registered in pyproject.toml; this tier needs neither the extra venvs nor chromium.
 FAST_TIER := not model and not process and not server and not vllm and not slow

@@ -5,7 +5,8 @@ compare`` and ``evalq calibrate`` read it. None may end in anything but acceptan
 InputError (exit 2), and none may write outside its folder.
 
 Each parser runs twice: a short seeded tier (``SHORT`` examples, every test run) and the
-long tier (``LONG`` = 10,000 examples, marked ``slow``); the counts are printed and are
+long tier (``LONG`` = 10,000 examples, marked ``slow`` and ``fuzz``: ``make fuzz`` runs it,
+``make test`` leaves it out, as it takes hours); the counts are printed and are
 the figures of docs/reliability.md."""
 
 from __future__ import annotations
@@ -279,6 +280,7 @@ def test_short(parser: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.parametrize("parser", list(PARSERS))
 def test_long(parser: str) -> None:
     strategy, check = PARSERS[parser]
@@ -304,6 +306,7 @@ def test_short_results_readers(finished: Path, tmp_path: Path, reader: str) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.model
 @pytest.mark.parametrize("reader", list(FOLDER_READERS))
 def test_long_results_readers(finished: Path, tmp_path: Path, reader: str) -> None:
