@@ -38,6 +38,7 @@ from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
 from evalq.recipe.loadbudget import load_budget
+from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets
 from evalq.recipe.plan_variants import (
     Problems,
@@ -128,6 +129,8 @@ class Plan:
     sensitivity: bool = False
     # What the recipe's load test may schedule and allocate (``evalq load``), if it has one.
     load_budget: str | None = None
+    # What each rerank pipeline will score (queries × depth × rankings × rerankers).
+    pipeline_budgets: tuple[str, ...] = ()
 
     def variant(self, name: str) -> VariantPlan:
         return next(v for v in self.variants if v.name == name)
@@ -244,6 +247,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
         sensitivity=recipe.batch_sensitivity is not None,
         load_budget=load_budget(recipe.load).describe() if recipe.load else None,
+        pipeline_budgets=tuple(b.describe() for b in pipeline_budgets(recipe, max_queries)),
     )
 
 
@@ -422,6 +426,7 @@ def describe_plan(plan: Plan) -> str:
         for g in v.gates:
             lines.append(f"      gate: {g}")
     lines += [f"  gate: {g}" for g in plan.pipeline_gates]
+    lines += [f"  {b}" for b in plan.pipeline_budgets]
     if plan.load_budget:
         lines.append(f"  {plan.load_budget}")
     lines.append("  " + exit_statement(plan))
