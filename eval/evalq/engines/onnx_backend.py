@@ -11,9 +11,6 @@ backend's own, so ONNX fp32 is judged on its kernels alone.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +22,7 @@ from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
+from evalq.engines.graph_encoder import GraphEncoder
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.quantize import (
     METHODS,
@@ -33,19 +31,18 @@ from evalq.engines.quantize import (
     ort_static,
     validate_quantization,
 )
-from evalq.engines.quantize.derive import DeriveContext, hidden_size
+from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import (
     OPSET,
     OnnxGraph,
     check_graph,
-    check_width,
     export_onnx,
     require,
     user_graph,
     versions,
 )
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
-from evalq.engines.textfront import TokenizerFront, pooled_vectors
+from evalq.engines.textfront import TokenizerFront
 
 if TYPE_CHECKING:
     from evalq.recipe.schema import Variant
@@ -69,70 +66,38 @@ class OnnxOptions(StrictOptions):
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
 
 
-class OnnxEncoder:
+class OnnxEncoder(GraphEncoder):
     """Encoder protocol on an ONNX Runtime session (CPU execution provider)."""
+
+    backend_name = BACKEND_NAME
 
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: EncodingSettings, record: QuantizationRecord,
                  options: OnnxOptions | None = None, field_name: str = "onnx.file") -> None:
         ort = require("onnxruntime", EXTRA, "the onnx backend")
-        self.model_path = Path(model_path)
-        self.settings = settings
-        self.graph = graph
-        self.record = record
+        super().__init__(model_path, graph, settings=settings, record=record,
+                         field_name=field_name)
         self.options = options or OnnxOptions()
-        self.forward_calls = 0
-        self._field = field_name
-        self.dim = hidden_size(self.model_path)
         self._inputs = check_graph(graph.path, self.dim, field_name=field_name)
-        self._front = TokenizerFront(self.model_path, settings)
         self._session: Any = open_session(ort, graph.path, self.options, field_name)
-        self._width_checked = False
 
     def fingerprint(self) -> str:
-        """Cache key: backend, graph content, quantization, settings, ORT version."""
-        blob = json.dumps({
-            "backend": BACKEND_NAME, "graph": self.graph.key,
-            "quantization": {"method": self.record.method, "params": self.record.params},
-            "session": self.options.graph_optimization,
-            "settings": self.settings.fingerprint(),
-            "versions": versions("onnxruntime"),
-        }, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """Cache key: the shared part, the session's optimization level, ORT's version."""
+        return self._key(session=self.options.graph_optimization,
+                         versions=versions("onnxruntime"))
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "backend": BACKEND_NAME, "model_path": str(self.model_path),
-            "graph": str(self.graph.path), "graph_key": self.graph.key,
-            "graph_info": self.graph.info, "dtype": "float32", "device": "cpu",
-            "execution_provider": "CPUExecutionProvider",
-            "threads": self.options.threads,
-            "session_graph_optimization": self.options.graph_optimization,
-            "versions": versions("onnxruntime", "onnx", "transformers"),
-            "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
-            "fingerprint": self.fingerprint(),
-        }
+        return self._description(
+            dtype="float32", execution_provider="CPUExecutionProvider",
+            threads=self.options.threads,
+            session_graph_optimization=self.options.graph_optimization,
+            versions=versions("onnxruntime", "onnx", "transformers"))
 
-    def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        return self._front.token_lengths(texts)
+    def _run(self, feed: dict[str, np.ndarray]) -> Any:
+        return self._session.run(None, feed)[0]
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 ``(len(texts), dim)``; one session run over the batch padded to its
-        longest, pooled by ``textfront``."""
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        if self._session is None:
-            raise RuntimeError("OnnxEncoder.embed called after close()")
-        batch = self._front.batch(texts, tensors="np")
-        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
-        hidden = self._session.run(None, feed)[0]
-        self.forward_calls += 1
-        if not self._width_checked:
-            check_width(hidden.shape[-1] if hidden.ndim == 3 else -1, self.dim,
-                        self.graph.path, self._field)
-            self._width_checked = True
-        return pooled_vectors(hidden.astype(np.float32, copy=False), batch["attention_mask"],
-                              self.settings)
+    def _ready(self) -> bool:
+        return self._session is not None
 
     def close(self) -> None:
         self._session = None

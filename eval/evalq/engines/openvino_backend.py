@@ -11,9 +11,6 @@ are ``textfront``'s, as in-process.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +22,13 @@ from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
+from evalq.engines.graph_encoder import GraphEncoder
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.onnx_backend import methods_for
 from evalq.engines.quantize import METHODS, nncf_int8, validate_quantization
-from evalq.engines.quantize.derive import DeriveContext, hidden_size
+from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import (
     OnnxGraph,
-    check_width,
     export_onnx,
     require,
     user_graph,
@@ -39,7 +36,7 @@ from evalq.engines.quantize.onnx_graph import (
 )
 from evalq.engines.quantize.openvino_ir import EXTRA, convert_ir, read_ir
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
-from evalq.engines.textfront import TokenizerFront, pooled_vectors
+from evalq.engines.textfront import TokenizerFront
 
 if TYPE_CHECKING:
     from evalq.recipe.schema import Variant
@@ -56,20 +53,20 @@ class OpenVinoOptions(StrictOptions):
     threads: int | None = Field(default=None, ge=1)  # None: the plugin's default
 
 
-class OpenVinoEncoder:
+class OpenVinoEncoder(GraphEncoder):
     """Encoder protocol on a compiled OpenVINO model (CPU plugin)."""
+
+    backend_name = BACKEND_NAME
 
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: EncodingSettings, record: QuantizationRecord, dtype: str,
                  options: OpenVinoOptions | None = None,
                  field_name: str = "openvino.file") -> None:
         ov = require("openvino", EXTRA, "the openvino backend")
-        self.model_path = Path(model_path)
-        self.settings, self.graph, self.record, self.dtype = settings, graph, record, dtype
+        super().__init__(model_path, graph, settings=settings, record=record,
+                         field_name=field_name)
+        self.dtype = dtype
         self.options = options or OpenVinoOptions()
-        self.forward_calls = 0
-        self._field = field_name
-        self.dim = hidden_size(self.model_path)
         core = ov.Core()
         model = read_ir(core, graph.path, self.dim, field_name=field_name)
         self._inputs = [n for n in ("input_ids", "attention_mask", "token_type_ids")
@@ -86,44 +83,22 @@ class OpenVinoEncoder:
                              "convert the model") from None
         hint = self._compiled.get_property("INFERENCE_PRECISION_HINT")
         self.precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)
-        self._front = TokenizerFront(self.model_path, settings)
 
     def fingerprint(self) -> str:
-        """Cache key: backend, IR content, quantization, settings, OpenVINO version."""
-        blob = json.dumps({
-            "backend": BACKEND_NAME, "graph": self.graph.key, "dtype": self.dtype,
-            "quantization": {"method": self.record.method, "params": self.record.params},
-            "precision": self.precision, "settings": self.settings.fingerprint(),
-            "versions": versions("openvino"),
-        }, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """Cache key: the shared part, dtype, inference precision, OpenVINO's version."""
+        return self._key(dtype=self.dtype, precision=self.precision,
+                         versions=versions("openvino"))
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "backend": BACKEND_NAME, "model_path": str(self.model_path),
-            "graph": str(self.graph.path), "graph_key": self.graph.key,
-            "graph_info": self.graph.info, "dtype": self.dtype, "device": "cpu",
-            "inference_precision": self.precision, "threads": self.options.threads,
-            "versions": versions("openvino", "nncf", "transformers"),
-            "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
-            "fingerprint": self.fingerprint(),
-        }
+        return self._description(dtype=self.dtype, inference_precision=self.precision,
+                                 threads=self.options.threads,
+                                 versions=versions("openvino", "nncf", "transformers"))
 
-    def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        return self._front.token_lengths(texts)
+    def _run(self, feed: dict[str, np.ndarray]) -> Any:
+        return self._compiled(feed)[0]
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        if self._compiled is None:
-            raise RuntimeError("OpenVinoEncoder.embed called after close()")
-        batch = self._front.batch(texts, tensors="np")
-        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
-        hidden = np.asarray(self._compiled(feed)[0], dtype=np.float32)
-        self.forward_calls += 1
-        check_width(hidden.shape[-1] if hidden.ndim == 3 else -1, self.dim, self.graph.path,
-                    self._field)
-        return pooled_vectors(hidden, batch["attention_mask"], self.settings)
+    def _ready(self) -> bool:
+        return self._compiled is not None
 
     def close(self) -> None:
         self._compiled = None

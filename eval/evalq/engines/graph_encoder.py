@@ -1,0 +1,99 @@
+"""What the ONNX Runtime and OpenVINO encoders share: everything but running the graph.
+
+Both run an exported graph of the recipe's checkpoint whose first output is the token
+states; the text side (``textfront``: tokenization, padding side, EOS, pooling,
+normalization), the width check of the graph's output against the model's hidden size,
+the cache key's common part and the manifest's common fields are the same for both, so
+they live here once and a third graph runtime would add only its session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.core.values import EncodingSettings, QuantizationRecord
+from evalq.engines.quantize.derive import hidden_size
+from evalq.engines.quantize.onnx_graph import OnnxGraph, check_width
+from evalq.engines.textfront import TokenizerFront, pooled_vectors
+
+
+class GraphEncoder:
+    """Encoder protocol around a graph runtime; a subclass sets ``backend_name`` and
+    ``_inputs``, opens its runtime in ``__init__`` and implements :meth:`_run` and
+    :meth:`close` (after which :meth:`_ready` is false)."""
+
+    backend_name = ""
+
+    def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
+                 settings: EncodingSettings, record: QuantizationRecord,
+                 field_name: str) -> None:
+        self.model_path = Path(model_path)
+        self.settings = settings
+        self.graph = graph
+        self.record = record
+        self.forward_calls = 0
+        self.dim = hidden_size(self.model_path)
+        self._field = field_name
+        self._front = TokenizerFront(self.model_path, settings)
+        self._inputs: list[str] = []
+        self._width_checked = False
+
+    # ------------------------------------------------------------------ subclass side
+
+    def _run(self, feed: dict[str, np.ndarray]) -> Any:
+        """The graph's first output, token states ``(B, T, H)``."""
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+
+    def _key(self, **extra: Any) -> str:
+        """Cache key: backend, graph content, quantization, settings, plus the runtime's
+        own parts (version, session options)."""
+        blob = json.dumps({
+            "backend": self.backend_name, "graph": self.graph.key,
+            "quantization": {"method": self.record.method, "params": self.record.params},
+            "settings": self.settings.fingerprint(), **extra,
+        }, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        return self._key()
+
+    def _description(self, **extra: Any) -> dict[str, Any]:
+        return {"backend": self.backend_name, "model_path": str(self.model_path),
+                "graph": str(self.graph.path), "graph_key": self.graph.key,
+                "graph_info": self.graph.info, "device": "cpu", **extra,
+                "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
+                "fingerprint": self.fingerprint()}
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._front.token_lengths(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 ``(len(texts), dim)``; one graph run over the batch padded to its
+        longest, pooled by ``textfront``."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if not self._ready():
+            raise RuntimeError(f"{type(self).__name__}.embed called after close()")
+        batch = self._front.batch(texts, tensors="np")
+        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
+        hidden = np.asarray(self._run(feed), dtype=np.float32)
+        self.forward_calls += 1
+        if not self._width_checked:  # a user's graph may hold another model's width
+            check_width(hidden.shape[-1] if hidden.ndim == 3 else -1, self.dim,
+                        self.graph.path, self._field)
+            self._width_checked = True
+        return pooled_vectors(hidden, batch["attention_mask"], self.settings)
+
+
+__all__ = ["GraphEncoder"]
