@@ -20,6 +20,7 @@ import numpy as np
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.quantize.derive import hidden_size
 from evalq.engines.quantize.onnx_graph import OnnxGraph, check_width
+from evalq.engines.spec import BatchDependence
 from evalq.engines.textfront import TokenizerFront, pooled_vectors
 
 
@@ -96,4 +97,18 @@ class GraphEncoder:
         return pooled_vectors(hidden, batch["attention_mask"], self.settings)
 
 
-__all__ = ["GraphEncoder"]
+def declared_dependence(backend: str, method: str | None,
+                        declared: dict[str, BatchDependence],
+                        unquantized: BatchDependence) -> BatchDependence:
+    """A graph backend's batch-dependence declaration for a variant's quantization
+    method (``unquantized`` without one); a method the backend declares nothing for is
+    unverified, so batching goes into its cache key and is measured."""
+    if method is None or method == "dtype":
+        return unquantized
+    if method in declared:
+        return declared[method]
+    return BatchDependence("unverified", f"no declaration for backend {backend!r} "
+                           f"with quantization {method!r}", None)
+
+
+__all__ = ["GraphEncoder", "declared_dependence"]

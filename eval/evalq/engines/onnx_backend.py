@@ -22,7 +22,7 @@ from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
-from evalq.engines.graph_encoder import GraphEncoder
+from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.quantize import (
     METHODS,
@@ -190,13 +190,8 @@ DECLARED = {
 
 
 def batch_dependence(variant: Variant) -> BatchDependence:
-    method = (variant.quantization or {}).get("method")
-    if method is None or method == "dtype":
-        return PADDED_FLOAT
-    if method in DECLARED:
-        return DECLARED[method]
-    return BatchDependence("unverified", f"no declaration for backend {BACKEND_NAME!r} "
-                           f"with quantization {method!r}", None)
+    return declared_dependence(BACKEND_NAME, (variant.quantization or {}).get("method"),
+                               DECLARED, PADDED_FLOAT)
 
 
 SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",

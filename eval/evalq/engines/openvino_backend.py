@@ -22,7 +22,7 @@ from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
-from evalq.engines.graph_encoder import GraphEncoder
+from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.onnx_backend import methods_for
 from evalq.engines.quantize import METHODS, nncf_int8, validate_quantization
@@ -162,13 +162,9 @@ FP16_WEIGHTS = BatchDependence(
 
 
 def batch_dependence(variant: Variant) -> BatchDependence:
-    method = (variant.quantization or {}).get("method")
-    if method is None or method == "dtype":
-        return PADDED_FLOAT if variant.dtype == "float32" else FP16_WEIGHTS
-    if method in DECLARED:
-        return DECLARED[method]
-    return BatchDependence("unverified", f"no declaration for backend {BACKEND_NAME!r} "
-                           f"with quantization {method!r}", None)
+    unquantized = PADDED_FLOAT if variant.dtype == "float32" else FP16_WEIGHTS
+    return declared_dependence(BACKEND_NAME, (variant.quantization or {}).get("method"),
+                               DECLARED, unquantized)
 
 
 SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",

@@ -29,9 +29,7 @@ from typing import Any
 
 from evalq.core.atomicio import check_output_location
 from evalq.core.errors import InputError
-from evalq.core.locations import dataset_search_dirs
 from evalq.core.values import EncodingSettings
-from evalq.data.manifest import find_manifests
 from evalq.engines.capability import detect_device
 from evalq.engines.lasttoken import token_summary
 from evalq.engines.quantize import METHODS
@@ -39,7 +37,7 @@ from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
 from evalq.recipe.loadbudget import load_budget
 from evalq.recipe.pipeline_budget import pipeline_budgets
-from evalq.recipe.plan_datasets import check_datasets
+from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -153,10 +151,7 @@ def _streamed_datasets(recipe: Any, path: Path) -> list[str]:
                 names.append(str(entry.get("name", entry.get("source", "?"))))
             continue
         if manifests is None:
-            try:
-                manifests = find_manifests([d.path for d in dataset_search_dirs(path)])
-            except InputError:
-                manifests = {}
+            manifests = recipe_manifests(path)
         found = manifests.get(entry)
         if found is not None and found[1].stream is not None:
             names.append(entry)

@@ -22,6 +22,15 @@ from evalq.data.manifest import find_manifests, parse_spec
 from evalq.recipe.plan_variants import Problems
 
 
+def recipe_manifests(path: Path) -> dict[str, Any]:
+    """The dataset manifests a recipe's names resolve to, by name; none when the search
+    itself fails (the dataset loader reports that, with its own message)."""
+    try:
+        return find_manifests([d.path for d in dataset_search_dirs(path)])
+    except InputError:
+        return {}
+
+
 def check_datasets(recipe: Any, path: Path, problems: Problems) -> None:
     """Each inline spec parses as the loader will parse it; each name is a safe file name."""
     manifests: dict[str, Any] | None = None
@@ -37,10 +46,7 @@ def check_datasets(recipe: Any, path: Path, problems: Problems) -> None:
             where: Path | None = None
         else:
             if manifests is None:
-                try:
-                    manifests = find_manifests([d.path for d in dataset_search_dirs(path)])
-                except InputError:
-                    manifests = {}
+                manifests = recipe_manifests(path)
             found = manifests.get(entry)
             if found is None:  # a path to a manifest, or unknown: the loader reports it
                 continue

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from evalq.engines.quantize import ort_dynamic
 from evalq.engines.quantize.derive import DeriveContext, calibration_texts, graph_method_load
 from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph, weight_matmuls
-from evalq.engines.quantize.ort_dynamic import WEIGHT_TYPES, Config
+from evalq.engines.quantize.ort_dynamic import WEIGHT_TYPES
 
 NAME = "ort-static-int8"
 SUMMARY = "ONNX Runtime static int8, QDQ, calibrated on corpus texts"
@@ -28,14 +29,10 @@ DEVICES = ("cpu",)
 load = graph_method_load(NAME, BACKENDS)
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    config: Config = "avx2"
-    per_channel: bool = True
-    operators: tuple[str, ...] = ("MatMul",)
-    # weights: only MatMuls with a weight operand (the Linear layers); all: the
-    # attention products of two activations too
-    nodes: Literal["weights", "all"] = "weights"
+class Params(ort_dynamic.Params):
+    """The dynamic method's weight settings (ISA config, per-channel, which MatMuls), plus
+    what static quantization adds: float-kept nodes and the calibration."""
+
     # MatMuls kept in float (regexes over node names). Default: the feed-forward
     # down-projection, whose input (after GELU) has outlier channels one per-tensor
     # activation scale cannot hold (MiniLM, 128 texts: cosine to fp32 0.939 with it
