@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalq.core.errors import InputError
+from evalq.core.gates import stored_verdict
 from evalq.execute.evaluate import run_recipe
 from evalq.recipe.schema import load_recipe_source
 from evalq.report.console import print_run_table
@@ -133,8 +134,7 @@ class Results:
                 GateVerdict(ds, c.gate, c.verdict, c.passed, c.reason)
                 for ds, entry in self.typed.datasets.items()
                 for c in _checks(entry.variants.get(name)))
-            # Folders written before verdicts were stored had only passed: true / false.
-            verdict = info.verdict or ("pass" if info.passed else "fail")
+            verdict = stored_verdict(info.verdict, info.passed)
             out[name] = VariantVerdict(name, bool(info.passed), checks, verdict)
         return out
 

@@ -242,6 +242,14 @@ def check_from_dict(data: Mapping[str, Any]) -> GateCheck:
                      dict(data.get("figures") or {}))
 
 
+def stored_verdict(verdict: str | None, passed: bool | None) -> Outcome:
+    """The verdict a stored result carries; results written before verdicts were stored
+    had only ``passed`` (true: pass, false: fail)."""
+    if verdict:
+        return verdict  # type: ignore[return-value]
+    return "pass" if passed else "fail"
+
+
 def summary_passed(verdict: Outcome) -> bool | None:
     """A candidate's ``passed`` in ``summary.json``: ``None`` when ungated."""
     return None if verdict == "ungated" else verdict == "pass"

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalq.core.compositions import outcome_clause
+from evalq.core.gates import stored_verdict
 
 
 def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
@@ -30,7 +31,7 @@ def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
                 cells = "  ".join(
                     f"{m} {v['delta']:+.4f}" if "delta" in v else f"{m} {v['value']:.4f}"
                     for m, v in row["metrics"].items())
-                verdict = row.get("verdict") or ("pass" if row["passed"] else "fail")
+                verdict = stored_verdict(row.get("verdict"), row["passed"])
                 mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
                 print(f"  {row['id']:>14s}  {mark:<12s}  {cells}", file=out)
             for m, r in section["metric_range"].items():
