@@ -72,9 +72,8 @@ class VllmEngineReranker:
         """``record``: what made ``model_path`` when it is a quantized checkpoint (W8A8
         int8), for the manifest; ``quantization`` is vLLM's own method name."""
         try:
-            from vllm.platforms import current_platform
-
             import vllm
+            from vllm.platforms import current_platform
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
 
