@@ -10,6 +10,7 @@ judged queries) and record what they did. Bad input exits 2 naming the file and 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from evalq.engines.inprocess import InProcessEncoder
 from evalq.engines.onnx_backend import OnnxOptions, build
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.quantize.onnx_graph import GRAPH_FILE, export_onnx, require
+from evalq.engines.quantize.ort_dynamic import quantizer_logging
 from evalq.recipe.schema import Variant
 
 pytestmark = pytest.mark.model
@@ -133,6 +135,21 @@ def test_methods_derive_a_recorded_graph(method, onnx_ctx, mixed_texts, inproces
         assert encoder.record.bits == 8 and 0.8 < cosine.min() < 0.99999
     if method == "ort-static-int8":
         assert info["calibration"]["ids"] == [f"doc{i}" for i in range(128)][:len(mixed_texts)]
+
+
+def test_quantizer_logging_leaves_the_root_logger_as_it_found_it(monkeypatch, capsys):
+    """ONNX Runtime's quantizer calls ``logging.warning``, which on a bare root logger
+    installs a stderr handler for good; inside ``quantizer_logging`` its messages print
+    once each, its pre-processing advice is dropped, and the root stays bare."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    with quantizer_logging():
+        logging.warning("Please consider to run pre-processing before quantization. Refer")
+        logging.warning("Please use QuantFormat.QDQ for activation type QInt8")
+    assert root.handlers == []
+    err = capsys.readouterr().err
+    assert "pre-processing" not in err
+    assert err.count("QuantFormat.QDQ") == 1 and "onnxruntime.quantization: warning" in err
 
 
 # ---------------------------------------------------------------------------- bad input

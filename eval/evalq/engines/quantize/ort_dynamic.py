@@ -10,6 +10,10 @@ at run time, which is what makes a text's vector depend on its batch neighbours.
 
 from __future__ import annotations
 
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,12 +49,44 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         weight_type = WEIGHT_TYPES[params.config]
-        quantize_dynamic(str(src), str(out), op_types_to_quantize=list(params.operators),
-                         per_channel=params.per_channel, reduce_range=False,
-                         weight_type=getattr(QuantType, weight_type),
-                         nodes_to_quantize=weight_matmuls(src) if params.nodes == "weights"
-                         else None)
+        with quantizer_logging():
+            quantize_dynamic(str(src), str(out), op_types_to_quantize=list(params.operators),
+                             per_channel=params.per_channel, reduce_range=False,
+                             weight_type=getattr(QuantType, weight_type),
+                             nodes_to_quantize=weight_matmuls(src)
+                             if params.nodes == "weights" else None)
         return {"bits": 8, "format": "QOperator", "activation_type": "QUInt8",
                 "weight_type": weight_type, "reduce_range": False}
 
     return derived_graph(parent, ctx.cache_dir, NAME, params.model_dump(mode="json"), make)
+
+
+# ONNX Runtime's advice to run its ``quant_pre_process`` (symbolic shape inference and
+# graph optimization) first. evalq quantizes its export as it is, and the gate judges the
+# result; the advice names a script the user does not run, so it is dropped.
+_PRE_PROCESS_ADVICE = ("consider to run pre-processing", "consider pre-processing")
+
+
+class _QuantizerMessages(logging.Handler):
+    """Writes the quantizer's root-logger messages to stderr, minus the advice above."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if not any(a in text for a in _PRE_PROCESS_ADVICE):
+            sys.stderr.write(f"onnxruntime.quantization: {record.levelname.lower()}: {text}\n")
+
+
+@contextmanager
+def quantizer_logging() -> Iterator[None]:
+    """ONNX Runtime's quantizer logs through the *root* logger with ``logging.warning``,
+    which on a root without handlers calls ``basicConfig`` and leaves a stderr handler
+    there for the rest of the process, so every library's root warnings print from then
+    on. A handler on the root for the call's duration keeps ``basicConfig`` from running
+    and is removed afterwards."""
+    root = logging.getLogger()
+    handler = _QuantizerMessages(logging.WARNING)
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
