@@ -88,6 +88,20 @@ def test_every_problem_is_reported_at_once(tmp_path: Path,
     assert all(f"{path}:" in line for line in lines)  # each with its recipe line
 
 
+def test_one_problem_shared_by_every_variant_is_reported_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad ``model.path`` is every variant's problem; the plan says it once, naming the
+    variants, instead of once per variant."""
+    data = recipe_data(tmp_path, candidates=[{"name": "a", "dtype": "bfloat16"}, {"name": "b"}])
+    data["model"] = {"path": str(tmp_path / "no-such-model")}
+    path = recipes.write(tmp_path / "recipe.yaml", data)
+    result = run_cli(capsys, "plan", str(path))
+    assert result.code == 2 and no_traceback(result.err)
+    assert "problems" not in result.err  # one problem, not three
+    assert result.err.count("no-such-model") == 1
+    assert "variants 'fp32', 'a', 'b': model" in result.err and "model.path" in result.err
+
+
 def test_device_cuda_without_cuda_names_the_variant(tmp_path: Path) -> None:
     path = write_recipe(tmp_path, candidates=[{"name": "gpu-bf16", "device": "cuda"}])
     with pytest.raises(PlanError) as err:

@@ -35,6 +35,8 @@ class Problems:
     def __init__(self, file: Path, located: Any, machine: bool = True) -> None:
         self.file, self.located, self.items = file, located, []
         self.machine, self.notes = machine, []
+        # (file, line, field, message, fix) -> (index in items, prefixes): add_error's merge
+        self.shared: dict[tuple[Any, ...], tuple[int, list[str]]] = {}
 
     def machine_problem(self, path: tuple[Any, ...], message: str, fix: str) -> None:
         """A problem of this machine: an error for a run, a note for a validation."""
@@ -52,16 +54,38 @@ class Problems:
                                      fix=fix))
 
     def add_error(self, path: tuple[Any, ...], exc: InputError, prefix: str = "") -> None:
+        """Adds ``exc`` at ``path``, its message after ``prefix`` (whose variant it is).
+        The same problem of several variants (one ``model.path`` they share) is one item
+        naming them all, not one per variant."""
         where_file, line = (self.located.where(path) if self.located is not None
                             else (None, None))
         exc_field = exc.field or ""
         dotted = ".".join(map(str, path))
-        self.items.append(InputError(
+        item = InputError(
             message=prefix + exc.message, file=exc.file or where_file or self.file,
             line=exc.line or line,
             field=(f"{dotted}.{exc_field}" if exc_field and not exc_field.startswith(dotted)
                    else exc_field or dotted) or None,
-            fix=exc.fix))
+            fix=exc.fix)
+        key = (str(item.file), item.line, item.field, exc.message, item.fix)
+        shared = self.shared.get(key) if prefix else None
+        if shared is None:
+            if prefix:
+                self.shared[key] = (len(self.items), [prefix])
+            self.items.append(item)
+            return
+        index, prefixes = shared
+        prefixes.append(prefix)
+        item.message = _joined(prefixes) + exc.message
+        self.items[index] = item
+
+
+def _joined(prefixes: list[str]) -> str:
+    """``"variant 'a': "`` and ``"variant 'b': "`` as ``"variants 'a', 'b': "``."""
+    labels = [p.removesuffix(": ") for p in prefixes]
+    if all(label.startswith("variant ") for label in labels):
+        return "variants " + ", ".join(label.removeprefix("variant ") for label in labels) + ": "
+    return "; ".join(labels) + ": "
 
 
 def check_serving(recipe: Any, variant: Any, vpath: tuple[Any, ...], label: str,
