@@ -363,3 +363,19 @@ def test_each_benchmarks_section_cites_a_record_or_says_it_has_none() -> None:
         says_none = re.search(r"No record yet|No bench script measures it|Not measured|"
                               r"assertions the tests hold", section) is not None
         assert cites or says_none, f"section '{title}' quotes figures without a record"
+
+
+def test_install_extras_named_in_the_docs_are_the_makefiles() -> None:
+    """README and Getting started say what `make demo` / `make test` install; the set of
+    extras they name is the Makefile's install line, and each extra exists in pyproject."""
+    makefile = (REPO / "Makefile").read_text()
+    installed = re.search(r"pip install -q -e '\.\[([\w,-]+)\]'", makefile)
+    assert installed, "the Makefile's install line moved"
+    extras = set(installed.group(1).split(","))
+    pyproject = (REPO / "pyproject.toml").read_text()
+    declared = set(re.findall(r"^([\w-]+) = \[", pyproject.split(
+        "[project.optional-dependencies]", 1)[1].split("\n[", 1)[0], flags=re.M))
+    assert extras <= declared, extras - declared
+    for page in ("README.md", "docs/getting-started.md"):
+        named = re.search(r"install `\.\[([\w,-]+)\]`", (REPO / page).read_text())
+        assert named and set(named.group(1).split(",")) == extras, (page, extras)
