@@ -46,9 +46,9 @@ def print_verdicts(done: Regated) -> None:
     for label in done.changed:
         print(f"note: {label}: re-decided verdicts differ from the run's")
     for name, gate in {**done.verdicts, **done.pipeline_verdicts}.items():
-        mark = ("UNGATED" if gate.verdict == "ungated" else "PASS" if gate.passed
-                else "FAIL")
-        print(f"{mark}  {name}")
+        # The verdict as the run decided it (core.gates.outcome): a candidate that failed
+        # no check but could not be certified is INCONCLUSIVE, not FAIL.
+        print(f"{gate.verdict.upper()}  {name}")
         for check in gate.checks:
             print(f"      [{check.verdict}] {check.gate}: {check.reason}")
     stats = done.summary["stats"]
