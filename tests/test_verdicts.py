@@ -120,21 +120,30 @@ def test_only_the_gated_candidate_is_recommended(tmp_path: Path) -> None:
     assert rec.variant == "gated" and "1 passing candidate " in rec.text
 
 
-def test_every_candidate_gets_one_of_four_verdicts(tmp_path: Path) -> None:
+def test_every_candidate_gets_one_of_four_verdicts(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     recipe = _recipe([{"metric": "nDCG@10", "max_drop": 0.01,
                        "variants": ["same", "worse", "noisy"]}],
                      ["same", "worse", "noisy", "free"])
     noisy = _values(0)  # differences +-0.2, mean exactly 0: within the margin, unproven
     noisy.values["nDCG@10"] = noisy.values["nDCG@10"] + np.resize([0.2, -0.2], N)
-    _, summary = _folder(tmp_path, recipe, {"fp32": _values(0), "same": _near(1),
-                                            "worse": _values(0, drop=0.2), "noisy": noisy,
-                                            "free": _values(1)})
+    root, summary = _folder(tmp_path, recipe, {"fp32": _values(0), "same": _near(1),
+                                               "worse": _values(0, drop=0.2), "noisy": noisy,
+                                               "free": _values(1)})
     verdicts = {n: v.get("verdict") for n, v in summary["variants"].items()}
     assert verdicts == {"fp32": None, "same": "pass", "worse": "fail",
                         "noisy": "inconclusive", "free": "ungated"}
     passed = {n: v["passed"] for n, v in summary["variants"].items()}
     assert passed == {"fp32": None, "same": True, "worse": False, "noisy": False, "free": None}
     assert summary["passed"] is False
+    # `evalq gate` prints the same four words (an inconclusive candidate is not "FAIL")
+    from evalq.app.gate_command import gate_command
+
+    assert gate_command(root) is False
+    marks = dict(line.split()[::-1] for line in capsys.readouterr().out.splitlines()
+                 if line and not line.startswith((" ", "gates ")) and len(line.split()) == 2)
+    assert marks == {"same": "PASS", "worse": "FAIL", "noisy": "INCONCLUSIVE",
+                     "free": "UNGATED"}
 
 
 def test_a_failed_pooled_gate_is_no_recommendation(tmp_path: Path) -> None:
@@ -422,3 +431,26 @@ def test_several_verdicts_on_one_candidate_combine_by_one_rule() -> None:
     assert worst_of(["inconclusive", "fail", "pass"]) == "fail"
     assert worst_of(["ungated", "pass"]) == "pass"  # ungated adds nothing
     assert worst_of(["ungated"]) == "ungated" and worst_of([]) == "ungated"
+
+
+def test_a_vectors_only_candidate_reports_the_encoding_it_reused(tmp_path: Path) -> None:
+    """int8 output vectors reuse the reference's embeddings (the same encoder fingerprint),
+    so the run never timed that candidate's encoding: its docs/s is the reference's, named
+    as such, and a candidate with an encoder of its own that was not timed stays cached."""
+    from evalq.report.verdict import costs
+
+    recipe = _recipe([{"metric": "nDCG@10", "max_drop": 0.01}], ["int8-vectors", "other"])
+    root, _ = _folder(tmp_path, recipe, {"fp32": _values(0), "int8-vectors": _near(1),
+                                         "other": _near(2)})
+    manifest = json.loads((root / "manifest.json").read_text())
+    timed = {"documents": {"texts": 100, "n_computed": 100, "seconds_computing": 4.0,
+                           "texts_per_s": 25.0}}
+    for name, fingerprint in (("fp32", "enc-a"), ("int8-vectors", "enc-a"), ("other", "enc-b")):
+        manifest["variants"][name]["backend"]["fingerprint"] = fingerprint
+    manifest["variants"]["fp32"]["datasets"]["pydocs"]["encode"] = timed
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    run = RunView.load(root)
+    reused, other = costs(run, "int8-vectors"), costs(run, "other")
+    assert costs(run, "fp32").throughput_text() == "25.0"
+    assert reused.throughput == 25.0 and reused.throughput_text() == "25.0 (fp32)"
+    assert other.throughput is None and other.throughput_text() == "cached"

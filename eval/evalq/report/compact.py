@@ -65,7 +65,7 @@ def print_compact(run: RunView, width: int = 100) -> None:
                 "—" if delta is None else f"{delta:+.4f}",
                 "" if low is None or high is None else f"[{low:+.4f},{high:+.4f}]",
                 f"[{style}]{verdict}[/{style}]", _mib(c.weight_bytes), _mib(c.index_bytes),
-                "cached" if c.throughput is None else f"{c.throughput:.1f}")
+                c.throughput_text())
         console.print(table)
     for v in candidate_verdicts(run):
         for f in v.failures:

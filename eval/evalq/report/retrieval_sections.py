@@ -142,7 +142,7 @@ def metrics_section(run: RunView, page: Page) -> Markup:
                 row.append("—" if is_ref else _ci((entry.get("reference_metrics") or {}).get(m)))
             c = costs(run, name)
             row += [fmt_mib(c.weight_bytes), c.index_text(),
-                    "cached" if c.throughput is None else f"{c.throughput:.1f}",
+                    c.throughput_text(),
                     "—" if c.peak_rss_mb is None else f"{c.peak_rss_mb:.0f} MiB"]
             rows.append(row)
         numeric = list(range(2, len(headers)))

@@ -41,6 +41,18 @@ class Costs:
     # What one stored vector is: width × element ("64d int8"), so a table of Matryoshka
     # dims × output quantizations reads as such; None without an index record.
     index_layout: str | None = None
+    # The variant whose timed encoding ``throughput`` is, when not this one's: a candidate
+    # that changes only its output vectors reuses another variant's embeddings (the same
+    # encoder fingerprint) and was never timed itself.
+    throughput_of: str | None = None
+
+    def throughput_text(self) -> str:
+        """docs/s as a table shows it: ``"cached"`` when nothing was timed, the encoder's
+        own variant named when the figure is another variant's (``"11.0 (fp32)"``)."""
+        if self.throughput is None:
+            return "cached"
+        own = f"{self.throughput:.1f}"
+        return f"{own} ({self.throughput_of})" if self.throughput_of else own
 
     def get(self, key: str) -> float | None:
         return getattr(self, key)
@@ -102,8 +114,34 @@ def costs(run: RunView, variant: str) -> Costs:
             seconds += float(docs["seconds_computing"])
     rss = finite(info.get("peak_rss_mb")) or finite(
         (run.manifest_variant(variant).get("timings") or {}).get("peak_rss_mb"))
-    return Costs(weight, index_total if any_index else None,
-                 texts / seconds if seconds > 0 else None, rss, layout)
+    throughput = texts / seconds if seconds > 0 else None
+    twin = None if throughput is not None else timed_twin(run, variant)
+    if twin is not None:
+        throughput = costs(run, twin).throughput
+    return Costs(weight, index_total if any_index else None, throughput, rss, layout, twin)
+
+
+def timed_twin(run: RunView, variant: str) -> str | None:
+    """The first other variant with the same encoder fingerprint that encoded in this run
+    (timed), or None: whose embeddings an untimed, vectors-only candidate reused."""
+    mine = (run.manifest_variant(variant).get("backend") or {}).get("fingerprint")
+    if not mine:
+        return None
+    for other in run.variants:
+        backend = run.manifest_variant(other).get("backend") or {}
+        if other != variant and backend.get("fingerprint") == mine and _timed(run, other):
+            return other
+    return None
+
+
+def _timed(run: RunView, variant: str) -> bool:
+    for ds in run.datasets:
+        entry = run.entry(ds, variant) or {}
+        ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
+        docs = ((entry.get("encode") or ds_info.get("encode") or {}).get("documents") or {})
+        if finite(docs.get("texts_per_s")) and finite(docs.get("seconds_computing")):
+            return True
+    return False
 
 
 def index_layout(index: dict[str, Any]) -> str | None:
