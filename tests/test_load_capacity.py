@@ -9,6 +9,7 @@ import pytest
 
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
 from evalq.recipe.load import CapacitySection
+from support.summaries import check, summary
 
 
 def test_query_only_plan() -> None:
@@ -59,10 +60,10 @@ def test_no_knee_is_infeasible_and_a_lower_bound_is_noted() -> None:
 
 def test_decision_sentences_and_recommendation_prefer_cheapest_passing() -> None:
     demand = Demand(target_qps=50, headroom=1.0)
-    fast_bad = DecisionRow("dyn-int8", "fails", "not checked",
+    fast_bad = DecisionRow("dyn-int8", "fail", "not checked",
                            plan_variant("dyn-int8", {"query": Knee("query", 50.0, "r/s")},
                                         demand, 1.0))
-    good = DecisionRow("bnb-int8", "passes", "not checked",
+    good = DecisionRow("bnb-int8", "pass", "not checked",
                        plan_variant("bnb-int8", {"query": Knee("query", 17.0, "r/s")},
                                     demand, 1.0))
     ref = DecisionRow("fp32", "reference", "ok",
@@ -111,25 +112,22 @@ def test_quality_verdict_tells_inconclusive_from_failed(tmp_path) -> None:
 
     from evalq.results.load import quality_verdicts
 
-    def gate(*verdicts: str) -> dict:
-        return {"passed": False, "checks": [{"verdict": v, "passed": v == "pass"}
-                                            for v in verdicts]}
-
-    (tmp_path / "summary.json").write_text(json.dumps({
-        "variants": {"fp32": {"role": "reference", "passed": None},
-                     "same": {"role": "candidate", "passed": False,
-                              "suite_checks": [{"verdict": "pass", "passed": True}]},
-                     "worse": {"role": "candidate", "passed": False},
-                     "good": {"role": "candidate", "passed": True},
-                     # no gate applies: measured, never certified
-                     "free": {"role": "candidate", "passed": None, "verdict": "ungated"}},
-        "datasets": {"pydocs": {"variants": {
-            "same": {"gate": gate("inconclusive", "pass")},
-            "worse": {"gate": gate("inconclusive", "fail")},
-            "good": {"gate": {"passed": True, "checks": [{"verdict": "pass"}]}}}}}}))
+    (tmp_path / "summary.json").write_text(json.dumps(summary({
+        "fp32": {"role": "reference", "passed": None},
+        # written before summaries stored a verdict: decided again from the stored checks
+        "same": {"role": "candidate", "passed": False,
+                 "suite_checks": [check("pass", "parity preflight (float32, same texts)")]},
+        "worse": {"role": "candidate", "passed": False},
+        "good": {"role": "candidate", "passed": True},
+        # no gate applies: measured, never certified
+        "free": {"role": "candidate", "passed": None, "verdict": "ungated"},
+        # a stored verdict is read as stored
+        "noisy": {"role": "candidate", "passed": False, "verdict": "inconclusive"}},
+        gates={"same": [check("inconclusive"), check("pass")],
+               "worse": [check("inconclusive"), check("fail")], "good": [check("pass")]})))
     assert quality_verdicts(tmp_path) == {"fp32": "reference", "same": "inconclusive",
-                                          "worse": "fails", "good": "passes",
-                                          "free": "ungated"}
+                                          "worse": "fail", "good": "pass",
+                                          "free": "ungated", "noisy": "inconclusive"}
     row = DecisionRow("same", "inconclusive", "ok",
                       plan_variant("same", {"query": Knee("query", 32.0, "requests/s")},
                                    Demand(target_qps=50), 0.1))

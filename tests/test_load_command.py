@@ -17,6 +17,7 @@ from evalq.app.cli import main
 from evalq.results.load import LOAD_SCHEMA_VERSION, LoadFolder
 from load_test_server import Behaviour, LoadTestServer
 from support import recipes
+from support.summaries import summary
 
 HERE = Path(__file__).resolve().parent
 FAST = {"warmup_s": 0.2, "duration_s": 0.6, "max_requests": 200, "timeout_s": 3,
@@ -63,8 +64,9 @@ def test_full_run_writes_steps_knees_plan_and_decision(
         ]}, capacity={"target_qps": 30, "rerank_depth": 10, "ingest_docs_per_day": 86400,
                       "dollars_per_replica_hour": 2.0, "headroom": 1.0})
         (tmp_path / "out").mkdir()
-        (tmp_path / "out" / "summary.json").write_text(json.dumps(
-            {"variants": {"fp32": {"role": "reference"}, "srv": {"passed": True}}}))
+        (tmp_path / "out" / "summary.json").write_text(json.dumps(summary(
+            {"fp32": {"role": "reference"},
+             "srv": {"role": "candidate", "passed": True, "verdict": "pass"}})))
         assert _load(tmp_path, recipe) == 0
     s = _summary(tmp_path)
     assert s["schema_version"] == LOAD_SCHEMA_VERSION and s["status"] == "finished"
@@ -91,7 +93,7 @@ def test_full_run_writes_steps_knees_plan_and_decision(
         + 1.0 / ingest["knee"]["per_s"]
     assert plan["load"] == pytest.approx(expected)
     row = s["decision"][0]
-    assert row["quality"] == "passes" and row["variant"] == "srv"
+    assert row["quality"] == "pass" and row["variant"] == "srv"
     assert row["dollars_per_hour"] == 2.0 * plan["replicas"]
     assert "srv" in s["recommendation"]
 
@@ -99,14 +101,15 @@ def test_full_run_writes_steps_knees_plan_and_decision(
     data = yaml.safe_load(recipe.read_text())
     data["capacity"]["target_qps"] = 300
     recipe.write_text(yaml.safe_dump(data))
-    (tmp_path / "out" / "summary.json").write_text(json.dumps(
-        {"variants": {"srv": {"passed": False}}}))
+    (tmp_path / "out" / "summary.json").write_text(json.dumps(summary(
+        {"fp32": {"role": "reference"},
+         "srv": {"role": "candidate", "passed": False, "verdict": "fail"}})))
     assert _load(tmp_path, recipe, "--plan-only") == 0
     again = _summary(tmp_path)
     assert again["variants"]["srv"]["workloads"] == v["workloads"]
     assert again["variants"]["srv"]["plan"]["load"] == pytest.approx(
         expected + 270 / 40 + 270 * 10 / v["workloads"]["rerank"]["knee"]["per_s"])
-    assert again["decision"][0]["quality"] == "fails" and again["recommendation"] is None
+    assert again["decision"][0]["quality"] == "fail" and again["recommendation"] is None
 
     # a damaged load/summary.json is exit 2 naming the file and the field (was exit 3)
     load_summary = tmp_path / "out" / "load" / "summary.json"

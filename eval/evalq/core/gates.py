@@ -242,11 +242,23 @@ def check_from_dict(data: Mapping[str, Any]) -> GateCheck:
                      dict(data.get("figures") or {}))
 
 
-def stored_verdict(verdict: str | None, passed: bool | None) -> Outcome:
-    """The verdict a stored result carries; results written before verdicts were stored
-    had only ``passed`` (true: pass, false: fail)."""
+# The label the parity preflight's check carries (execute.summarize): a preflight can fail
+# a candidate but never certify it, so it does not make a candidate gated.
+PREFLIGHT_LABEL = "parity preflight"
+
+
+def stored_verdict(verdict: str | None, passed: bool | None,
+                   checks: Sequence[Mapping[str, Any]] | None = None) -> Outcome:
+    """The verdict a stored result carries. Results written before verdicts were stored
+    are decided again by :func:`outcome` from their stored ``checks`` when the caller has
+    them (one that failed no check but was not certified reads as inconclusive, one with
+    no quality check as ungated); without them only ``passed`` is left (true: pass,
+    false: fail)."""
     if verdict:
         return verdict  # type: ignore[return-value]
+    if checks is not None:
+        gated = any(not str(c.get("gate", "")).startswith(PREFLIGHT_LABEL) for c in checks)
+        return outcome([check_from_dict(c) for c in checks], gated)
     return "pass" if passed else "fail"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from evalq.core.gates import (
+    PREFLIGHT_LABEL,
     GateCheck,
     GateSpec,
     VariantGate,
@@ -75,7 +76,7 @@ def _parity_check(info: Mapping[str, Any]) -> GateCheck | None:
         return None
     passed = bool(parity.get("passed"))
     return GateCheck(
-        gate="parity preflight (float32, same texts)",
+        gate=f"{PREFLIGHT_LABEL} (float32, same texts)",
         passed=passed,
         verdict="pass" if passed else "fail",
         reason=(f"cosine vs reference min {parity['cosine_min']:.6f}, mean "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evalq.core.gates import check_from_dict, outcome
+from evalq.core.gates import stored_verdict
 from evalq.report.runview import RunView, finite
 
 Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdict"]
@@ -20,9 +20,6 @@ Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdi
 # summary.json's per-candidate verdict -> the reports' status
 _STATUS: dict[str, Status] = {"pass": "ship", "fail": "fail", "inconclusive": "inconclusive",
                               "ungated": "ungated"}
-# Folders written before summaries carried a verdict: the parity preflight is told apart
-# by its label (it checks the engine, it is no quality gate).
-_PREFLIGHT_LABEL = "parity preflight"
 SUITE = "all datasets"  # the dataset a pooled or parity check is reported under
 
 COST_LABELS = {"weight_bytes": "weight bytes", "index_bytes": "index bytes",
@@ -167,14 +164,12 @@ def _checks(run: RunView, name: str) -> list[tuple[str, dict[str, Any]]]:
 
 def _stored_status(run: RunView, name: str, checks: list[tuple[str, dict[str, Any]]]
                    ) -> Status:
-    stored = run.summary_variant(name).get("verdict")
-    if stored in _STATUS:
-        return _STATUS[stored]
-    if run.summary is None:
+    info = run.summary_variant(name)
+    if run.summary is None and info.get("verdict") not in _STATUS:
         return "no verdict"
-    # Written before summaries carried a verdict: the same rule, from the checks.
-    gated = any(not str(c.get("gate", "")).startswith(_PREFLIGHT_LABEL) for _, c in checks)
-    return _STATUS[outcome([check_from_dict(c) for _, c in checks], gated)]
+    # Written before summaries carried a verdict: the same rule, from the stored checks.
+    return _STATUS[stored_verdict(info.get("verdict"), info.get("passed"),
+                                  [c for _, c in checks])]
 
 
 def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:

@@ -22,9 +22,10 @@ from typing import Any
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.core.gates import stored_verdict
 from evalq.core.names import inside
 from evalq.results.folder import clean_json
-from evalq.results.schema import parse_load_summary
+from evalq.results.schema import parse_load_summary, parse_summary
 
 LOAD_SCHEMA_VERSION = 1
 
@@ -90,29 +91,31 @@ class LoadFolder:
 
 
 def quality_verdicts(run_root: Path) -> dict[str, str]:
-    """Per variant "passes" / "fails" / "inconclusive" / "ungated" / "reference" from the folder's
-    ``summary.json`` (the latest finished ``evalq run`` of the same recipe); empty when
-    there is none. A variant that failed no gate but could not be certified (too few
-    queries) is "inconclusive", not "fails": its gate checks say which."""
+    """Per variant its verdict ("pass", "fail", "inconclusive", "ungated") or "reference",
+    from the folder's ``summary.json`` (the latest finished ``evalq run`` of the same
+    recipe), read with the typed model and decided by the one rule for stored results
+    (``core.gates.stored_verdict``); empty when there is none. A damaged summary is bad
+    input (exit 2) naming it: the load steps are already stored when this is read."""
     path = Path(run_root) / "summary.json"
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return {}
+    except ValueError as exc:
+        raise InputError(message=f"'{path}' is not JSON ({exc})", file=path,
+                         fix="rerun 'evalq run' on the recipe to write it again") from None
+    summary = parse_summary(data, path)
     out: dict[str, str] = {}
-    for name, v in (data.get("variants") or {}).items():
-        if v.get("role") == "reference":
+    for name, variant in summary.variants.items():
+        if variant.role == "reference":
             out[name] = "reference"
-        elif v.get("verdict") == "ungated":  # measured, never certified by a gate
-            out[name] = "ungated"
-        elif v.get("passed") is not None:
-            checks = [*(v.get("suite_checks") or []),
-                      *(c for ds in (data.get("datasets") or {}).values()
-                        for c in ((ds.get("variants") or {}).get(name, {}).get("gate") or {})
-                        .get("checks", []))]
-            verdicts = {c.get("verdict") for c in checks}
-            out[name] = ("passes" if v["passed"] else "fails" if "fail" in verdicts
-                         else "inconclusive" if "inconclusive" in verdicts else "fails")
+            continue
+        checks = [*(variant.suite_checks or []), *(variant.pipeline_checks or [])]
+        for ds in summary.datasets.values():
+            entry = ds.variants.get(name)
+            checks += entry.gate.checks if entry is not None and entry.gate else []
+        out[name] = stored_verdict(variant.verdict, variant.passed,
+                                   [c.model_dump() for c in checks])
     return out
+
+

@@ -128,12 +128,14 @@ def plan_variant(variant: str, knees: Mapping[str, Knee], demand: Demand,
 @dataclass(frozen=True)
 class DecisionRow:
     variant: str
-    quality: str  # "passes" | "fails" | "inconclusive" | "ungated" | "reference" | "unknown"
+    # a stored verdict (core.gates: "pass" | "fail" | "inconclusive" | "ungated"),
+    # "reference", or "unknown" (no evalq run of the recipe to read)
+    quality: str
     parity: str  # "ok" | "differs" | "not checked"
     plan: VariantPlan
 
     def sentence(self) -> str:
-        quality = {"passes": "passes quality", "fails": "FAILS quality",
+        quality = {"pass": "passes quality", "fail": "FAILS quality",
                    "inconclusive": "quality inconclusive",
                    "ungated": "quality ungated (no gate applies)",
                    "reference": "reference", "unknown": "quality not run"}[self.quality]
@@ -146,7 +148,7 @@ class DecisionRow:
 
 def recommend(rows: list[DecisionRow]) -> str | None:
     """The cheapest feasible variant whose quality passed (or is the reference)."""
-    ok = [r for r in rows if r.plan.feasible and r.quality in ("passes", "reference")]
+    ok = [r for r in rows if r.plan.feasible and r.quality in ("pass", "reference")]
     if not ok:
         return None
 
