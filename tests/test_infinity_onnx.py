@@ -220,3 +220,10 @@ def test_a_served_graph_file_that_does_not_exist_is_exit_2_naming_it(
     source = {"name": "ort-fp32", "backend": "onnx", "onnx": {"file": str(missing)}}
     data = _recipe(tmp_path, {**LAUNCH, "onnx_from": "ort-fp32"}, source=source)
     _load_exit(tmp_path, data, capsys, f"ONNX file '{missing}' does not exist", "onnx.file")
+
+
+def test_every_launch_placeholder_is_documented() -> None:
+    from evalq.engines.launch import PLACEHOLDERS
+
+    page = (REPO / "docs" / "load-testing.md").read_text(encoding="utf-8")
+    assert [n for n in PLACEHOLDERS if "{" + n + "}" not in page] == []

@@ -13,8 +13,8 @@ the OpenAI request cannot carry:
 - ``config.json``: Infinity's optimum engine truncates at ``max_position_embeddings``
   (512 for MiniLM), not at sentence-transformers' ``max_seq_length`` (256); the served
   copy says the recipe's ``max_length`` when that is shorter (the graph's position table
-  is unchanged, it is only read less far). Without this, texts past 256 tokens had a
-  cosine of 0.88 to the in-process vector here;
+  is unchanged, it is only read less far). Without this, texts past 256 tokens would
+  be encoded whole, unlike in-process;
 - ``tokenizer_config.json``: ``truncation_side`` is the recipe's.
 
 Pooling is the server's flag (Infinity: ``--pooling-method mean``; its ``auto`` means CLS
