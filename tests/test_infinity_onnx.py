@@ -227,3 +227,25 @@ def test_every_launch_placeholder_is_documented() -> None:
 
     page = (REPO / "docs" / "load-testing.md").read_text(encoding="utf-8")
     assert [n for n in PLACEHOLDERS if "{" + n + "}" not in page] == []
+
+
+def test_the_decision_table_names_each_format_beside_its_verdict_and_knees() -> None:
+    from evalq.execute.load.formats import decision_lines, served_format
+
+    launched = {"command": ["/x/.venv-infinity/bin/infinity_emb", "v2"]}
+    graph = {"backend": "openai", "server": {"launched": {
+        **launched, "served_graph": {"quantization": "ort-dynamic-int8"}}}}
+    assert served_format(graph) == "onnx ort-dynamic-int8"
+    graph["server"]["launched"]["served_graph"]["quantization"] = "none"
+    assert served_format(graph) == "onnx fp32"
+    assert served_format({"backend": "openai", "server": {"launched": launched}}) == \
+        "openai (infinity_emb)"
+    assert served_format({"backend": "vllm", "server": {"dtype": "float32"}}) == "vllm float32"
+    row = {"variant": "infinity-onnx-int8", "format": "onnx ort-dynamic-int8",
+           "quality": "passes", "replicas": 3, "feasible": True,
+           "dollars_per_million_queries": 1.5,
+           "knees": {"query": {"per_s": 16.0, "lower_bound": False},
+                     "ingest": {"per_s": 8.25, "lower_bound": True}}}
+    line = decision_lines([row])[-1].split()
+    assert line == ["infinity-onnx-int8", "onnx", "ort-dynamic-int8", "passes", "16.0",
+                    ">=8.2", "3", "1.50"]

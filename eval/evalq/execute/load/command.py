@@ -42,6 +42,7 @@ from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import or_list
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
+from evalq.execute.load.formats import decision_lines, served_format
 from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
 from evalq.execute.load.sweep import TextPool, run_workload
@@ -392,7 +393,9 @@ def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: Loa
                             "replicas": r.plan.replicas, "feasible": r.plan.feasible,
                             "dollars_per_hour": r.plan.dollars_per_hour,
                             "dollars_per_million_queries": r.plan.dollars_per_million_queries,
-                            "sentence": r.sentence()} for r in rows]
+                            "sentence": r.sentence(),
+                            "format": served_format(summary["variants"][r.variant]),
+                            "knees": summary["variants"][r.variant].get("knees")} for r in rows]
     summary["recommendation"] = recommend(rows)
     folder.write_summary(summary)
     _print_table(summary, folder)
@@ -434,7 +437,12 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             print(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
                   f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
                   f"{mem:>8.0f}")
-    for row in summary.get("decision") or []:
+    decision = summary.get("decision") or []
+    if decision:
+        print("\ndecision: each format's quality verdict beside its knees and its plan")
+    for line in decision_lines(decision):
+        print(line)
+    for row in decision:
         print(f"  {row['sentence']}")
     if summary.get("recommendation"):
         print(f"  => {summary['recommendation']}")
