@@ -42,6 +42,18 @@ def _evalq(*args: str) -> tuple[int, float]:
     return code, time.perf_counter() - started
 
 
+def _server_versions(venv: Path) -> dict[str, str | None]:
+    """The serving venv's own versions (Infinity's pins differ from evalq's venv)."""
+    code = ("import json; from importlib import metadata as m\n"
+            "def v(n):\n try: return m.version(n)\n except m.PackageNotFoundError: return None\n"
+            "print(json.dumps({n: v(n) for n in ('infinity-emb', 'optimum', 'optimum-onnx', "
+            "'onnxruntime', 'torch', 'transformers', 'sentence-transformers', 'numpy')}))")
+    try:
+        return json.loads(subprocess.check_output([str(venv / "bin" / "python"), "-c", code]))
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return {}
+
+
 def _figures(out: Path) -> dict[str, Any]:
     load = json.loads((out / "load" / "summary.json").read_text())
     rows = {row["variant"]: row for row in load.get("decision") or []}
@@ -53,8 +65,7 @@ def _figures(out: Path) -> dict[str, Any]:
         parity = entry.get("parity") or {}
         row = rows.get(name, {})
         figures[name] = {
-            "served_graph": ((entry.get("server") or {}).get("launched") or {}).get(
-                "served_graph", {}).get("quantization"),
+            "format": row.get("format"),
             "quality": row.get("quality"), "parity_cosine_min": parity.get("cosine_min"),
             "parity_checked": parity.get("checked"),
             "query_knee_rps": (knees.get("query") or {}).get("per_s"),
@@ -79,7 +90,8 @@ def main() -> None:
     figures = _figures(out)
     figures.update({"run_exit": run_code, "run_s": round(run_s, 1), "load_exit": load_code,
                     "load_s": round(load_s, 1), "out": str(out),
-                    "loadavg_after": list(os.getloadavg())})
+                    "loadavg_after": list(os.getloadavg()),
+                    "server_versions": _server_versions(ROOT / ".venv-infinity")})
     peer = figures["variants"][args.peer]
     ratios: dict[str, Any] = {}
     for name, v in figures["variants"].items():
@@ -87,14 +99,14 @@ def main() -> None:
             continue
         ratios[name] = {key: (round(v[key] / peer[key], 3) if v[key] and peer[key] else None)
                         for key in ("query_knee_rps", "ingest_knee_texts_per_s")}
-    print(f"{'variant':20s} {'graph':18s} {'quality':12s} {'cos min':>9s} {'query knee':>11s} "
+    print(f"{'variant':20s} {'format':22s} {'quality':12s} {'cos min':>9s} {'query knee':>11s} "
           f"{'ingest/s':>9s} {'RSS MiB':>8s} {'$/1M q':>8s}")
     for name, v in figures["variants"].items():
         knee = ("-" if v["query_knee_rps"] is None else
                 f"{'>=' if v['query_knee_lower_bound'] else ''}{v['query_knee_rps']:g}")
         cos = "-" if v["parity_cosine_min"] is None else f"{v['parity_cosine_min']:.5f}"
         dollars = v["dollars_per_million_queries"]
-        print(f"{name:20s} {v['served_graph'] or 'torch':18s} {v['quality'] or '-':12s} "
+        print(f"{name:20s} {v['format'] or '-':22s} {v['quality'] or '-':12s} "
               f"{cos:>9s} {knee:>11s} {v['ingest_knee_texts_per_s'] or 0:9.1f} "
               f"{v['server_peak_rss_mb'] or 0:8.0f} "
               f"{'-' if dollars is None else f'{dollars:.3f}':>8s}")
