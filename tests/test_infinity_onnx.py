@@ -249,3 +249,15 @@ def test_the_decision_table_names_each_format_beside_its_verdict_and_knees() -> 
     line = decision_lines([row])[-1].split()
     assert line == ["infinity-onnx-int8", "onnx", "ort-dynamic-int8", "passes", "16.0",
                     ">=8.2", "3", "1.50"]
+
+
+def test_a_run_that_leaves_out_the_source_of_a_served_graph_names_the_fix(
+        tmp_path: Path) -> None:
+    path = recipes.write(tmp_path / "recipe.yaml",
+                         _recipe(tmp_path, {**LAUNCH, "onnx_from": "ort-fp32"}))
+    recipe = load_recipe_source(path).recipe
+    served = next(v for v in recipe.variants if v.name == "served")
+    with pytest.raises(InputError) as caught:  # `evalq run --only served` plans no ort-fp32
+        served_graph(recipe, served, {}.__getitem__)
+    assert caught.value.field == "--only"
+    assert caught.value.fix == "add it: --only ort-fp32 --only served"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalq.core.errors import InputError
 from evalq.engines.context import BuildContext
 from evalq.engines.onnx_backend import graph_for
 from evalq.engines.onnx_serve import serving_folder
@@ -38,7 +39,13 @@ def served_graph(recipe: Recipe, variant: Variant, plan_of: Callable[[str], Vari
     if spec is None or spec.onnx_from is None:
         return ServedGraph()
     source = next(v for v in recipe.variants if v.name == spec.onnx_from)
-    source_plan = plan_of(source.name)
+    try:
+        source_plan = plan_of(source.name)
+    except (KeyError, StopIteration):  # `--only` left the source out of the plan
+        raise InputError(message=f"variant '{variant.name}' serves the graph of "
+                         f"'{source.name}' (load.launch.{variant.name}.onnx_from), which "
+                         "this run leaves out", field="--only",
+                         fix=f"add it: --only {source.name} --only {variant.name}") from None
     cache_dir = Path(recipe.cache_dir)
     ctx = BuildContext(source_plan.model_folder(), source_plan.encoding_settings(),
                        cache_dir / "logs", "cpu", cache_dir, calibration)
