@@ -7,7 +7,8 @@ gives (cosine > 0.99999 per text, texts past 256 tokens included: the folder's c
 makes Infinity truncate where the recipe does); ``evalq run`` gates the served candidate
 with its parity checked; bad input (a placeholder evalq does not fill, ``{onnx_dir}``
 without ``onnx_from``, a source that is not an onnx variant, a graph file that does not
-exist, Infinity without its optimum extra) is exit 2 naming the field and the fix.
+exist, Infinity without its optimum extra, an optimum server pointed at a folder with no
+graph) is exit 2 naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -162,6 +163,21 @@ def test_infinity_without_its_optimum_extra_is_exit_2_naming_the_fix(tmp_path: P
     assert caught.value.field == "load.launch.served.command"
     assert "optimum extra" in caught.value.message
     assert caught.value.fix is not None and "make infinity-venv" in caught.value.fix
+
+
+@pytest.mark.model
+@pytest.mark.process
+@pytest.mark.server
+def test_an_optimum_server_pointed_at_a_folder_without_a_graph_names_onnx_from(
+        tmp_path: Path) -> None:
+    # The checkpoint folder itself: safetensors, no .onnx file.
+    launch = {"command": [_infinity(), "v2", "--model-id", "{model_path}", *OPTIMUM],
+              "env": dict(ENV), "startup_timeout_s": 300}
+    with pytest.raises(InputError) as caught:
+        _start(tmp_path, _recipe(tmp_path, launch))
+    assert caught.value.field == "load.launch.served.command"
+    assert "no usable ONNX file" in caught.value.message
+    assert caught.value.fix is not None and "onnx_from" in caught.value.fix
 
 
 @pytest.mark.model
