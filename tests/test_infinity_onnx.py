@@ -277,3 +277,12 @@ def test_a_run_that_leaves_out_the_source_of_a_served_graph_names_the_fix(
         served_graph(recipe, served, {}.__getitem__)
     assert caught.value.field == "--only"
     assert caught.value.fix == "add it: --only ort-fp32 --only served"
+
+
+def test_a_launch_cwd_that_does_not_exist_is_exit_2_naming_cwd(tmp_path: Path) -> None:
+    server = LaunchedServer(["true"], url="http://127.0.0.1:9", health="/health",
+                            log_path=tmp_path / "srv.log", startup_timeout_s=5,
+                            cwd=tmp_path / "nope", field="load.launch.srv.command")
+    with pytest.raises(InputError) as caught:
+        server.start()
+    assert caught.value.field == "load.launch.srv.cwd" and "does not exist" in caught.value.message

@@ -107,6 +107,10 @@ class LaunchedServer:
                 field="http.url",
                 fix="stop that process, or pick a free port in the variant's http.url",
             )
+        if self.cwd is not None and not self.cwd.is_dir():
+            raise InputError(message=f"the launch's working folder '{self.cwd}' does not exist",
+                             file=self.cwd, field=self.field.replace(".command", ".cwd"),
+                             fix="point cwd at an existing folder (e.g. '{onnx_dir}')")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
         env.setdefault("HF_HUB_OFFLINE", "1")
