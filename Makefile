@@ -40,16 +40,20 @@ $(LLMC_STAMP):
 
 # Infinity (infinity-emb) is a dedicated embedding server that `evalq load` measures beside
 # vLLM; its pins (numpy<2, sentence-transformers<4, click<8.2) clash with the main venv's, so
-# it gets its own. torch is pinned to the local CPU build for the same reason as above.
+# it gets its own. torch is pinned to the local CPU build for the same reason as above. The
+# optimum extra (optimum, onnxruntime) is its ONNX engine (recipes/load-onnx.yaml). The
+# stamp's name carries a checksum of the requirements, so changing them reinstalls.
 INF_VENV := .venv-infinity
-INF_STAMP := $(INF_VENV)/.evalq-installed
+INF_REQS := "torch==2.13.0+cpu" "infinity-emb[server,torch,optimum]==0.0.78"
+INF_STAMP := $(INF_VENV)/.evalq-installed-$(firstword $(shell echo '$(INF_REQS)' | cksum))
 
 infinity-venv: $(INF_STAMP)
 
 $(INF_STAMP):
 	test -x $(INF_VENV)/bin/python || $(PY) -m venv $(INF_VENV)
 	$(INF_VENV)/bin/pip install -q --upgrade pip
-	$(INF_VENV)/bin/pip install -q "torch==2.13.0+cpu" "infinity-emb[server,torch]==0.0.78"
+	$(INF_VENV)/bin/pip install -q $(INF_REQS)
+	rm -f $(INF_VENV)/.evalq-installed*
 	touch $(INF_STAMP)
 
 # The report's browser tests drive Debian's chromium (Playwright never downloads its own).

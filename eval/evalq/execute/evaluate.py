@@ -45,8 +45,10 @@ from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
+from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.measure.judged import JudgedIndex
+from evalq.recipe.load import parity_subject
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe_source
 from evalq.results import rundir
@@ -210,14 +212,18 @@ def _run_variants(run: _Run) -> None:
               f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
               file=sys.stderr, flush=True)
         model_path = run.model_paths[variant.name]
+        graph = served_graph(recipe, variant, run.planned.__getitem__,
+                             corpus_calibration(run.datasets, recipe.title_separator))
         with PeakRss() as memory, _launched(recipe, variant, model_path, run.folder,
-                                            run.recipe_path, run.http_probe, manifest):
+                                            run.recipe_path, run.http_probe, manifest, graph):
             record, parity_vectors = _run_variant(
                 recipe, variant, role, settings, model_path, run.datasets,
                 run.depth, run.folder, run.cache, run.reference, run.judged, run.parity_texts,
                 run.parity_ref, run.show_progress, run.ray_exec,
             )
         _record_memory(record, variant, memory.figures())
+        if graph.onnx_dir is not None:  # which evalq graph the server ran (onnx_from)
+            record.description["served_graph"] = graph.record
         if role == "reference" and parity_vectors is not None:
             run.parity_ref = (parity_vectors, record.settings)
         run.records.append(record)
@@ -332,13 +338,13 @@ def _run_variant(
 
 @contextlib.contextmanager
 def _launched(recipe: Recipe, variant: Variant, model_path: Path, folder: RunFolder,
-              recipe_path: Path, http_probe: dict[str, Any], manifest: dict[str, Any]
-              ) -> Iterator[None]:
+              recipe_path: Path, http_probe: dict[str, Any], manifest: dict[str, Any],
+              graph: ServedGraph) -> Iterator[None]:
     """The server the recipe's ``load.launch`` names for this variant, alive while the
     variant runs; probed as soon as it answers, since the start-of-run probe could not
     reach it yet (its report replaces the "deferred" note in the manifest)."""
 
-    launched = start_launch(recipe, variant, model_path, folder.logs)
+    launched = start_launch(recipe, variant, model_path, folder.logs, onnx_dir=graph.onnx_dir)
     try:
         if launched is not None and launched_by_recipe(recipe, variant) \
                 and variant.name in http_probe:
@@ -364,7 +370,7 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
                 "settings_fingerprint": settings.fingerprint()}
     result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                              recipe.parity.min_cosine)
-    checked = exact_parity_required(variant)
+    checked = exact_parity_required(parity_subject(recipe, variant))
     return {"texts": len(vectors), "checked": checked,
             "min_cosine": recipe.parity.min_cosine, "cosine_mean": result.mean_cosine,
             "cosine_min": result.min_cosine, "passed": result.passed if checked else None,
@@ -391,7 +397,9 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
                            resolve_device(variant.device), Path(recipe.cache_dir),
                            corpus_calibration(datasets, recipe.title_separator))
 
-        launched = start_launch(recipe, variant, model_path, ctx.logs_dir)
+        graph = served_graph(recipe, variant, plan.variant, ctx.calibration)
+        launched = start_launch(recipe, variant, model_path, ctx.logs_dir,
+                                onnx_dir=graph.onnx_dir)
         encoder = create_encoder(variant, ctx)
         try:
             vectors = encoder.embed(sample)
@@ -405,7 +413,7 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
             continue
         result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                                  recipe.parity.min_cosine)
-        exact = exact_parity_required(variant)
+        exact = exact_parity_required(parity_subject(recipe, variant))
         verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
         ok = ok and (result.passed or not exact)
         print(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "

@@ -6,18 +6,21 @@ are errors with a did-you-mean). What needs the rest of the recipe (a variant na
 exists, a URL on loopback, a rerank route) is checked by :func:`evalq.execute.load.plan.plan_load`
 before any server starts.
 
-This module imports nothing of evalq, so ``evalq.recipe.schema`` can import it.
+It imports only evalq's core, the schedule bounds and the launch placeholders
+(:data:`evalq.engines.launch.PLACEHOLDERS`), so ``evalq.recipe.schema`` can import it.
 """
 
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from evalq.core.errors import RecipeValueError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
+from evalq.engines.launch import PLACEHOLDERS, used_placeholders
 from evalq.recipe.loadbudget import (
     MAX_DURATION_S,
     MAX_IN_FLIGHT,
@@ -27,6 +30,9 @@ from evalq.recipe.loadbudget import (
     MAX_WARMUP_S,
     check_schedule,
 )
+
+if TYPE_CHECKING:
+    from evalq.recipe.schema import Recipe, Variant
 
 # A number a user typed that becomes a schedule, a sleep or an allocation: never NaN or
 # infinite (YAML reads ``.nan`` and ``.inf`` as floats), and positive where zero means
@@ -122,13 +128,39 @@ class Workload(StrictOptions):
 
 class Launch(StrictOptions):
     """A server evalq starts for an ``openai`` / ``tei`` variant (e.g. Infinity) and stops
-    afterwards. ``{model_path}``, ``{port}`` and ``{host}`` in the command are filled from
-    the variant (its model folder and its ``http.url``)."""
+    afterwards. The placeholders of :data:`evalq.engines.launch.PLACEHOLDERS` in the
+    command and ``cwd`` are filled from the variant (its model folder, its ``http.url``)
+    and, for ``{onnx_dir}``, from the ``onnx`` variant ``onnx_from`` names, so the server
+    runs the very graph that variant's verdict judged."""
 
     command: list[str] = Field(min_length=1)
     health: str = "/health"
     startup_timeout_s: float = Field(default=300, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
+    # where the server starts (Infinity's optimum engine finds its ONNX file by a name
+    # relative to --model-id, so it is started inside {onnx_dir} with --model-id .)
+    cwd: str | None = None
+    onnx_from: str | None = None  # an onnx variant of the recipe: what {onnx_dir} serves
+
+    @model_validator(mode="after")
+    def _placeholders(self) -> Launch:
+        try:
+            used = used_placeholders([*self.command, self.cwd or ""])
+        except ValueError as exc:
+            raise ValueError(f"launch command {self.command}: {exc} (write a literal brace "
+                             "as {{ or }})") from None
+        names = ", ".join("{" + n + "}" for n in PLACEHOLDERS)
+        for name in used:
+            if name not in PLACEHOLDERS:
+                raise ValueError(f"launch command uses {{{name}}}, which evalq does not fill; "
+                                 f"placeholders: {names}")
+        if "onnx_dir" in used and self.onnx_from is None:
+            raise ValueError("launch command uses {onnx_dir} without onnx_from: name the onnx "
+                             "variant whose graph the server runs, e.g. onnx_from: ort-int8")
+        if self.onnx_from is not None and "onnx_dir" not in used:
+            raise ValueError(f"onnx_from: {self.onnx_from} is set, but neither command nor cwd "
+                             "uses {onnx_dir}, so the server would not run that graph")
+        return self
 
 
 class LoadSection(StrictOptions):
@@ -156,6 +188,40 @@ class LoadSection(StrictOptions):
             raise ValueError(f"workload names must be unique; repeated: {', '.join(dupes)}")
         check_schedule(self)  # before anything is allocated: refused at recipe time
         return self
+
+
+def check_launch_sources(section: LoadSection | None, backends: dict[str, str],
+                         graph_backend: str) -> None:
+    """Each ``onnx_from`` names a variant of the recipe (``backends``: name -> backend)
+    whose backend is ``graph_backend``: it is what ``{onnx_dir}`` serves."""
+    if section is None:
+        return
+    for name, spec in section.launch.items():
+        source = spec.onnx_from
+        if source is None:
+            continue
+        field = f"load.launch.{name}.onnx_from"
+        if source not in backends:
+            raise RecipeValueError(message=f"{field} names unknown variant '{source}'",
+                                   field=field, fix=f"choose from {', '.join(backends)}")
+        if backends[source] != graph_backend:
+            raise RecipeValueError(
+                message=f"{field}: variant '{source}' has backend '{backends[source]}'; "
+                f"{{onnx_dir}} serves the graph of a backend {graph_backend} variant",
+                field=field, fix=f"name a backend {graph_backend} variant, or add one, e.g. "
+                f"{{name: ort-int8, backend: {graph_backend}, quantization: {{method: "
+                "ort-dynamic-int8}}")
+
+
+def parity_subject(recipe: Recipe, variant: Variant) -> Variant:
+    """The variant whose quantization decides whether ``variant`` must match the reference
+    exactly: a served evalq graph (``onnx_from``) is held to what its source is (fp32
+    exactly; a quantized graph's cosine is reported, as in-process)."""
+    section = recipe.load
+    spec = section.launch.get(variant.name) if section is not None else None
+    if spec is None or spec.onnx_from is None:
+        return variant
+    return next((v for v in recipe.variants if v.name == spec.onnx_from), variant)
 
 
 class CapacitySection(StrictOptions):

@@ -23,6 +23,7 @@ from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.modelinfo import SettingsOverrides
+from evalq.engines.onnx_backend import BACKEND_NAME as ONNX_BACKEND
 from evalq.engines.onnx_backend import OnnxOptions
 from evalq.engines.openai_http import HttpOptions
 from evalq.engines.openvino_backend import OpenVinoOptions
@@ -31,7 +32,7 @@ from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, opti
 from evalq.engines.vllm_build import VllmOptions
 from evalq.measure.registry import parse_measure
 from evalq.recipe.gates import gate_spec
-from evalq.recipe.load import CapacitySection, LoadSection
+from evalq.recipe.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
 from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
@@ -222,6 +223,8 @@ class Recipe(StrictOptions):
             raise ValueError("the reference searches exactly (it is what candidates are "
                              "judged against); put 'index' on a candidate, e.g. one with the "
                              "reference's settings to measure the index loss alone")
+        check_launch_sources(self.load, {v.name: v.backend for v in self.variants},
+                             ONNX_BACKEND)
         return self
 
     @property

@@ -452,6 +452,8 @@ class LoadDecision(Part):
     dollars_per_hour: float | None
     dollars_per_million_queries: float | None
     sentence: str
+    format: str | None = None  # what the server ran (execute.load.formats.served_format)
+    knees: dict[str, dict[str, Any]] | None = None  # by workload kind, as in the variant
 
 
 class LoadSummary(Part):

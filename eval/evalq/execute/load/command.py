@@ -37,13 +37,16 @@ from evalq.encode.parity import compare_vectors, exact_parity_required, parity_s
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.openai_http import TokenCounter
+from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import or_list
+from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
+from evalq.execute.load.formats import decision_lines, served_format
 from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
 from evalq.execute.load.sweep import TextPool, run_workload
-from evalq.recipe.load import LoadSection
+from evalq.recipe.load import LoadSection, parity_subject
 from evalq.recipe.plan import Plan, build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe, load_recipe_source
 from evalq.recipe.yamlsource import Located
@@ -181,7 +184,9 @@ def token_counter(model_path: Path, settings: Any) -> Any:
 
 
 def _texts(recipe: Recipe, recipe_path: Path, resolved: Plan
-           ) -> tuple[TextPool, list[str], Any]:
+           ) -> tuple[TextPool, list[str], CalibrationSource]:
+    """The sweep's texts, the parity sample, and the corpus a static quantization whose
+    graph a launched server serves (``onnx_from``) calibrates on."""
     datasets = load_datasets(recipe.datasets, recipe_path, recipe.max_queries, recipe.max_docs)
     ds = datasets[0]
     model_path = resolved.variant(recipe.reference.name).model_folder()
@@ -191,7 +196,8 @@ def _texts(recipe: Recipe, recipe_path: Path, resolved: Plan
                  for d in sample_texts(ds, recipe.title_separator)]
     counter = token_counter(model_path, settings)
     pool = TextPool(queries, counter(queries), documents, counter(documents))
-    return pool, parity_sample(datasets, recipe.parity.texts), settings
+    calibration = corpus_calibration(datasets, recipe.title_separator)
+    return pool, parity_sample(datasets, recipe.parity.texts), calibration
 
 
 def _reference_vectors(recipe: Recipe, resolved: Plan, texts: list[str]) -> Any:
@@ -212,7 +218,7 @@ def _parity(variant: Variant, recipe: Recipe, served: Served, texts: list[str],
     vectors = served.encoder.embed(texts)
     result = compare_vectors(variant.name, served.encoder.settings, vectors, ref[1], ref[0],
                              recipe.parity.min_cosine)
-    checked = exact_parity_required(variant)
+    checked = exact_parity_required(parity_subject(recipe, variant))
     return {"texts": len(texts), "checked": checked, "min_cosine": recipe.parity.min_cosine,
             "cosine_mean": result.mean_cosine, "cosine_min": result.min_cosine,
             "passed": result.passed if checked else None, "reason": result.reason}
@@ -272,14 +278,14 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     folder.write_summary(summary)
     broken: list[str] = []
     try:
-        pool, parity_texts, _ = _texts(recipe, recipe_path, resolved)
+        pool, parity_texts, calibration = _texts(recipe, recipe_path, resolved)
         ref = None
         if section.parity:
             _log(f"parity texts through the reference '{recipe.reference.name}'")
             ref = _reference_vectors(recipe, resolved, parity_texts)
         for variant in plan.variants:
             broken += _drive_variant(recipe, variant, resolved, folder, section, pool,
-                                     parity_texts, ref, summary)
+                                     parity_texts, ref, summary, calibration)
     except KeyboardInterrupt:
         summary["status"] = "interrupted"
         summary["stopped"] = now_iso()
@@ -303,7 +309,8 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
 
 def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
                    section: LoadSection, pool: TextPool, parity_texts: list[str], ref: Any,
-                   summary: dict[str, Any]) -> list[str]:
+                   summary: dict[str, Any], calibration: CalibrationSource | None = None,
+                   ) -> list[str]:
     broken: list[str] = []
     entry: dict[str, Any] = {"backend": variant.backend, "workloads": {}}
     summary["variants"][variant.name] = entry
@@ -311,7 +318,7 @@ def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: Loa
     t0 = time.perf_counter()
     if embedding_backend(variant.backend).serving != "engine" and variant.name in section.launch:
         _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
-    with serve(recipe, variant, resolved, folder, section) as served:
+    with serve(recipe, variant, resolved, folder, section, calibration) as served:
         entry["startup_s"] = round(time.perf_counter() - t0, 2)
         entry["server"] = served.describe
         entry["url"] = served.endpoint.url
@@ -386,7 +393,9 @@ def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: Loa
                             "replicas": r.plan.replicas, "feasible": r.plan.feasible,
                             "dollars_per_hour": r.plan.dollars_per_hour,
                             "dollars_per_million_queries": r.plan.dollars_per_million_queries,
-                            "sentence": r.sentence()} for r in rows]
+                            "sentence": r.sentence(),
+                            "format": served_format(summary["variants"][r.variant]),
+                            "knees": summary["variants"][r.variant].get("knees")} for r in rows]
     summary["recommendation"] = recommend(rows)
     folder.write_summary(summary)
     _print_table(summary, folder)
@@ -428,7 +437,12 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             print(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
                   f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
                   f"{mem:>8.0f}")
-    for row in summary.get("decision") or []:
+    decision = summary.get("decision") or []
+    if decision:
+        print("\ndecision: each format's quality verdict beside its knees and its plan")
+    for line in decision_lines(decision):
+        print(line)
+    for row in decision:
         print(f"  {row['sentence']}")
     if summary.get("recommendation"):
         print(f"  => {summary['recommendation']}")

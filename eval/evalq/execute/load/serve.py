@@ -16,10 +16,12 @@ from typing import Any
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.launch import start_launch
+from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import embedding_backend
 from evalq.engines.vllm_build import build_vllm_encoder
 from evalq.engines.vllm_server import vllm_request_fields
 from evalq.execute.load.sweep import Endpoint
+from evalq.execute.served_graph import served_graph
 from evalq.recipe.load import LoadSection
 from evalq.recipe.plan import Plan
 from evalq.recipe.schema import Recipe, Variant, VllmOptions
@@ -35,8 +37,11 @@ class Served:
 
 @contextlib.contextmanager
 def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
-          section: LoadSection) -> Iterator[Served]:
-    """Start (or attach to) one variant's server; stop it on the way out."""
+          section: LoadSection, calibration: CalibrationSource | None = None,
+          ) -> Iterator[Served]:
+    """Start (or attach to) one variant's server; stop it on the way out. ``calibration``
+    feeds a static quantization method whose graph ``{onnx_dir}`` serves and that the
+    cache does not hold yet."""
 
     model_path = resolved.variant(variant.name).model_folder()
     settings = resolved.variant(variant.name).encoding_settings()
@@ -61,7 +66,9 @@ def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
                             pid=server.pid if server is not None else None,
                             alive=server.alive if server is not None else None)
     else:
-        launched = start_launch(recipe, variant, model_path, folder.logs)
+        graph = served_graph(recipe, variant, resolved.variant, calibration)
+        launched = start_launch(recipe, variant, model_path, folder.logs,
+                                onnx_dir=graph.onnx_dir, served=graph.record)
         http = variant.http
         assert http is not None
         # The client (and its tokenizer: transformers takes ~1 min to import on a busy
@@ -85,6 +92,8 @@ def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
         if launched is not None:
             describe["launched"] = {"command": launched.command, "log": str(launched.log_path),
                                     "startup_s": launched.startup_s}
+            if launched.served:  # an evalq graph (onnx_from): which one, from which variant
+                describe["launched"]["served_graph"] = launched.served
         yield Served(endpoint, encoder, describe)
     finally:
         if encoder is not None:
