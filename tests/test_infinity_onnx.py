@@ -258,12 +258,12 @@ def test_the_decision_table_names_each_format_beside_its_verdict_and_knees() -> 
         "openai (infinity_emb)"
     assert served_format({"backend": "vllm", "server": {"dtype": "float32"}}) == "vllm float32"
     row = {"variant": "infinity-onnx-int8", "format": "onnx ort-dynamic-int8",
-           "quality": "passes", "replicas": 3, "feasible": True,
+           "quality": "pass", "replicas": 3, "feasible": True,
            "dollars_per_million_queries": 1.5,
            "knees": {"query": {"per_s": 16.0, "lower_bound": False},
                      "ingest": {"per_s": 8.25, "lower_bound": True}}}
     line = decision_lines([row])[-1].split()
-    assert line == ["infinity-onnx-int8", "onnx", "ort-dynamic-int8", "passes", "16.0",
+    assert line == ["infinity-onnx-int8", "onnx", "ort-dynamic-int8", "pass", "16.0",
                     ">=8.2", "3", "1.50"]
 
 
