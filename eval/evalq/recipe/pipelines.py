@@ -34,6 +34,8 @@ from pydantic import Field, field_validator, model_validator
 from evalq.core.errors import InputError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
+from evalq.engines.onnx_backend import OnnxOptions
+from evalq.engines.openvino_backend import OpenVinoOptions
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import (
     BACKENDS,
@@ -92,6 +94,8 @@ class RerankerVariant(StrictOptions):
     batch_tokens: int | None = Field(default=None, ge=16)
     http: RerankHttpOptions | None = None
     vllm: RerankVllmOptions | None = None
+    onnx: OnnxOptions | None = None  # a user's model.onnx of the cross-encoder (logits)
+    openvino: OpenVinoOptions | None = None  # a user's openvino_model.xml (logits)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -105,6 +109,10 @@ class RerankerVariant(StrictOptions):
                                    for key in BACKENDS.option_keys("reranker")})
         if wrong:
             raise ValueError(wrong)
+        dtypes = reranker_backend(self.backend).dtypes
+        if self.dtype not in dtypes:
+            raise ValueError(f"reranker backend {self.backend} serves dtype "
+                             f"{' or '.join(dtypes)}, not {self.dtype}")
         if self.quantization is not None and not isinstance(self.quantization.get("method"),
                                                             str):
             raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
