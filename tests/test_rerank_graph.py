@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import recipes
 
 from evalq.app.cli import main
 from evalq.core.errors import InputError, MissingExtraError
@@ -29,6 +28,7 @@ from evalq.engines.onnx_rerank import build as build_onnx
 from evalq.engines.openvino_rerank import build as build_openvino
 from evalq.engines.quantize.onnx_graph import LOGITS, TOKEN_STATES, export_onnx
 from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
+from support import recipes
 
 MAX_LENGTH = 256
 QUERIES, DOCS_PER_QUERY = 6, 8
@@ -70,8 +70,8 @@ def _context(ce_path: Path, cache: Path, variant: RerankerVariant, mixed_texts=N
 
 @pytest.fixture(scope="session")
 def inprocess_scores(ce_path, ce_pairs) -> np.ndarray:
-    reranker, tokens, _ = build_reranker(_spec(ce_path), RerankerVariant(name="fp32"),
-                                         ce_path, "cpu")
+    reranker, _, _ = build_reranker(_spec(ce_path), RerankerVariant(name="fp32"),
+                                    ce_path, "cpu")
     try:
         scores, stats = score_pairs(reranker, *ce_pairs, batch_tokens=1024)
     finally:
@@ -92,8 +92,8 @@ def test_fp32_scores_equal_the_inprocess_cross_encoder(backend, ce_path, graph_c
     from sentence_transformers import CrossEncoder
 
     variant = RerankerVariant(name=backend, backend=backend)
-    reranker, tokens, self_batching = build_reranker(_spec(ce_path), variant, ce_path, "cpu",
-                                                     cache_dir=graph_cache)
+    reranker, _, self_batching = build_reranker(_spec(ce_path), variant, ce_path, "cpu",
+                                                cache_dir=graph_cache)
     try:
         scores, stats = score_pairs(reranker, *ce_pairs, batch_tokens=1024)
         described = reranker.describe()
@@ -155,6 +155,28 @@ def test_int8_formats_derive_recorded_graphs(backend, method, ce_path, graph_cac
         assert calibration["count"] == 16 and "never the judged queries" in \
             calibration["source"]
         assert calibration["ids"][:3] == ["doc0|doc0", "doc1|doc2", "doc2|doc2"]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("backend, extra, tolerance", [
+    ("onnx", {"quantization": {"method": "ort-optimize", "level": "O2"}}, 1e-5),
+    ("openvino", {"dtype": "float16"}, 2e-3)])
+def test_float_formats_keep_the_scores(backend, extra, tolerance, ce_path, graph_cache,
+                                       ce_pairs, inprocess_scores):
+    """The fused float32 graph and float16 weights: scores move by rounding only."""
+    variant = RerankerVariant(name="f", backend=backend, **extra)
+    reranker, _, _ = build_reranker(_spec(ce_path), variant, ce_path, "cpu",
+                                    cache_dir=graph_cache)
+    try:
+        scores, _ = score_pairs(reranker, *ce_pairs, batch_tokens=1024)
+        record = reranker.describe()["quantization"]
+    finally:
+        reranker.close()
+    assert np.abs(scores - inprocess_scores).max() <= tolerance
+    if backend == "onnx":
+        assert record["params"]["graph"]["fused_operators"].get("Attention")
+    else:
+        assert record["bits"] == 16 and record["params"]["graph"]["weights"] == "float16"
 
 
 @pytest.mark.model
