@@ -308,7 +308,7 @@ def test_missing_library_names_the_extra(backend, module, extra, ce_path, graph_
 
 
 def _pipeline_recipe(tmp_path: Path, candidates: list[dict], gates: list[dict] | None = None,
-                     ) -> Path:
+                     kind: str | None = None) -> Path:
     cfg = recipes.recipe(
         "graph-rerank", cache=tmp_path / "cache", output=tmp_path / "out", queries=12,
         docs=40, candidates=[], metrics=["nDCG@5"], reference_metrics=["overlap@5"],
@@ -317,7 +317,7 @@ def _pipeline_recipe(tmp_path: Path, candidates: list[dict], gates: list[dict] |
                     "cutoff": 5, "metrics": ["nDCG@5"], "reference_metrics": ["overlap@5"],
                     "fidelity_metrics": ["score_tau", "rerank_overlap@5", "abs_delta"],
                     "reranker": {"model": "fixture:minilm-cross-encoder", "max_length": 128,
-                                 "candidates": candidates},
+                                 "kind": kind or "cross-encoder", "candidates": candidates},
                     "gates": gates or []}])
     return recipes.write(tmp_path / "recipe.yaml", cfg)
 
@@ -328,9 +328,12 @@ def _pipeline_recipe(tmp_path: Path, candidates: list[dict], gates: list[dict] |
      "applied by backend onnx, not openvino"),
     ({"name": "o", "backend": "inprocess", "onnx": {"file": "model.onnx"}},
      "'onnx' options apply to backend onnx only"),
+    ({"name": "v", "backend": "openvino", "kind": "bi-encoder"},
+     "backend openvino serves cross-encoder rerankers, not bi-encoder"),
 ])
 def test_refused_when_the_recipe_is_read(tmp_path, capsys, candidate, words):
-    path = _pipeline_recipe(tmp_path, [candidate])
+    kind = candidate.pop("kind", None)
+    path = _pipeline_recipe(tmp_path, [candidate], kind=kind)
     assert main(["validate", str(path)]) == 2
     assert words in capsys.readouterr().err
 

@@ -137,6 +137,12 @@ class RerankerSpec(StrictOptions):
         if self.kind == "bi-encoder" and self.activation != "sigmoid":
             raise ValueError("a bi-encoder scores by cosine; 'activation' applies to "
                              "cross-encoders only")
+        for variant in self.variants:  # what each backend declares it serves
+            kinds = reranker_backend(variant.backend).model_kinds
+            if self.kind not in kinds:
+                raise ValueError(f"reranker variant '{variant.name}': backend "
+                                 f"{variant.backend} serves {' or '.join(kinds)} rerankers, "
+                                 f"not {self.kind}")
         return self
 
     @property
