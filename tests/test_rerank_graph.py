@@ -379,3 +379,15 @@ def _pydocs_ids() -> list[str]:
     from evalq.data.pydocs import load_pydocs
 
     return list(load_pydocs().corpus.ids)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_corrupt_user_graph_in_a_pipeline_exits_2(tmp_path, capsys):
+    broken = tmp_path / "model.onnx"
+    broken.write_bytes(b"\x08\x07garbage, not a protobuf")
+    path = _pipeline_recipe(tmp_path, [{"name": "mine", "backend": "onnx",
+                                        "onnx": {"file": str(broken)}}])
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(broken) in err and "reranker.onnx.file" in err and "Fix:" in err
