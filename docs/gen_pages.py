@@ -236,9 +236,12 @@ def support_reference(methods: Mapping[str, Any] = METHODS,
              *[", ".join(m.devices) if b in m.backends else "—" for b in backends],
              m.allowed_fields())
             for m in methods.values()]
-    brow = [(f"`{b.name}`", "evalq (local)" if b.local else "a server",
-             ", ".join(b.devices) or "the server's", ", ".join(b.dtypes), ", ".join(b.model_kinds))
-            for b in backends.values()]
+    def declared(specs: Any) -> list[tuple[str, ...]]:
+        return [(f"`{b.name}`", "evalq (local)" if b.local else "a server",
+                 ", ".join(b.devices) or "the server's", ", ".join(b.dtypes),
+                 ", ".join(b.model_kinds)) for b in specs]
+
+    brow = declared(backends.values())
     return "".join([
         HEADER, "# Quantization and backend support\n\n",
         "Generated from the quantization methods' declarations (backends, devices) and "
@@ -250,7 +253,12 @@ def support_reference(methods: Mapping[str, Any] = METHODS,
         _table(("method", "what it does", *[f"`{b}`" for b in backends], "parameters"),
                rows),
         "\n## Backends\n\n",
-        _table(("backend", "runs in", "devices", "dtypes", "model kinds"), brow)])
+        _table(("backend", "runs in", "devices", "dtypes", "model kinds"), brow),
+        "\n## Reranker backends\n\n",
+        "A pipeline's reranker variants name these; a quantization method applies to a "
+        "reranker variant whose backend the table above lists for it.\n\n",
+        _table(("backend", "runs in", "devices", "dtypes", "model kinds"),
+               declared(BACKENDS.specs("reranker")))])
 
 
 # ------------------------------------------------------------------------------ results

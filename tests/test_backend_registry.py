@@ -85,8 +85,8 @@ def test_backend_options_follow_the_specs() -> None:
     with pytest.raises(ValueError, match="'http' options apply to backends tei and "
                        "rerank-api only"):
         RerankerVariant(name="x", backend="vllm", http={"url": "http://h"})
-    with pytest.raises(ValueError, match="Input should be 'inprocess', 'vllm', 'tei' or "
-                       "'rerank-api'"):
+    with pytest.raises(ValueError, match="Input should be 'inprocess', 'vllm', 'tei', "
+                       "'rerank-api', 'onnx' or 'openvino'"):
         RerankerVariant(name="x", backend="openai")
     fake_http = _fake("fake-http", options_key="http", options_model=HttpOptions,
                       options_required=True)

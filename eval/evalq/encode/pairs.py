@@ -31,6 +31,7 @@ from evalq.encode.composition import cache_composition
 from evalq.encode.scorecache import ScoreCache, pair_key
 from evalq.engines.context import RerankerContext
 from evalq.engines.modelinfo import resolve_model_path
+from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import reranker_backend
 from evalq.engines.rerank_fixture import is_fixture, resolve_fixture
 from evalq.engines.reranker import Reranker
@@ -208,7 +209,9 @@ def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field:
 def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
                    device: str, logs_dir: Path | None = None,
                    cache_dir: Path | None = None, embedding_cache: EmbeddingCache | None = None,
-                   layout: DenseLayout | None = None) -> tuple[Reranker, int, bool]:
+                   layout: DenseLayout | None = None,
+                   calibration: CalibrationSource | None = None,
+                   ) -> tuple[Reranker, int, bool]:
     """The reranker a variant names (built by its backend's declared builder), its batch
     token budget, and whether it batches itself.
 
@@ -216,6 +219,8 @@ def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Pat
     w8a8-int8}`` makes (``<cache_dir>/checkpoints``, the embedding variants' place too).
     An in-process bi-encoder scorer embeds through ``embedding_cache`` and reuses the
     dense stage's chunks where ``layout`` says they are its own (:class:`CachedEmbeddings`).
+    ``calibration`` draws the corpus documents a static int8 graph reranker
+    (``ort-static-int8``, ``nncf-int8``) makes its calibration pairs from.
     """
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
     backend = reranker_backend(variant.backend)
@@ -225,7 +230,7 @@ def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Pat
                                   composition=cache_composition(variant))  # type: ignore[arg-type]
     ctx = RerankerContext(spec=spec, variant=variant, model_path=model_path, device=device,
                           batch_tokens=tokens, logs_dir=logs_dir, cache_dir=cache_dir,
-                          embeddings=embeddings)
+                          embeddings=embeddings, calibration=calibration)
     return backend.build(ctx), tokens, backend.batches_itself(spec.kind)
 
 

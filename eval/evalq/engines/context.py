@@ -41,3 +41,6 @@ class RerankerContext:
     # How a bi-encoder scorer gets its vectors (backends.reranker.Embeddings): the
     # encoding layer supplies one that goes through the run's embedding cache.
     embeddings: Any = None
+    # (n, seed) -> corpus (doc id, text) pairs a static quantization of a graph
+    # reranker makes its calibration pairs from (``pairfront``); None: no corpus
+    calibration: Callable[[int, int], list[tuple[str, str]]] | None = None

@@ -23,14 +23,9 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
+from evalq.engines.graph_variant import methods_for, onnx_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
-from evalq.engines.quantize import (
-    METHODS,
-    ort_dynamic,
-    ort_optimize,
-    ort_static,
-    validate_quantization,
-)
+from evalq.engines.quantize import ort_dynamic, ort_optimize, ort_static
 from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import (
     OPSET,
@@ -135,29 +130,10 @@ def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront | None 
               ) -> tuple[OnnxGraph, QuantizationRecord]:
     """The graph a variant runs (base, or derived by its quantization method) and the
     record of what was done to it."""
-    options = getattr(variant, BACKEND_NAME, None)
-    graph = base_graph(ctx, options)
-    quant = dict(variant.quantization or {})
-    method = quant.pop("method", None)
-    if method is None or method == "dtype":
-        return graph, QuantizationRecord("none", 32, graph.path.stat().st_size,
-                                         {"graph": graph.info})
-    spec = METHODS[method]
-    params = validate_quantization(method, quant)
-    if spec.derive is None or BACKEND_NAME not in spec.backends:
-        raise InputError(message=f"quantization method '{method}' is not applied by backend "
-                         f"{BACKEND_NAME}", field="quantization.method",
-                         fix=f"use one of {', '.join(methods_for(BACKEND_NAME))}")
-    dctx = DeriveContext(ctx.cache_dir / "checkpoints", front or TokenizerFront(
-        ctx.model_path, ctx.settings), ctx.calibration, ctx.model_path)
-    derived = spec.derive(graph, params, dctx)
-    record = QuantizationRecord(method, derived.info.get("bits"), derived.path.stat().st_size,
-                                {**params.model_dump(), "graph": derived.info})
-    return derived, record
-
-
-def methods_for(backend: str) -> list[str]:
-    return [m for m, s in METHODS.items() if backend in s.backends and m != "dtype"]
+    graph = base_graph(ctx, getattr(variant, BACKEND_NAME, None))
+    return variant_graph(graph, variant.quantization, BACKEND_NAME, lambda: DeriveContext(
+        ctx.cache_dir / "checkpoints", front or TokenizerFront(ctx.model_path, ctx.settings),
+        ctx.calibration, ctx.model_path), onnx_bytes)
 
 
 def build(variant: Variant, ctx: BuildContext) -> Encoder:

@@ -23,11 +23,14 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
+from evalq.engines.graph_variant import ir_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
-from evalq.engines.onnx_backend import methods_for
-from evalq.engines.quantize import METHODS, nncf_int8, validate_quantization
+from evalq.engines.quantize import nncf_int8
 from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import (
+    TOKEN_INPUTS,
+    TOKEN_STATES,
+    GraphHead,
     OnnxGraph,
     export_onnx,
     require,
@@ -67,22 +70,9 @@ class OpenVinoEncoder(GraphEncoder):
                          field_name=field_name)
         self.dtype = dtype
         self.options = options or OpenVinoOptions()
-        core = ov.Core()
-        model = read_ir(core, graph.path, self.dim, field_name=field_name)
-        self._inputs = [n for n in ("input_ids", "attention_mask", "token_type_ids")
-                        if any(n in i.get_names() for i in model.inputs)]
-        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
-        if self.options.threads is not None:
-            config["INFERENCE_NUM_THREADS"] = self.options.threads
-        try:
-            self._compiled: Any = core.compile_model(model, "CPU", config)
-        except Exception as exc:  # an operation the CPU plugin has no implementation for
-            raise InputError(message=f"OpenVINO's CPU plugin cannot compile '{graph.path}': "
-                             f"{str(exc)[:300]}", file=graph.path, field=field_name,
-                             fix="use operations the CPU plugin supports, or let evalq "
-                             "convert the model") from None
-        hint = self._compiled.get_property("INFERENCE_PRECISION_HINT")
-        self.precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)
+        self._compiled: Any
+        self._compiled, self._inputs, self.precision = compile_cpu(
+            ov, graph.path, self.dim, self.options, field_name=field_name)
 
     def fingerprint(self) -> str:
         """Cache key: the shared part, dtype, inference precision, OpenVINO's version."""
@@ -107,35 +97,48 @@ class OpenVinoEncoder(GraphEncoder):
 def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront,
               ) -> tuple[OnnxGraph, QuantizationRecord]:
     """The IR a variant runs and the record of what was done to it."""
-    options = getattr(variant, BACKEND_NAME, None)
     fp16 = variant.dtype == "float16"
+    graph = base_ir(getattr(variant, BACKEND_NAME, None), ctx.model_path, ctx.cache_dir,
+                    fp16=fp16)
+    return variant_graph(graph, variant.quantization, BACKEND_NAME, lambda: DeriveContext(
+        ctx.cache_dir / "checkpoints", front, ctx.calibration, ctx.model_path), ir_bytes,
+        unquantized=("dtype", 16) if fp16 else ("none", 32))
+
+
+def base_ir(options: OpenVinoOptions | None, model_path: Path, cache_dir: Path, *,
+            fp16: bool, head: GraphHead = TOKEN_STATES,
+            field_name: str = "openvino.file") -> OnnxGraph:
+    """The variant's IR before quantization: the user's file when given, else the
+    OpenVINO conversion of evalq's ONNX export of ``head``."""
     if options is not None and options.file:
-        graph = user_graph(options.file, field_name="openvino.file", kind="OpenVINO",
-                           siblings=(".bin",), libraries=("openvino",))
-    else:
-        require("openvino", EXTRA, "the openvino backend")
-        cache = ctx.cache_dir / "checkpoints"
-        graph = convert_ir(export_onnx(ctx.model_path, cache), cache, fp16=fp16)
-    quant = dict(variant.quantization or {})
-    method = quant.pop("method", None)
-    size = graph.path.with_suffix(".bin").stat().st_size if graph.path.with_suffix(
-        ".bin").is_file() else None
-    if method is None or method == "dtype":
-        return graph, QuantizationRecord("none" if not fp16 else "dtype", 16 if fp16 else 32,
-                                         size, {"graph": graph.info})
-    params = validate_quantization(method, quant)
-    spec = METHODS[method]
-    if spec.derive is None or BACKEND_NAME not in spec.backends:
-        raise InputError(message=f"quantization method '{method}' is not applied by backend "
-                         f"{BACKEND_NAME}", field="quantization.method",
-                         fix=f"use one of {', '.join(methods_for(BACKEND_NAME))}")
-    dctx = DeriveContext(ctx.cache_dir / "checkpoints", front, ctx.calibration,
-                         ctx.model_path)
-    derived = spec.derive(graph, params, dctx)
-    bin_file = derived.path.with_suffix(".bin")
-    return derived, QuantizationRecord(method, derived.info.get("bits"),
-                                       bin_file.stat().st_size if bin_file.is_file() else None,
-                                       {**params.model_dump(), "graph": derived.info})
+        return user_graph(options.file, field_name=field_name, kind="OpenVINO",
+                          siblings=(".bin",), libraries=("openvino",))
+    require("openvino", EXTRA, "the openvino backend")
+    cache = cache_dir / "checkpoints"
+    return convert_ir(export_onnx(model_path, cache, head), cache, fp16=fp16)
+
+
+def compile_cpu(ov: Any, path: Path, width: int, options: OpenVinoOptions, *,
+                field_name: str, head: GraphHead = TOKEN_STATES,
+                ) -> tuple[Any, list[str], str]:
+    """The IR at ``path`` compiled for the CPU plugin in float32 (its first output checked
+    against ``head`` and ``width``): the compiled model, the token inputs it takes, and
+    the inference precision the plugin reports."""
+    core = ov.Core()
+    model = read_ir(core, path, width, field_name=field_name, head=head)
+    inputs = [n for n in TOKEN_INPUTS if any(n in i.get_names() for i in model.inputs)]
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+    if options.threads is not None:
+        config["INFERENCE_NUM_THREADS"] = options.threads
+    try:
+        compiled = core.compile_model(model, "CPU", config)
+    except Exception as exc:  # an operation the CPU plugin has no implementation for
+        raise InputError(message=f"OpenVINO's CPU plugin cannot compile '{path}': "
+                         f"{str(exc)[:300]}", file=path, field=field_name,
+                         fix="use operations the CPU plugin supports, or let evalq "
+                         "convert the model") from None
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+    return compiled, inputs, hint.to_string() if hasattr(hint, "to_string") else str(hint)
 
 
 def build(variant: Variant, ctx: BuildContext) -> Encoder:
@@ -175,4 +178,5 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by=
                    "and conversion, or the user file's hash), dtype, quantization, "
                    "OpenVINO version, settings, texts")
 
-__all__ = ["BACKEND_NAME", "SPEC", "OpenVinoEncoder", "OpenVinoOptions", "build", "graph_for"]
+__all__ = ["BACKEND_NAME", "SPEC", "OpenVinoEncoder", "OpenVinoOptions", "base_ir", "build",
+           "compile_cpu", "graph_for"]

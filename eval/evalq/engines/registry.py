@@ -17,8 +17,10 @@ from pydantic_core import PydanticCustomError
 from evalq.engines import (
     inprocess,
     onnx_backend,
+    onnx_rerank,
     openai_http,
     openvino_backend,
+    openvino_rerank,
     rerank_http,
     reranker,
     tei_http,
@@ -32,7 +34,7 @@ BACKENDS = BackendRegistry()
 for _spec in (inprocess.SPEC, vllm_build.SPEC, openai_http.SPEC, tei_http.SPEC,
               reranker.SPEC, vllm_rerank.SPEC, rerank_http.TEI_SPEC,
               rerank_http.RERANK_API_SPEC, onnx_backend.SPEC,
-              openvino_backend.SPEC):
+              openvino_backend.SPEC, onnx_rerank.SPEC, openvino_rerank.SPEC):
     BACKENDS.register(_spec)
 
 

@@ -12,7 +12,9 @@ Two in-process scorers:
   int8), pairs packed by the same token-budget packing as texts. The activation is
   explicit (``sigmoid`` | ``none`` | ``softmax`` with a label index) and recorded, because
   engines disagree on it: sentence-transformers applies a sigmoid to one-label heads,
-  vLLM's ``use_activation`` too, TEI's ``raw_scores`` turns it off.
+  vLLM's ``use_activation`` too, TEI's ``raw_scores`` turns it off. Pairs are tokenized
+  by ``pairfront`` and the activation is :func:`apply_activation`, which the ONNX Runtime
+  and OpenVINO rerankers (``graph_reranker``) use too.
 * :class:`BiEncoderScorer`: an embedding model scoring a pair by the cosine of its two
   embeddings (what vLLM's ``/score`` does with an embedding model).
 """
@@ -35,6 +37,7 @@ from evalq.core.weights import model_fingerprint
 from evalq.engines.context import RerankerContext
 from evalq.engines.inprocess import InProcessEncoder, input_device
 from evalq.engines.modelinfo import default_settings, resolve_settings
+from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize import load_model
 from evalq.engines.quantize.loading import auto_class
 from evalq.engines.spec import BackendSpec
@@ -147,8 +150,7 @@ class CrossEncoderReranker:
     def __init__(self, model_path: str | Path, *, settings: RerankSettings,
                  dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
-        from transformers import AutoConfig, AutoTokenizer
-
+        from transformers import AutoConfig
 
         self.model_path = Path(model_path)
         self.settings = settings
@@ -163,8 +165,7 @@ class CrossEncoderReranker:
                                        device=device)
         self._model: Any = model
         self.record: QuantizationRecord = record
-        self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path),
-                                                        local_files_only=True)
+        self._front = PairFront(self.model_path, settings)
         self._input_device = input_device(model, device)
 
     def fingerprint(self) -> str:
@@ -188,16 +189,8 @@ class CrossEncoderReranker:
                 "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
                 "fingerprint": self.fingerprint()}
 
-    def _tokenize(self, queries: Sequence[str], documents: Sequence[str], **kwargs: Any) -> Any:
-        return self._tokenizer(list(queries), list(documents), truncation=self.settings.truncation,
-                               max_length=self.settings.max_length, **kwargs)
-
     def pair_lengths(self, queries: Sequence[str], documents: Sequence[str]) -> list[int]:
-        if not queries:
-            return []
-        encoded = self._tokenize(queries, documents, padding=False,
-                                 return_attention_mask=False, return_token_type_ids=False)
-        return [len(ids) for ids in encoded["input_ids"]]
+        return self._front.pair_lengths(queries, documents)
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
         import torch
@@ -208,7 +201,7 @@ class CrossEncoderReranker:
             return np.zeros(0, dtype=np.float64)
         if self._model is None:
             raise RuntimeError("CrossEncoderReranker.score called after close()")
-        batch = self._tokenize(queries, documents, padding=True, return_tensors="pt")
+        batch = self._front.encode(queries, documents, padding=True, return_tensors="pt")
         inputs = {k: v.to(self._input_device) for k, v in batch.items()}
         with torch.inference_mode():
             logits = self._model(**inputs).logits

@@ -22,6 +22,9 @@ from evalq.engines.lasttoken import eos_to_append, ids_with_eos
 class TokenizerFront:
     """The model folder's tokenizer, called exactly as the encoders need it."""
 
+    # What static quantization calibrates on through this front (``quantize.derive``).
+    calibration_source = "corpus documents (never the judged queries)"
+
     def __init__(self, model_path: str | Path, settings: EncodingSettings) -> None:
         from transformers import AutoTokenizer
 
@@ -46,6 +49,13 @@ class TokenizerFront:
             padding=False, return_attention_mask=False, return_token_type_ids=False,
         )
         return [len(ids) for ids in encoded["input_ids"]]
+
+    def calibration_samples(self, drawn: list[tuple[str, str]]
+                            ) -> tuple[list[str], list[str]]:
+        """Drawn corpus documents as the encoder reads them: their ids, and their texts
+        with the document prefix."""
+        prefix = self.settings.document_prefix
+        return [i for i, _ in drawn], [prefix + t for _, t in drawn]
 
     def batch(self, texts: Sequence[str], tensors: str = "pt") -> Any:
         """The batch padded to its longest member (``tensors``: "pt" or "np"): the

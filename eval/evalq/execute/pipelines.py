@@ -60,6 +60,7 @@ from evalq.encode.scorecache import ScoreCache
 from evalq.engines.factory import resolve_device
 from evalq.engines.quantize import split_spec, validate_quantization
 from evalq.execute import given_runs
+from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.memsample import PeakRss
 from evalq.measure.fidelity import ScorePair, evaluate_fidelity, pooled_drift
 from evalq.measure.judged import evaluate as evaluate_qrels
@@ -277,7 +278,8 @@ def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path,
             spec.reranker, variant, model_path, device,
             logs_dir=out_dir / "logs", cache_dir=Path(recipe.cache_dir),
             embedding_cache=embedding_cache,
-            layout=dense_layout(recipe, variant_records, ds))
+            layout=dense_layout(recipe, variant_records, ds),
+            calibration=corpus_calibration([ds], recipe.title_separator))
         try:
             startup_s = time.perf_counter() - began
             flat, score_stats = score_pairs(

@@ -34,6 +34,8 @@ from pydantic import Field, field_validator, model_validator
 from evalq.core.errors import InputError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
+from evalq.engines.onnx_backend import OnnxOptions
+from evalq.engines.openvino_backend import OpenVinoOptions
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import (
     BACKENDS,
@@ -92,6 +94,8 @@ class RerankerVariant(StrictOptions):
     batch_tokens: int | None = Field(default=None, ge=16)
     http: RerankHttpOptions | None = None
     vllm: RerankVllmOptions | None = None
+    onnx: OnnxOptions | None = None  # a user's model.onnx of the cross-encoder (logits)
+    openvino: OpenVinoOptions | None = None  # a user's openvino_model.xml (logits)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -105,6 +109,10 @@ class RerankerVariant(StrictOptions):
                                    for key in BACKENDS.option_keys("reranker")})
         if wrong:
             raise ValueError(wrong)
+        dtypes = reranker_backend(self.backend).dtypes
+        if self.dtype not in dtypes:
+            raise ValueError(f"reranker backend {self.backend} serves dtype "
+                             f"{' or '.join(dtypes)}, not {self.dtype}")
         if self.quantization is not None and not isinstance(self.quantization.get("method"),
                                                             str):
             raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
@@ -129,6 +137,12 @@ class RerankerSpec(StrictOptions):
         if self.kind == "bi-encoder" and self.activation != "sigmoid":
             raise ValueError("a bi-encoder scores by cosine; 'activation' applies to "
                              "cross-encoders only")
+        for variant in self.variants:  # what each backend declares it serves
+            kinds = reranker_backend(variant.backend).model_kinds
+            if self.kind not in kinds:
+                raise ValueError(f"reranker variant '{variant.name}': backend "
+                                 f"{variant.backend} serves {' or '.join(kinds)} rerankers, "
+                                 f"not {self.kind}")
         return self
 
     @property

@@ -10,10 +10,10 @@ to its own test. This module holds the context they get and the checks they shar
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from evalq.core.errors import InputError
 
@@ -21,13 +21,30 @@ from evalq.core.errors import InputError
 CalibrationSource = Callable[[int, int], list[tuple[str, str]]]
 
 
+class CalibrationFront(Protocol):
+    """The text side a static method calibrates through: ``textfront.TokenizerFront``
+    (documents, with the document prefix) or ``pairfront.PairFront`` (a reranker's
+    (query, document) pairs made of corpus texts). ``calibration_source`` says in words
+    what the samples are, for the record."""
+
+    calibration_source: str
+
+    def calibration_samples(self, drawn: list[tuple[str, str]]
+                            ) -> tuple[list[str], list[Any]]:
+        """Drawn ``(doc id, text)`` pairs -> (sample ids, samples :meth:`batch` takes)."""
+        ...
+
+    def batch(self, samples: Sequence[Any], tensors: str = "pt") -> Any:
+        ...
+
+
 @dataclass(frozen=True)
 class DeriveContext:
-    """Where derived graphs are cached, the tokenizer front (``textfront``), and where
-    calibration texts come from (None: this run has no corpus to offer)."""
+    """Where derived graphs are cached, the text side (``textfront`` or ``pairfront``),
+    and where calibration texts come from (None: this run has no corpus to offer)."""
 
     cache_dir: Path
-    front: Any
+    front: CalibrationFront
     calibration: CalibrationSource | None
     model_path: Path
 
@@ -44,8 +61,9 @@ def hidden_size(model_path: Path) -> int:
 
 
 def calibration_texts(ctx: DeriveContext, count: int, seed: int, method: str,
-                      ) -> tuple[list[str], list[str]]:
-    """``count`` corpus documents (ids, texts with the document prefix) to calibrate on."""
+                      ) -> tuple[list[str], list[Any]]:
+    """``count`` samples made of corpus documents (their ids, and what the front batches:
+    texts with the document prefix, or a reranker's pairs) to calibrate on."""
     if ctx.calibration is None:
         raise InputError(message=f"quantization method '{method}' calibrates on corpus "
                          "texts, and this command has no corpus to draw them from",
@@ -58,12 +76,11 @@ def calibration_texts(ctx: DeriveContext, count: int, seed: int, method: str,
                          "texts, but the recipe's corpora are empty", field="datasets",
                          fix="give the recipe a dataset with documents (max_docs > 0), or "
                          "use ort-dynamic-int8, which needs no calibration")
-    prefix = ctx.front.settings.document_prefix
-    return [i for i, _ in pairs], [prefix + t for _, t in pairs]
+    return ctx.front.calibration_samples(pairs)
 
 
-__all__ = ["CalibrationSource", "DeriveContext", "calibration_texts", "graph_method_load",
-           "hidden_size"]
+__all__ = ["CalibrationFront", "CalibrationSource", "DeriveContext", "calibration_texts",
+           "graph_method_load", "hidden_size"]
 
 
 def graph_method_load(name: str, backends: tuple[str, ...]) -> Callable[..., Any]:

@@ -59,7 +59,7 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
         ov.save_model(quantized, str(out), compress_to_fp16=False)
         return {"bits": 8, "format": "OpenVINO IR with FakeQuantize (NNCF PTQ)",
                 "model_type": "TRANSFORMER", "calibration": {
-                    "source": "corpus documents (never the judged queries)",
+                    "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
 
     key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn}

@@ -1,9 +1,11 @@
 """ONNX graphs of a checkpoint: exported by evalq, or a user's ``model.onnx``; checked.
 
 The export starts from the same HF checkpoint the in-process backend loads and outputs
-the token states (``last_hidden_state``); pooling, normalization, truncation and prefixes
-stay evalq's (``textfront``), so an ONNX graph differs from the in-process model in its
-kernels only. The graph is traced with eager attention: the SDPA path builds its mask
+what its :class:`GraphHead` names: the token states (``last_hidden_state``) of an
+embedding model, or the logits of a cross-encoder's sequence-classification head.
+Pooling, normalization, truncation, prefixes, pair formatting and the score activation
+stay evalq's (``textfront``, ``pairfront``), so an ONNX graph differs from the in-process
+model in its kernels only. The graph is traced with eager attention: the SDPA path builds its mask
 with Python branches a trace would freeze to the example's shape.
 
 Exports (and the graphs quantization methods derive from them) are cached under the
@@ -14,7 +16,8 @@ a folder without it is incomplete and made again.
 A graph is checked before it serves: a file that does not parse (corrupt, truncated), a
 graph ``onnx.checker`` refuses, one whose inputs are not a tokenizer's, one whose output
 width differs from the model's hidden size, and one whose operators ONNX Runtime cannot
-run are each an :class:`InputError` naming the file and the fix (exit 2).
+run are each an :class:`InputError` naming the file and the fix (exit 2). A reranker's
+graph is held to the same checks, with its output's width against the head's labels.
 """
 
 from __future__ import annotations
@@ -41,6 +44,41 @@ OPSET = 17
 EXPORTER = "torch.onnx.export (TorchScript)"
 OUTPUT = "last_hidden_state"
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True)
+class GraphHead:
+    """What an exported graph outputs, and how its first output is checked.
+
+    ``output`` is the output's name (and part of the export's cache key), ``auto_class``
+    the transformers class the export loads, ``rank`` the output's rank, ``width`` the
+    checkpoint's config key its last dimension must equal, and ``what`` / ``fix`` the
+    words of the refusal when a graph's output is something else.
+    """
+
+    output: str
+    auto_class: str
+    rank: int
+    width: str
+    what: str
+    fix: str
+
+    def wrapped(self, outputs: Any) -> Any:
+        """The output this head names, from a transformers model's output object."""
+        return getattr(outputs, self.output)
+
+
+TOKEN_STATES = GraphHead(
+    OUTPUT, "AutoModel", 3, "hidden_size",
+    f"hidden size is {{expected}}; evalq pools the token states ('{OUTPUT}') itself",
+    f"export the encoder's token states ({OUTPUT}) as the first output, of the checkpoint "
+    "this recipe names")
+LOGITS = GraphHead(
+    "logits", "AutoModelForSequenceClassification", 2, "num_labels",
+    "classification head has {expected} label(s); evalq applies the score activation to "
+    "the logits itself",
+    "export the sequence-classification model's logits (batch, num_labels) as the first "
+    "output, of the checkpoint this pipeline's reranker names")
 
 
 @dataclass(frozen=True)
@@ -101,16 +139,18 @@ def cached_graph(folder: Path, make: Callable[[Path], dict[str, Any]],
     return OnnxGraph(folder / file, key, info)
 
 
-def export_onnx(model_path: Path, cache_dir: Path) -> OnnxGraph:
-    """The fp32 ONNX export of the checkpoint at ``model_path`` (made once per weights)."""
+def export_onnx(model_path: Path, cache_dir: Path, head: GraphHead = TOKEN_STATES,
+                ) -> OnnxGraph:
+    """The fp32 ONNX export of the checkpoint at ``model_path`` with ``head``'s output
+    (made once per weights and head)."""
     require("onnx", "onnx", "exporting to ONNX")
     source = model_fingerprint(model_path)
-    key = _key({"model": source, "exporter": EXPORTER, "opset": OPSET, "output": OUTPUT,
+    key = _key({"model": source, "exporter": EXPORTER, "opset": OPSET, "output": head.output,
                 "torch": versions("torch")["torch"]})
 
     def make(work: Path) -> dict[str, Any]:
-        inputs = _export(model_path, work / GRAPH_FILE)
-        return {"exporter": EXPORTER, "opset": OPSET, "output": OUTPUT, "inputs": inputs,
+        inputs = _export(model_path, work / GRAPH_FILE, head)
+        return {"exporter": EXPORTER, "opset": OPSET, "output": head.output, "inputs": inputs,
                 "source": str(model_path), "source_fingerprint": source,
                 "attn_implementation": "eager", "dynamic_axes": ["batch", "sequence"],
                 "versions": versions("torch", "transformers", "onnx", "onnxruntime")}
@@ -118,35 +158,40 @@ def export_onnx(model_path: Path, cache_dir: Path) -> OnnxGraph:
     return cached_graph(cache_dir / f"onnx-export-{key}", make)
 
 
-def _export(model_path: Path, out: Path) -> list[str]:
+def _export(model_path: Path, out: Path, head: GraphHead) -> list[str]:
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    import transformers
 
-    model = AutoModel.from_pretrained(str(model_path), dtype=torch.float32,
-                                      attn_implementation="eager", local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
-    example = tokenizer(["an example text to trace", "a second, longer example text"],
-                        padding=True, return_tensors="pt")
+    auto = getattr(transformers, head.auto_class)
+    model = auto.from_pretrained(str(model_path), dtype=torch.float32,
+                                 attn_implementation="eager", local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_path),
+                                                           local_files_only=True)
+    # A pair example for a cross-encoder, so token_type_ids carry both segments.
+    texts = ["an example text to trace", "a second, longer example text"]
+    example = tokenizer(texts, *([texts[::-1]] if head.rank == 2 else []), padding=True,
+                        return_tensors="pt")
     names = [n for n in TOKEN_INPUTS if n in example]
 
-    class TokenStates(torch.nn.Module):
-        """The encoder with positional inputs and its token states as the one output."""
+    class HeadOutput(torch.nn.Module):
+        """The model with positional inputs and the head's output as the one output."""
 
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
         def forward(self, *args: Any) -> Any:
-            return self.model(**dict(zip(names, args, strict=True))).last_hidden_state
+            return head.wrapped(self.model(**dict(zip(names, args, strict=True))))
 
-    wrapper = TokenStates().eval()  # eval: export restores the mode it found
-    axes = {n: {0: "batch", 1: "sequence"} for n in (*names, OUTPUT)}
+    wrapper = HeadOutput().eval()  # eval: export restores the mode it found
+    axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes[head.output] = {0: "batch", 1: "sequence"} if head.rank == 3 else {0: "batch"}
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
         # The trace's own notes (legacy exporter, constant masks branches): the graph is
         # checked against the model by tests/test_onnx_backend.py, not by these.
         warnings.simplefilter("ignore")
         torch.onnx.export(wrapper, tuple(example[n] for n in names), str(out),
-                          input_names=names, output_names=[OUTPUT], dynamic_axes=axes,
+                          input_names=names, output_names=[head.output], dynamic_axes=axes,
                           opset_version=OPSET, dynamo=False)
     return names
 
@@ -172,10 +217,12 @@ def user_graph(file: str | Path, *, field_name: str, kind: str = "ONNX",
                                                 "versions": versions(*libraries)})
 
 
-def check_graph(path: Path, hidden_size: int, *, field_name: str) -> list[str]:
-    """The graph's token inputs, after refusing a file that is not a usable encoder graph
-    (see the module docstring); the output width is checked here when the graph states
-    it and again on the first batch when it does not."""
+def check_graph(path: Path, width: int, *, field_name: str,
+                head: GraphHead = TOKEN_STATES) -> list[str]:
+    """The graph's token inputs, after refusing a file that is not a usable graph of
+    ``head`` (see the module docstring); the output width (``width``: the hidden size, or
+    the head's labels) is checked here when the graph states it and again on the first
+    batch when it does not."""
     onnx = require("onnx", "onnx", "reading ONNX graphs")
     fix_file = "re-export the model (delete the file to let evalq export it) or copy it again"
     try:
@@ -191,29 +238,33 @@ def check_graph(path: Path, hidden_size: int, *, field_name: str) -> list[str]:
         raise InputError(message=f"'{path}' takes inputs {inputs}; an encoder graph takes "
                          f"{', '.join(TOKEN_INPUTS)} (token_type_ids optional)", file=path,
                          field=field_name, fix="export the encoder with those input names")
-    width = output_width(model)
-    if width is not None:
-        check_width(width, hidden_size, path, field_name)
+    stated = output_width(model, head.rank)
+    if stated is not None:
+        check_width(stated, width, path, field_name, head)
     return inputs
 
 
-def output_width(model: Any) -> int | None:
+def output_width(model: Any, rank: int = 3) -> int | None:
     """The last dimension of the first output when the graph states it, else None."""
     dims = model.graph.output[0].type.tensor_type.shape.dim
-    if len(dims) != 3:
-        return -1  # not (batch, sequence, hidden): refused by check_width
+    if len(dims) != rank:
+        return -1  # not the head's shape: refused by check_width
     last = dims[-1]
     return int(last.dim_value) if last.HasField("dim_value") else None
 
 
-def check_width(width: int, hidden_size: int, path: Path, field_name: str) -> None:
-    if width != hidden_size:
-        shape = "not (batch, sequence, hidden)" if width < 0 else f"{width} wide"
+_SHAPES = {3: "(batch, sequence, hidden)", 2: "(batch, labels)"}
+
+
+def check_width(width: int, expected: int, path: Path, field_name: str,
+                head: GraphHead = TOKEN_STATES) -> None:
+    """Refuse a first output ``width`` wide (-1: of another rank) where ``head`` needs
+    ``expected``."""
+    if width != expected:
+        shape = f"not {_SHAPES[head.rank]}" if width < 0 else f"{width} wide"
         raise InputError(message=f"'{path}': its first output is {shape}, but the model's "
-                         f"hidden size is {hidden_size}; evalq pools the token states "
-                         f"('{OUTPUT}') itself", file=path, field=field_name,
-                         fix="export the encoder's token states (last_hidden_state) as the "
-                         "first output, of the checkpoint this recipe names")
+                         f"{head.what.format(expected=expected)}", file=path,
+                         field=field_name, fix=head.fix)
 
 
 def weight_matmuls(path: Path, *, weights_only: bool = True,
@@ -247,9 +298,12 @@ def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[
 
 __all__ = [
     "GRAPH_FILE",
+    "LOGITS",
     "OPSET",
     "OUTPUT",
     "TOKEN_INPUTS",
+    "TOKEN_STATES",
+    "GraphHead",
     "OnnxGraph",
     "cached_graph",
     "check_graph",

@@ -13,6 +13,8 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.engines.quantize.onnx_graph import (
+    TOKEN_STATES,
+    GraphHead,
     OnnxGraph,
     check_width,
     derived_graph,
@@ -41,9 +43,11 @@ def convert_ir(parent: OnnxGraph, cache_dir: Path, *, fp16: bool) -> OnnxGraph:
                          file=IR_FILE, libraries=(*LIBRARIES, "onnx"))
 
 
-def read_ir(core: Any, path: Path, hidden_size: int, *, field_name: str) -> Any:
+def read_ir(core: Any, path: Path, width: int, *, field_name: str,
+            head: GraphHead = TOKEN_STATES) -> Any:
     """The IR as an ``openvino.Model``, after refusing one that does not read (corrupt,
-    truncated, a missing ``.bin``) or whose token states are not ``hidden_size`` wide."""
+    truncated, a missing ``.bin``) or whose first output is not ``head``'s, ``width``
+    wide (token states: the hidden size; logits: the head's labels)."""
     try:
         model = core.read_model(str(path))
     except Exception as exc:  # OpenVINO raises RuntimeError with the parser's message
@@ -58,10 +62,10 @@ def read_ir(core: Any, path: Path, hidden_size: int, *, field_name: str) -> Any:
                          fix="convert the encoder with input_ids and attention_mask inputs")
     shape = model.outputs[0].get_partial_shape()
     last = shape[shape.rank.get_length() - 1] if shape.rank.is_static else None
-    if not shape.rank.is_static or shape.rank.get_length() != 3:
-        check_width(-1, hidden_size, path, field_name)
+    if not shape.rank.is_static or shape.rank.get_length() != head.rank:
+        check_width(-1, width, path, field_name, head)
     elif last is not None and last.is_static:
-        check_width(int(last.get_length()), hidden_size, path, field_name)
+        check_width(int(last.get_length()), width, path, field_name, head)
     return model
 
 

@@ -89,7 +89,7 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                                          _CALIBRATION[params.calibrate_method]))
         return {"bits": 8, "format": "QDQ", "activation_type": "QUInt8",
                 "weight_type": weight_type, "calibration": {
-                    "source": "corpus documents (never the judged queries)",
+                    "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
 
     key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn}

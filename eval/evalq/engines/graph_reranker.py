@@ -1,0 +1,148 @@
+"""What the ONNX Runtime and OpenVINO cross-encoders share: everything but running the graph.
+
+Both run an exported graph of the pipeline's sequence-classification checkpoint whose
+first output is the head's logits ``(batch, num_labels)``. Pair tokenization
+(``pairfront``), the head check, the score activation (``reranker.apply_activation``, the
+in-process cross-encoder's own arithmetic), the logits' width check, the score-cache key
+and the manifest's common fields live here once, so ONNX fp32 and OpenVINO fp32 differ
+from the in-process cross-encoder in their kernels only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.core.errors import InputError
+from evalq.core.values import QuantizationRecord
+from evalq.engines.context import RerankerContext
+from evalq.engines.pairfront import PairFront
+from evalq.engines.quantize.derive import DeriveContext
+from evalq.engines.quantize.onnx_graph import LOGITS, OnnxGraph, check_width
+from evalq.engines.reranker import RerankSettings, apply_activation, check_head
+
+
+def num_labels(model_path: Path) -> int:
+    """The classification head's label count, as transformers reads the config."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(str(model_path), local_files_only=True).num_labels)
+
+
+class GraphReranker:
+    """Reranker protocol around a graph runtime; a subclass sets ``backend``, opens its
+    runtime in ``__init__`` (setting ``_inputs``), and implements :meth:`_run` and
+    :meth:`close` (after which :meth:`_ready` is false)."""
+
+    kind = "cross-encoder"
+    backend = ""
+
+    def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
+                 settings: RerankSettings, record: QuantizationRecord, field_name: str,
+                 front: PairFront | None = None) -> None:
+        self.model_path = Path(model_path)
+        self.settings = settings
+        self.graph = graph
+        self.record = record
+        self.forward_calls = 0
+        self.num_labels = num_labels(self.model_path)
+        check_head(self.num_labels, settings, self.model_path)
+        self._field = field_name
+        self._front = front or PairFront(self.model_path, settings)
+        self._inputs: list[str] = []
+        self._width_checked = False
+
+    # ------------------------------------------------------------------ subclass side
+
+    def _run(self, feed: dict[str, np.ndarray]) -> Any:
+        """The graph's first output, logits ``(B, num_labels)``."""
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+
+    def _key(self, **extra: Any) -> str:
+        """Score-cache key: backend, kind, graph content, quantization, score settings,
+        plus the runtime's own parts (version, session options)."""
+        blob = json.dumps({
+            "backend": self.backend, "kind": self.kind, "graph": self.graph.key,
+            "quantization": {"method": self.record.method, "params": self.record.params},
+            "settings": self.settings.fingerprint(), **extra,
+        }, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        return self._key()
+
+    def _description(self, **extra: Any) -> dict[str, Any]:
+        return {"backend": self.backend, "kind": self.kind, "model_path": str(self.model_path),
+                "graph": str(self.graph.path), "graph_key": self.graph.key,
+                "graph_info": self.graph.info, "device": "cpu",
+                "num_labels": self.num_labels, **extra,
+                "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
+                "fingerprint": self.fingerprint()}
+
+    def pair_lengths(self, queries: Sequence[str], documents: Sequence[str]) -> list[int]:
+        return self._front.pair_lengths(queries, documents)
+
+    def score(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+        """float64 ``(n,)``: one graph run over the pairs padded to the longest, then the
+        in-process cross-encoder's activation on the logits."""
+        import torch
+
+        if len(queries) != len(documents):
+            raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
+        if not queries:
+            return np.zeros(0, dtype=np.float64)
+        if not self._ready():
+            raise RuntimeError(f"{type(self).__name__}.score called after close()")
+        batch = self._front.encode(queries, documents, padding=True, return_tensors="np")
+        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
+        logits = np.asarray(self._run(feed), dtype=np.float32)
+        self.forward_calls += 1
+        if not self._width_checked:  # a user's graph may hold another head
+            check_width(logits.shape[-1] if logits.ndim == 2 else -1, self.num_labels,
+                        self.graph.path, self._field, LOGITS)
+            self._width_checked = True
+        with torch.inference_mode():
+            scores = apply_activation(torch.from_numpy(np.ascontiguousarray(logits)),
+                                      self.settings)
+        return scores.to(dtype=torch.float64).numpy()
+
+
+def checked_cpu(ctx: RerankerContext, backend: str, what: str,
+                dtypes: tuple[str, ...] = ("float32",)) -> Path:
+    """Refuse a graph reranker variant that asks for a GPU, a dtype outside ``dtypes`` or
+    a model kind other than a cross-encoder; the folder its graphs are cached in."""
+    if ctx.variant.dtype not in dtypes:
+        raise InputError(message=f"reranker backend {backend} stores {' or '.join(dtypes)} "
+                         f"weights, not {ctx.variant.dtype}", field="dtype",
+                         fix=f"use dtype: {dtypes[0]} for this reranker variant (its int8 "
+                         "formats are quantization methods)")
+    if ctx.variant.device == "cuda":
+        raise InputError(message=f"reranker backend {backend} runs {what}", field="device",
+                         fix="use device: cpu (or auto) for this reranker variant")
+    if ctx.spec.kind != "cross-encoder":
+        raise InputError(message=f"reranker backend {backend} runs cross-encoders; a "
+                         "bi-encoder scorer embeds through the pipeline's embedding backends",
+                         field="reranker.kind",
+                         fix="use kind: cross-encoder, or backend: inprocess for a bi-encoder")
+    root = ctx.cache_dir if ctx.cache_dir is not None else Path(tempfile.gettempdir()) / "evalq"
+    return Path(root) / "checkpoints"
+
+
+def derive_context(ctx: RerankerContext, cache: Path, front: PairFront) -> DeriveContext:
+    """What a quantization method of a graph reranker gets: calibration pairs made of the
+    pipeline's corpus documents through ``front``."""
+    return DeriveContext(cache, front, ctx.calibration, ctx.model_path)
+
+
+__all__ = ["GraphReranker", "checked_cpu", "derive_context", "num_labels"]
