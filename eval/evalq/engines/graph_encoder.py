@@ -9,8 +9,6 @@ they live here once and a third graph runtime would add only its session.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from evalq.core.values import EncodingSettings, QuantizationRecord
+from evalq.engines.graph_model import GraphModel
 from evalq.engines.quantize.derive import hidden_size
 from evalq.engines.quantize.onnx_graph import OnnxGraph, check_width
 from evalq.engines.spec import BatchDependence
 from evalq.engines.textfront import TokenizerFront, pooled_vectors
 
 
-class GraphEncoder:
+class GraphEncoder(GraphModel):
     """Encoder protocol around a graph runtime; a subclass sets ``backend_name`` and
     ``_inputs``, opens its runtime in ``__init__`` and implements :meth:`_run` and
     :meth:`close` (after which :meth:`_ready` is false)."""
@@ -34,47 +33,13 @@ class GraphEncoder:
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: EncodingSettings, record: QuantizationRecord,
                  field_name: str) -> None:
-        self.model_path = Path(model_path)
-        self.settings = settings
-        self.graph = graph
-        self.record = record
-        self.forward_calls = 0
+        super().__init__(model_path, graph, settings=settings, record=record,
+                         field_name=field_name)
         self.dim = hidden_size(self.model_path)
-        self._field = field_name
         self._front = TokenizerFront(self.model_path, settings)
-        self._inputs: list[str] = []
-        self._width_checked = False
 
-    # ------------------------------------------------------------------ subclass side
-
-    def _run(self, feed: dict[str, np.ndarray]) -> Any:
-        """The graph's first output, token states ``(B, T, H)``."""
-        raise NotImplementedError
-
-    def _ready(self) -> bool:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ shared
-
-    def _key(self, **extra: Any) -> str:
-        """Cache key: backend, graph content, quantization, settings, plus the runtime's
-        own parts (version, session options)."""
-        blob = json.dumps({
-            "backend": self.backend_name, "graph": self.graph.key,
-            "quantization": {"method": self.record.method, "params": self.record.params},
-            "settings": self.settings.fingerprint(), **extra,
-        }, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-    def fingerprint(self) -> str:
-        return self._key()
-
-    def _description(self, **extra: Any) -> dict[str, Any]:
-        return {"backend": self.backend_name, "model_path": str(self.model_path),
-                "graph": str(self.graph.path), "graph_key": self.graph.key,
-                "graph_info": self.graph.info, "device": "cpu", **extra,
-                "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
-                "fingerprint": self.fingerprint()}
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.backend_name}
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         return self._front.token_lengths(texts)

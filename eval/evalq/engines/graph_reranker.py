@@ -10,8 +10,6 @@ from the in-process cross-encoder in their kernels only.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +20,7 @@ import numpy as np
 from evalq.core.errors import InputError
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
+from evalq.engines.graph_model import GraphModel
 from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import LOGITS, OnnxGraph, check_width
@@ -35,7 +34,7 @@ def num_labels(model_path: Path) -> int:
     return int(AutoConfig.from_pretrained(str(model_path), local_files_only=True).num_labels)
 
 
-class GraphReranker:
+class GraphReranker(GraphModel):
     """Reranker protocol around a graph runtime; a subclass sets ``backend``, opens its
     runtime in ``__init__`` (setting ``_inputs``), and implements :meth:`_run` and
     :meth:`close` (after which :meth:`_ready` is false)."""
@@ -46,49 +45,17 @@ class GraphReranker:
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: RerankSettings, record: QuantizationRecord, field_name: str,
                  front: PairFront | None = None) -> None:
-        self.model_path = Path(model_path)
-        self.settings = settings
-        self.graph = graph
-        self.record = record
-        self.forward_calls = 0
+        super().__init__(model_path, graph, settings=settings, record=record,
+                         field_name=field_name)
         self.num_labels = num_labels(self.model_path)
         check_head(self.num_labels, settings, self.model_path)
-        self._field = field_name
         self._front = front or PairFront(self.model_path, settings)
-        self._inputs: list[str] = []
-        self._width_checked = False
 
-    # ------------------------------------------------------------------ subclass side
-
-    def _run(self, feed: dict[str, np.ndarray]) -> Any:
-        """The graph's first output, logits ``(B, num_labels)``."""
-        raise NotImplementedError
-
-    def _ready(self) -> bool:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ shared
-
-    def _key(self, **extra: Any) -> str:
-        """Score-cache key: backend, kind, graph content, quantization, score settings,
-        plus the runtime's own parts (version, session options)."""
-        blob = json.dumps({
-            "backend": self.backend, "kind": self.kind, "graph": self.graph.key,
-            "quantization": {"method": self.record.method, "params": self.record.params},
-            "settings": self.settings.fingerprint(), **extra,
-        }, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-    def fingerprint(self) -> str:
-        return self._key()
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.backend, "kind": self.kind}
 
     def _description(self, **extra: Any) -> dict[str, Any]:
-        return {"backend": self.backend, "kind": self.kind, "model_path": str(self.model_path),
-                "graph": str(self.graph.path), "graph_key": self.graph.key,
-                "graph_info": self.graph.info, "device": "cpu",
-                "num_labels": self.num_labels, **extra,
-                "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
-                "fingerprint": self.fingerprint()}
+        return super()._description(num_labels=self.num_labels, **extra)
 
     def pair_lengths(self, queries: Sequence[str], documents: Sequence[str]) -> list[int]:
         return self._front.pair_lengths(queries, documents)

@@ -23,6 +23,7 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
+from evalq.engines.graph_model import GraphModel
 from evalq.engines.graph_variant import methods_for, onnx_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.quantize import ort_dynamic, ort_optimize, ort_static
@@ -61,20 +62,18 @@ class OnnxOptions(StrictOptions):
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
 
 
-class OnnxEncoder(GraphEncoder):
-    """Encoder protocol on an ONNX Runtime session (CPU execution provider)."""
+class OrtSession(GraphModel):
+    """The ONNX Runtime half of the onnx encoder and reranker: the session, its cache-key
+    part and description, the run and close. Listed before ``GraphEncoder`` /
+    ``GraphReranker`` in a backend class, it fills in ``GraphModel``'s runtime half."""
 
-    backend_name = BACKEND_NAME
+    options: OnnxOptions
+    _session: Any
 
-    def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
-                 settings: EncodingSettings, record: QuantizationRecord,
-                 options: OnnxOptions | None = None, field_name: str = "onnx.file") -> None:
-        ort = require("onnxruntime", EXTRA, "the onnx backend")
-        super().__init__(model_path, graph, settings=settings, record=record,
-                         field_name=field_name)
+    def _open(self, ort: Any, graph: OnnxGraph, options: OnnxOptions | None,
+              field_name: str) -> None:
         self.options = options or OnnxOptions()
-        self._inputs = check_graph(graph.path, self.dim, field_name=field_name)
-        self._session: Any = open_session(ort, graph.path, self.options, field_name)
+        self._session = open_session(ort, graph.path, self.options, field_name)
 
     def fingerprint(self) -> str:
         """Cache key: the shared part, the session's optimization level, ORT's version."""
@@ -96,6 +95,21 @@ class OnnxEncoder(GraphEncoder):
 
     def close(self) -> None:
         self._session = None
+
+
+class OnnxEncoder(OrtSession, GraphEncoder):
+    """Encoder protocol on an ONNX Runtime session (CPU execution provider)."""
+
+    backend_name = BACKEND_NAME
+
+    def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
+                 settings: EncodingSettings, record: QuantizationRecord,
+                 options: OnnxOptions | None = None, field_name: str = "onnx.file") -> None:
+        ort = require("onnxruntime", EXTRA, "the onnx backend")
+        super().__init__(model_path, graph, settings=settings, record=record,
+                         field_name=field_name)
+        self._inputs = check_graph(graph.path, self.dim, field_name=field_name)
+        self._open(ort, graph, options, field_name)
 
 
 def open_session(ort: Any, path: Path, options: OnnxOptions, field_name: str) -> Any:
@@ -177,5 +191,15 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by=
                    "export, or the user file's hash), quantization, session optimization, "
                    "onnxruntime version, settings, texts")
 
-__all__ = ["BACKEND_NAME", "SPEC", "OnnxEncoder", "OnnxOptions", "base_graph", "build",
-           "graph_for", "methods_for", "open_session"]
+__all__ = [
+    "BACKEND_NAME",
+    "SPEC",
+    "OnnxEncoder",
+    "OnnxOptions",
+    "OrtSession",
+    "base_graph",
+    "build",
+    "graph_for",
+    "methods_for",
+    "open_session",
+]

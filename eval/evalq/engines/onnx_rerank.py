@@ -13,15 +13,12 @@ score activation are the in-process cross-encoder's (``graph_reranker``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
 from evalq.engines.graph_reranker import GraphReranker, checked_cpu, derive_context
 from evalq.engines.graph_variant import onnx_bytes, variant_graph
-from evalq.engines.onnx_backend import BACKEND_NAME, EXTRA, OnnxOptions, open_session
+from evalq.engines.onnx_backend import BACKEND_NAME, EXTRA, OnnxOptions, OrtSession
 from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize.onnx_graph import (
     LOGITS,
@@ -30,7 +27,6 @@ from evalq.engines.quantize.onnx_graph import (
     export_onnx,
     require,
     user_graph,
-    versions,
 )
 from evalq.engines.reranker import Reranker, RerankSettings, rerank_settings
 from evalq.engines.spec import BackendSpec
@@ -38,7 +34,7 @@ from evalq.engines.spec import BackendSpec
 FIELD = "reranker.onnx.file"
 
 
-class OnnxReranker(GraphReranker):
+class OnnxReranker(OrtSession, GraphReranker):
     """Reranker protocol on an ONNX Runtime session (CPU execution provider)."""
 
     backend = BACKEND_NAME
@@ -50,32 +46,9 @@ class OnnxReranker(GraphReranker):
         ort = require("onnxruntime", EXTRA, "the onnx reranker backend")
         super().__init__(model_path, graph, settings=settings, record=record,
                          field_name=field_name, front=front)
-        self.options = options or OnnxOptions()
         self._inputs = check_graph(graph.path, self.num_labels, field_name=field_name,
                                    head=LOGITS)
-        self._session: Any = open_session(ort, graph.path, self.options, field_name)
-
-    def fingerprint(self) -> str:
-        """Score-cache key: the shared part, the session's optimization level, ORT's
-        version."""
-        return self._key(session=self.options.graph_optimization,
-                         versions=versions("onnxruntime"))
-
-    def describe(self) -> dict[str, Any]:
-        return self._description(
-            dtype="float32", execution_provider="CPUExecutionProvider",
-            threads=self.options.threads,
-            session_graph_optimization=self.options.graph_optimization,
-            versions=versions("onnxruntime", "onnx", "transformers"))
-
-    def _run(self, feed: dict[str, np.ndarray]) -> Any:
-        return self._session.run(None, feed)[0]
-
-    def _ready(self) -> bool:
-        return self._session is not None
-
-    def close(self) -> None:
-        self._session = None
+        self._open(ort, graph, options, field_name)
 
 
 def base_graph(options: OnnxOptions | None, model_path: Path, cache: Path) -> OnnxGraph:

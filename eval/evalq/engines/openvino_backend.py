@@ -23,6 +23,7 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
+from evalq.engines.graph_model import GraphModel
 from evalq.engines.graph_variant import ir_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.quantize import nncf_int8
@@ -56,7 +57,46 @@ class OpenVinoOptions(StrictOptions):
     threads: int | None = Field(default=None, ge=1)  # None: the plugin's default
 
 
-class OpenVinoEncoder(GraphEncoder):
+class OpenVinoModel(GraphModel):
+    """The OpenVINO half of the openvino encoder and reranker: the compiled model, its
+    cache-key part and description, the run and close. Listed before ``GraphEncoder`` /
+    ``GraphReranker`` in a backend class, it fills in ``GraphModel``'s runtime half."""
+
+    dtype: str
+    options: OpenVinoOptions
+    precision: str
+    _compiled: Any
+
+    def _compile(self, ov: Any, graph: OnnxGraph, width: int, dtype: str,
+                 options: OpenVinoOptions | None, field_name: str,
+                 head: GraphHead = TOKEN_STATES) -> None:
+        self.dtype = dtype
+        self.options = options or OpenVinoOptions()
+        self._compiled, self._inputs, self.precision = compile_cpu(
+            ov, graph.path, width, self.options, field_name=field_name, head=head)
+
+    def fingerprint(self) -> str:
+        """Cache key: the shared part, dtype, inference precision, OpenVINO's version."""
+        return self._key(dtype=self.dtype, precision=self.precision,
+                         versions=versions("openvino"))
+
+    def describe(self) -> dict[str, Any]:
+        return self._description(
+            dtype=self.dtype, inference_precision=self.precision,
+            threads=self.options.threads,
+            versions=versions("openvino", "nncf", "transformers"))
+
+    def _run(self, feed: dict[str, np.ndarray]) -> Any:
+        return self._compiled(feed)[0]
+
+    def _ready(self) -> bool:
+        return self._compiled is not None
+
+    def close(self) -> None:
+        self._compiled = None
+
+
+class OpenVinoEncoder(OpenVinoModel, GraphEncoder):
     """Encoder protocol on a compiled OpenVINO model (CPU plugin)."""
 
     backend_name = BACKEND_NAME
@@ -68,30 +108,7 @@ class OpenVinoEncoder(GraphEncoder):
         ov = require("openvino", EXTRA, "the openvino backend")
         super().__init__(model_path, graph, settings=settings, record=record,
                          field_name=field_name)
-        self.dtype = dtype
-        self.options = options or OpenVinoOptions()
-        self._compiled: Any
-        self._compiled, self._inputs, self.precision = compile_cpu(
-            ov, graph.path, self.dim, self.options, field_name=field_name)
-
-    def fingerprint(self) -> str:
-        """Cache key: the shared part, dtype, inference precision, OpenVINO's version."""
-        return self._key(dtype=self.dtype, precision=self.precision,
-                         versions=versions("openvino"))
-
-    def describe(self) -> dict[str, Any]:
-        return self._description(dtype=self.dtype, inference_precision=self.precision,
-                                 threads=self.options.threads,
-                                 versions=versions("openvino", "nncf", "transformers"))
-
-    def _run(self, feed: dict[str, np.ndarray]) -> Any:
-        return self._compiled(feed)[0]
-
-    def _ready(self) -> bool:
-        return self._compiled is not None
-
-    def close(self) -> None:
-        self._compiled = None
+        self._compile(ov, graph, self.dim, dtype, options, field_name)
 
 
 def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront,
@@ -178,5 +195,5 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by=
                    "and conversion, or the user file's hash), dtype, quantization, "
                    "OpenVINO version, settings, texts")
 
-__all__ = ["BACKEND_NAME", "SPEC", "OpenVinoEncoder", "OpenVinoOptions", "base_ir", "build",
-           "compile_cpu", "graph_for"]
+__all__ = ["BACKEND_NAME", "SPEC", "OpenVinoEncoder", "OpenVinoModel", "OpenVinoOptions",
+           "base_ir", "build", "compile_cpu", "graph_for"]

@@ -11,17 +11,14 @@ the in-process cross-encoder's (``graph_reranker``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
 from evalq.engines.graph_reranker import GraphReranker, checked_cpu, derive_context
 from evalq.engines.graph_variant import ir_bytes, variant_graph
-from evalq.engines.openvino_backend import BACKEND_NAME, OpenVinoOptions, base_ir, compile_cpu
+from evalq.engines.openvino_backend import BACKEND_NAME, OpenVinoModel, OpenVinoOptions, base_ir
 from evalq.engines.pairfront import PairFront
-from evalq.engines.quantize.onnx_graph import LOGITS, OnnxGraph, require, versions
+from evalq.engines.quantize.onnx_graph import LOGITS, OnnxGraph, require
 from evalq.engines.quantize.openvino_ir import EXTRA
 from evalq.engines.reranker import Reranker, RerankSettings, rerank_settings
 from evalq.engines.spec import BackendSpec
@@ -30,7 +27,7 @@ FIELD = "reranker.openvino.file"
 DTYPES = ("float32", "float16")
 
 
-class OpenVinoReranker(GraphReranker):
+class OpenVinoReranker(OpenVinoModel, GraphReranker):
     """Reranker protocol on a compiled OpenVINO model (CPU plugin, float32 inference)."""
 
     backend = BACKEND_NAME
@@ -42,31 +39,7 @@ class OpenVinoReranker(GraphReranker):
         ov = require("openvino", EXTRA, "the openvino reranker backend")
         super().__init__(model_path, graph, settings=settings, record=record,
                          field_name=field_name, front=front)
-        self.dtype = dtype
-        self.options = options or OpenVinoOptions()
-        self._compiled: Any
-        self._compiled, self._inputs, self.precision = compile_cpu(
-            ov, graph.path, self.num_labels, self.options, field_name=field_name, head=LOGITS)
-
-    def fingerprint(self) -> str:
-        """Score-cache key: the shared part, dtype, inference precision, OpenVINO's
-        version."""
-        return self._key(dtype=self.dtype, precision=self.precision,
-                         versions=versions("openvino"))
-
-    def describe(self) -> dict[str, Any]:
-        return self._description(dtype=self.dtype, inference_precision=self.precision,
-                                 threads=self.options.threads,
-                                 versions=versions("openvino", "nncf", "transformers"))
-
-    def _run(self, feed: dict[str, np.ndarray]) -> Any:
-        return self._compiled(feed)[0]
-
-    def _ready(self) -> bool:
-        return self._compiled is not None
-
-    def close(self) -> None:
-        self._compiled = None
+        self._compile(ov, graph, self.num_labels, dtype, options, field_name, head=LOGITS)
 
 
 def build(ctx: RerankerContext) -> Reranker:

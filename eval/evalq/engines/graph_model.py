@@ -1,0 +1,70 @@
+"""What every graph model (ONNX Runtime or OpenVINO; encoder or cross-encoder) shares.
+
+A graph model runs an exported graph of a checkpoint. Its cache key and its manifest
+description have one layout whatever the model does with the graph's output: who runs
+it (``identity``: the backend, and a reranker's kind), the graph's content key, what
+quantization made it, the settings, plus the runtime's own parts (version, session
+options). ``GraphEncoder`` and ``GraphReranker`` add their text side; ``OrtSession`` and
+``OpenVinoModel`` add their runtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from evalq.core.values import QuantizationRecord
+from evalq.engines.quantize.onnx_graph import OnnxGraph
+
+
+class GraphModel:
+    """The graph, its record and settings; the cache key and the description built from
+    them. A subclass sets ``identity`` and ``_inputs``, and implements :meth:`_run` and
+    :meth:`_ready` (its runtime mixin does)."""
+
+    def __init__(self, model_path: str | Path, graph: OnnxGraph, *, settings: Any,
+                 record: QuantizationRecord, field_name: str) -> None:
+        self.model_path = Path(model_path)
+        self.settings = settings
+        self.graph = graph
+        self.record = record
+        self.forward_calls = 0
+        self._field = field_name
+        self._inputs: list[str] = []
+        self._width_checked = False
+
+    def identity(self) -> dict[str, Any]:
+        """Who runs the graph: ``{"backend": ...}`` (and a reranker's ``kind``)."""
+        raise NotImplementedError
+
+    def _run(self, feed: dict[str, Any]) -> Any:
+        """The graph's first output for one batch."""
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def _key(self, **extra: Any) -> str:
+        """Cache key: identity, graph content, quantization, settings, plus the runtime's
+        own parts (``extra``: version, session options)."""
+        blob = json.dumps({
+            **self.identity(), "graph": self.graph.key,
+            "quantization": {"method": self.record.method, "params": self.record.params},
+            "settings": self.settings.fingerprint(), **extra,
+        }, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        return self._key()
+
+    def _description(self, **extra: Any) -> dict[str, Any]:
+        return {**self.identity(), "model_path": str(self.model_path),
+                "graph": str(self.graph.path), "graph_key": self.graph.key,
+                "graph_info": self.graph.info, "device": "cpu", **extra,
+                "quantization": self.record.as_dict(), "settings": self.settings.as_dict(),
+                "fingerprint": self.fingerprint()}
+
+
+__all__ = ["GraphModel"]
