@@ -136,3 +136,25 @@ def test_quality_verdict_tells_inconclusive_from_failed(tmp_path) -> None:
     free = DecisionRow("free", "ungated", "ok", row.plan)
     assert free.sentence().startswith("free: quality ungated")
     assert recommend([free]) is None
+
+
+def test_a_damaged_run_summary_is_bad_input_naming_it(tmp_path) -> None:
+    """The decision table reads the run's summary.json with the typed model: a file that
+    is not JSON, or a verdict of the wrong type, is exit 2 naming the file, not a guess."""
+    import json
+
+    from evalq.core.errors import InputError
+    from evalq.results.load import quality_verdicts
+
+    path = tmp_path / "summary.json"
+    path.write_text('{"variants": ')
+    with pytest.raises(InputError) as caught:
+        quality_verdicts(tmp_path)
+    assert caught.value.file == path and "not JSON" in caught.value.message
+    data = summary({"fp32": {"role": "reference"},
+                    "q": {"role": "candidate", "passed": True, "verdict": "pass"}})
+    data["variants"]["q"]["verdict"] = "probably"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as caught:
+        quality_verdicts(tmp_path)
+    assert caught.value.file == path and "verdict" in (caught.value.field or "")
