@@ -1,19 +1,25 @@
 """Atomic file writes: a killed process never leaves a half-written file behind.
 
 Write to a temporary file in the same folder, flush and fsync, then ``os.replace``
-(atomic on POSIX within one filesystem). Used by results and by the embedding cache; and
-:func:`check_output_location`, the one check of where a command's output may go.
+(atomic on POSIX within one filesystem). Used by results and by the embedding cache;
+:func:`built_folder`, the same for a whole folder (exported graphs, checkpoints,
+fixture models); and :func:`check_output_location`, the one check of where a command's
+output may go.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evalq.core.errors import InputError
+
+T = TypeVar("T")
 
 
 def _read_umask() -> int:
@@ -50,6 +56,29 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def built_folder(target: Path, build: Callable[[Path], T], *,
+                 complete: Callable[[Path], bool]) -> T:
+    """``build(work)`` fills a private folder beside ``target``, which is then renamed
+    into place, so neither a reader nor an interrupted build ever sees half a folder.
+    An incomplete folder already at ``target`` is replaced; one that another process
+    completed first (``complete(target)``) is kept. Returns what ``build`` returned."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        result = build(work)
+        work.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
+        if target.exists() and not complete(target):
+            shutil.rmtree(target)
+        try:
+            os.replace(work, target)
+        except OSError:  # another process finished first
+            if not complete(target):
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
 
 
 def check_output_location(path: str | Path, *, folder: bool, field: str | None = None,

@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from evalq.core.atomicio import built_folder
 from evalq.core.weights import model_fingerprint
 
 SEED = 20251201
@@ -86,17 +84,9 @@ def build_decoder_embedder(root: Path, *, source: Path | None = None,
                      f"-v{FORMAT}")
     if (target / "config.json").is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-    try:
-        _write_checkpoint(source, staging, full_shape, init_std, max_seq_length)
-        try:
-            os.replace(staging, target)  # atomic: a reader sees all of it or nothing
-        except OSError:  # another process finished first
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    built_folder(target, lambda work: _write_checkpoint(source, work, full_shape, init_std,
+                                                        max_seq_length),
+                 complete=lambda folder: (folder / "config.json").is_file())
     return target
 
 

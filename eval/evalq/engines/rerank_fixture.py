@@ -13,11 +13,9 @@ bytes.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from evalq.core.atomicio import built_folder
 from evalq.core.errors import InputError
 from evalq.core.weights import model_fingerprint
 
@@ -52,17 +50,8 @@ def build_minilm_cross_encoder(root: Path) -> Path:
     target = root / f"minilm-cross-encoder-{model_fingerprint(source)[:12]}-s{SEED}-v{FORMAT}"
     if (target / "config.json").is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-    try:
-        _write_checkpoint(source, staging)
-        try:
-            os.replace(staging, target)  # atomic: a reader sees all of it or nothing
-        except OSError:  # another process finished first
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    built_folder(target, lambda work: _write_checkpoint(source, work),
+                 complete=lambda folder: (folder / "config.json").is_file())
     return target
 
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evalq.core.atomicio import write_json
+from evalq.core.atomicio import built_folder, write_json
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.weights import model_fingerprint
 
@@ -120,23 +118,21 @@ def cached_graph(folder: Path, make: Callable[[Path], dict[str, Any]],
     """The graph in ``folder`` if complete, else ``make(work_dir)`` (which writes
     ``file`` there and returns its info) run in a temporary folder renamed into place, so
     an interrupted build never leaves a folder that looks complete."""
-    record = folder / RECORD_FILE
     key = folder.name.rsplit("-", 1)[-1]
-    if record.is_file() and (folder / file).is_file():
-        return OnnxGraph(folder / file, key, json.loads(record.read_text()), reused=True)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        info = make(work)
-        write_json(work / RECORD_FILE, info)
-        if folder.exists():
-            shutil.rmtree(folder)
-        work.chmod(0o755)
-        work.rename(folder)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return OnnxGraph(folder / file, key, info)
+
+    def complete(f: Path) -> bool:
+        return (f / RECORD_FILE).is_file() and (f / file).is_file()
+
+    if complete(folder):
+        return OnnxGraph(folder / file, key, json.loads((folder / RECORD_FILE).read_text()),
+                         reused=True)
+
+    def build(work: Path) -> dict[str, Any]:
+        made = make(work)
+        write_json(work / RECORD_FILE, made)
+        return made
+
+    return OnnxGraph(folder / file, key, built_folder(folder, build, complete=complete))
 
 
 def export_onnx(model_path: Path, cache_dir: Path, head: GraphHead = TOKEN_STATES,

@@ -33,7 +33,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from evalq.core.atomicio import write_json
+from evalq.core.atomicio import built_folder, write_json
 from evalq.core.errors import InputError
 from evalq.core.values import QuantizationRecord
 from evalq.core.weights import model_fingerprint
@@ -223,26 +222,22 @@ def quantize_w8a8(
     if record_path.is_file():
         return W8A8Checkpoint(final, _read_record(record_path), reused=True)
     python = ensure_llmcompressor_venv(venv_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
+
+    def build(work: Path) -> QuantizationRecord:
         versions = _run_script(python, model_path, work, params, timeout_s)
         _copy_side_files(model_path, work)
-        weight_bytes = sum(p.stat().st_size for p in work.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
-        record = QuantizationRecord(
+        weight_bytes = sum(p.stat().st_size for p in work.iterdir()
+                           if p.suffix in _WEIGHT_SUFFIXES)
+        made = QuantizationRecord(
             method=NAME,
             bits=8,
             weight_bytes=weight_bytes,
             params={**params, "format": "compressed-tensors", "versions": versions},
         )
-        write_json(work / RECORD_FILE, record.as_dict())
-        if final.exists():
-            shutil.rmtree(final)
-        work.chmod(0o755)  # mkdtemp makes it private; the checkpoint is an ordinary folder
-        work.rename(final)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+        write_json(work / RECORD_FILE, made.as_dict())
+        return made
+
+    record = built_folder(final, build, complete=lambda f: (f / RECORD_FILE).is_file())
     return W8A8Checkpoint(final, record, reused=False)
 
 
