@@ -150,7 +150,7 @@ def test_a_damaged_run_summary_is_bad_input_naming_it(tmp_path) -> None:
     path.write_text('{"variants": ')
     with pytest.raises(InputError) as caught:
         quality_verdicts(tmp_path)
-    assert caught.value.file == path and "not JSON" in caught.value.message
+    assert caught.value.file == path and "not valid JSON" in caught.value.message
     data = summary({"fp32": {"role": "reference"},
                     "q": {"role": "candidate", "passed": True, "verdict": "pass"}})
     data["variants"]["q"]["verdict"] = "probably"

@@ -171,6 +171,29 @@ def test_folders_without_a_stored_verdict_are_read_with_the_same_rule(tmp_path: 
     assert verdict.status == "ungated"
 
 
+
+def test_an_old_folder_reads_the_same_verdict_in_the_api_the_report_and_the_load_table(
+        tmp_path: Path) -> None:
+    """A folder written before verdicts were stored: a candidate that failed no check
+    but could not be certified is inconclusive wherever the folder is read."""
+    from evalq.app.api import load_results
+    from evalq.results.load import quality_verdicts
+
+    recipe = _recipe([{"metric": "nDCG@10", "max_drop": 0.01}], ["noisy"])
+    noisy = _values(0)
+    noisy.values["nDCG@10"] = noisy.values["nDCG@10"] + np.resize([0.2, -0.2], N)
+    root, summary = _folder(tmp_path, recipe, {"fp32": _values(0), "noisy": noisy})
+    assert summary["variants"]["noisy"]["verdict"] == "inconclusive"
+    path = root / "summary.json"
+    data = json.loads(path.read_text())
+    for info in data["variants"].values():  # as written before verdicts were stored
+        info.pop("verdict", None)
+    path.write_text(json.dumps(data))
+    (report,) = candidate_verdicts(RunView.load(root))
+    assert report.status == "inconclusive"
+    assert load_results(root).verdicts["noisy"].verdict == "inconclusive"
+    assert quality_verdicts(root)["noisy"] == "inconclusive"
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_console_says_ungated(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                               wide: bool) -> None:

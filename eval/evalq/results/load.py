@@ -24,8 +24,8 @@ from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.core.gates import stored_verdict
 from evalq.core.names import inside
-from evalq.results.folder import clean_json
-from evalq.results.schema import parse_load_summary, parse_summary
+from evalq.results.folder import RunFolder, clean_json, stored_checks
+from evalq.results.schema import parse_load_summary
 
 LOAD_SCHEMA_VERSION = 1
 
@@ -96,26 +96,12 @@ def quality_verdicts(run_root: Path) -> dict[str, str]:
     recipe), read with the typed model and decided by the one rule for stored results
     (``core.gates.stored_verdict``); empty when there is none. A damaged summary is bad
     input (exit 2) naming it: the load steps are already stored when this is read."""
-    path = Path(run_root) / "summary.json"
-    if not path.is_file():
+    if not (Path(run_root) / "summary.json").is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(message=f"'{path}' is not JSON ({exc})", file=path,
-                         fix="rerun 'evalq run' on the recipe to write it again") from None
-    summary = parse_summary(data, path)
+    summary = RunFolder(run_root).read_summary()
     out: dict[str, str] = {}
     for name, variant in summary.variants.items():
-        if variant.role == "reference":
-            out[name] = "reference"
-            continue
-        checks = [*(variant.suite_checks or []), *(variant.pipeline_checks or [])]
-        for ds in summary.datasets.values():
-            entry = ds.variants.get(name)
-            checks += entry.gate.checks if entry is not None and entry.gate else []
-        out[name] = stored_verdict(variant.verdict, variant.passed,
-                                   [c.model_dump() for c in checks])
+        out[name] = "reference" if variant.role == "reference" else stored_verdict(
+            variant.verdict, variant.passed,
+            stored_checks(summary, name))
     return out
-
-
