@@ -68,12 +68,15 @@ _PRE_PROCESS_ADVICE = ("consider to run pre-processing", "consider pre-processin
 
 
 class _QuantizerMessages(logging.Handler):
-    """Writes the quantizer's root-logger messages to stderr, minus the advice above."""
+    """Writes the quantizer's root-logger messages to stderr (when nothing else would)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if not any(a in text for a in _PRE_PROCESS_ADVICE):
-            sys.stderr.write(f"onnxruntime.quantization: {record.levelname.lower()}: {text}\n")
+        sys.stderr.write(f"onnxruntime.quantization: {record.levelname.lower()}: "
+                         f"{record.getMessage()}\n")
+
+
+def _not_advice(record: logging.LogRecord) -> bool:
+    return not any(a in record.getMessage() for a in _PRE_PROCESS_ADVICE)
 
 
 @contextmanager
@@ -81,12 +84,17 @@ def quantizer_logging() -> Iterator[None]:
     """ONNX Runtime's quantizer logs through the *root* logger with ``logging.warning``,
     which on a root without handlers calls ``basicConfig`` and leaves a stderr handler
     there for the rest of the process, so every library's root warnings print from then
-    on. A handler on the root for the call's duration keeps ``basicConfig`` from running
-    and is removed afterwards."""
+    on. For the call's duration a filter on the root drops the pre-processing advice,
+    and, when the root has no handler of its own (the user's or a test runner's, which
+    then print the messages once), a handler keeps ``basicConfig`` from running."""
     root = logging.getLogger()
-    handler = _QuantizerMessages(logging.WARNING)
-    root.addHandler(handler)
+    handler = None if root.handlers else _QuantizerMessages(logging.WARNING)
+    root.addFilter(_not_advice)
+    if handler is not None:
+        root.addHandler(handler)
     try:
         yield
     finally:
-        root.removeHandler(handler)
+        root.removeFilter(_not_advice)
+        if handler is not None:
+            root.removeHandler(handler)
