@@ -22,7 +22,6 @@ same weights (agreement, not retrieval quality). For each dtype it prints and re
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -110,14 +109,12 @@ def measure_vllm(path: Path, docs: list[str], queries: list[str], reference: Any
                  cosines: Any) -> dict[str, Any]:
     """bf16 (and fp8 where the GPU has it; float32 on a CPU try) through the vLLM engine,
     one engine at a time."""
-    _unshadow_vllm()
     try:
         import vllm
     except ImportError as exc:
         return {"skipped": f"vllm is not importable here ({exc}); the workplace's GPU image "
                            "has none and its wheels exceed what one call can carry"}
     import torch
-
 
     out: dict[str, Any] = {"version": vllm.__version__}
     runs = [("bfloat16" if torch.cuda.is_available() else "float32", None)]  # CPU: a try
@@ -169,18 +166,6 @@ def _vllm_run(path: Path, docs: list[str], queries: list[str], reference: Any,
         engine.close()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-
-def _unshadow_vllm() -> None:
-    """bench/vllm.py (the CPU vLLM benchmark) shadows the vllm package for scripts run from
-    bench/: move bench/ to the end of the import path (vLLM's engine-core child process
-    inherits it and still imports this script's siblings)."""
-    here = Path(__file__).resolve().parent
-    ours = [p for p in sys.path if Path(p or ".").resolve() == here]
-    sys.path[:] = [p for p in sys.path if p not in ours] + ours
-    module = sys.modules.get("vllm")
-    if module is not None and Path(getattr(module, "__file__", "") or "").parent == here:
-        del sys.modules["vllm"]
 
 
 def _head(vectors: Any, n_docs: int, docs: int, queries: int) -> Any:

@@ -58,7 +58,7 @@ def run_summary_markdown(run: RunView) -> str:
             f"{delta:+.4f} [{finite(vs.get('ci_low')) or 0:+.4f}, "
             f"{finite(vs.get('ci_high')) or 0:+.4f}]")
         c = costs(run, v.name)
-        speed = "—" if c.throughput is None else c.throughput_text()
+        speed = c.throughput_text()
         lines.append(f"| {md(v.name)} | {ICON.get(v.status, v.status)} | {cell} | "
                      f"{_mib(c.weight_bytes)} | {c.index_text()} | {speed} |")
     failures = [(v, f) for v in verdicts for f in v.failures]

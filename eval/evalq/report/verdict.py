@@ -94,28 +94,36 @@ def costs(run: RunView, variant: str) -> Costs:
     quant = backend.get("quantization") if isinstance(backend.get("quantization"), dict) else {}
     weight = finite(info.get("weight_bytes")) or finite((quant or {}).get("weight_bytes"))
     index_total = 0.0
-    texts = seconds = 0.0
     any_index = False
     layout = None
     for ds in run.datasets:
         ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
-        entry = run.entry(ds, variant) or {}
-        index = entry.get("index") or ds_info.get("index") or {}
+        index = (run.entry(ds, variant) or {}).get("index") or ds_info.get("index") or {}
         if finite(index.get("bytes")) is not None:
             index_total += float(index["bytes"])
             any_index = True
             layout = layout or index_layout(index)
+    rss = finite(info.get("peak_rss_mb")) or finite(
+        (run.manifest_variant(variant).get("timings") or {}).get("peak_rss_mb"))
+    throughput = timed_throughput(run, variant)
+    twin = None if throughput is not None else timed_twin(run, variant)
+    if twin is not None:
+        throughput = timed_throughput(run, twin)
+    return Costs(weight, index_total if any_index else None, throughput, rss, layout, twin)
+
+
+def timed_throughput(run: RunView, variant: str) -> float | None:
+    """Documents per second over the encodings this run timed for ``variant`` (None when
+    every chunk came from the cache)."""
+    texts = seconds = 0.0
+    for ds in run.datasets:
+        entry = run.entry(ds, variant) or {}
+        ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
         docs = ((entry.get("encode") or ds_info.get("encode") or {}).get("documents") or {})
         if finite(docs.get("texts_per_s")) and finite(docs.get("seconds_computing")):
             texts += float(docs.get("n_computed") or docs.get("texts") or 0)
             seconds += float(docs["seconds_computing"])
-    rss = finite(info.get("peak_rss_mb")) or finite(
-        (run.manifest_variant(variant).get("timings") or {}).get("peak_rss_mb"))
-    throughput = texts / seconds if seconds > 0 else None
-    twin = None if throughput is not None else timed_twin(run, variant)
-    if twin is not None:
-        throughput = costs(run, twin).throughput
-    return Costs(weight, index_total if any_index else None, throughput, rss, layout, twin)
+    return texts / seconds if seconds > 0 else None
 
 
 def timed_twin(run: RunView, variant: str) -> str | None:
@@ -126,19 +134,10 @@ def timed_twin(run: RunView, variant: str) -> str | None:
         return None
     for other in run.variants:
         backend = run.manifest_variant(other).get("backend") or {}
-        if other != variant and backend.get("fingerprint") == mine and _timed(run, other):
+        if (other != variant and backend.get("fingerprint") == mine
+                and timed_throughput(run, other) is not None):
             return other
     return None
-
-
-def _timed(run: RunView, variant: str) -> bool:
-    for ds in run.datasets:
-        entry = run.entry(ds, variant) or {}
-        ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
-        docs = ((entry.get("encode") or ds_info.get("encode") or {}).get("documents") or {})
-        if finite(docs.get("texts_per_s")) and finite(docs.get("seconds_computing")):
-            return True
-    return False
 
 
 def index_layout(index: dict[str, Any]) -> str | None:
