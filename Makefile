@@ -101,6 +101,8 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/loadgen.py
 	$(BIN)/python bench/rerank.py --vllm
 	$(BIN)/python bench/calibration.py
+	$(BIN)/python bench/cpu_formats.py
+	$(BIN)/python bench/cpu_formats.py --kind reranker
 
 # Re-make the README's screenshot from the quickstart's results (after `make demo`).
 screenshot: install chromium

