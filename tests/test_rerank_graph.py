@@ -330,6 +330,8 @@ def _pipeline_recipe(tmp_path: Path, candidates: list[dict], gates: list[dict] |
      "'onnx' options apply to backend onnx only"),
     ({"name": "v", "backend": "openvino", "kind": "bi-encoder"},
      "backend openvino serves cross-encoder rerankers, not bi-encoder"),
+    ({"name": "g", "backend": "onnx", "device": "cuda"},
+     "reranker backend onnx runs on cpu, not cuda"),
 ])
 def test_refused_when_the_recipe_is_read(tmp_path, capsys, candidate, words):
     kind = candidate.pop("kind", None)

@@ -17,21 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from evalq.core.errors import InputError
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
 from evalq.engines.graph_model import GraphModel
 from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import LOGITS, OnnxGraph, check_width
-from evalq.engines.reranker import RerankSettings, apply_activation, check_head
-
-
-def num_labels(model_path: Path) -> int:
-    """The classification head's label count, as transformers reads the config."""
-    from transformers import AutoConfig
-
-    return int(AutoConfig.from_pretrained(str(model_path), local_files_only=True).num_labels)
+from evalq.engines.reranker import RerankSettings, apply_activation, check_head, num_labels
 
 
 class GraphReranker(GraphModel):
@@ -85,23 +77,10 @@ class GraphReranker(GraphModel):
         return scores.to(dtype=torch.float64).numpy()
 
 
-def checked_cpu(ctx: RerankerContext, backend: str, what: str,
-                dtypes: tuple[str, ...] = ("float32",)) -> Path:
-    """Refuse a graph reranker variant that asks for a GPU, a dtype outside ``dtypes`` or
-    a model kind other than a cross-encoder; the folder its graphs are cached in."""
-    if ctx.variant.dtype not in dtypes:
-        raise InputError(message=f"reranker backend {backend} stores {' or '.join(dtypes)} "
-                         f"weights, not {ctx.variant.dtype}", field="dtype",
-                         fix=f"use dtype: {dtypes[0]} for this reranker variant (its int8 "
-                         "formats are quantization methods)")
-    if ctx.variant.device == "cuda":
-        raise InputError(message=f"reranker backend {backend} runs {what}", field="device",
-                         fix="use device: cpu (or auto) for this reranker variant")
-    if ctx.spec.kind != "cross-encoder":
-        raise InputError(message=f"reranker backend {backend} runs cross-encoders; a "
-                         "bi-encoder scorer embeds through the pipeline's embedding backends",
-                         field="reranker.kind",
-                         fix="use kind: cross-encoder, or backend: inprocess for a bi-encoder")
+def graph_cache(ctx: RerankerContext) -> Path:
+    """The folder a graph reranker's exports and derived graphs are cached in. Its dtype,
+    device and model kind were checked when the recipe was read (the backend's declared
+    ``dtypes``, ``devices`` and ``model_kinds``)."""
     root = ctx.cache_dir if ctx.cache_dir is not None else Path(tempfile.gettempdir()) / "evalq"
     return Path(root) / "checkpoints"
 
@@ -112,4 +91,4 @@ def derive_context(ctx: RerankerContext, cache: Path, front: PairFront) -> Deriv
     return DeriveContext(cache, front, ctx.calibration, ctx.model_path)
 
 
-__all__ = ["GraphReranker", "checked_cpu", "derive_context", "num_labels"]
+__all__ = ["GraphReranker", "derive_context", "graph_cache", "num_labels"]

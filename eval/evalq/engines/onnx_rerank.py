@@ -16,7 +16,7 @@ from pathlib import Path
 
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
-from evalq.engines.graph_reranker import GraphReranker, checked_cpu, derive_context
+from evalq.engines.graph_reranker import GraphReranker, derive_context, graph_cache
 from evalq.engines.graph_variant import onnx_bytes, variant_graph
 from evalq.engines.onnx_backend import BACKEND_NAME, EXTRA, OnnxOptions, OrtSession
 from evalq.engines.pairfront import PairFront
@@ -60,7 +60,7 @@ def base_graph(options: OnnxOptions | None, model_path: Path, cache: Path) -> On
 
 
 def build(ctx: RerankerContext) -> Reranker:
-    cache = checked_cpu(ctx, BACKEND_NAME, "ONNX Runtime's CPU execution provider")
+    cache = graph_cache(ctx)
     settings = rerank_settings(ctx.spec, ctx.model_path)
     options = getattr(ctx.variant, BACKEND_NAME, None)
     front = PairFront(ctx.model_path, settings)

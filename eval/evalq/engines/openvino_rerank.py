@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
-from evalq.engines.graph_reranker import GraphReranker, checked_cpu, derive_context
+from evalq.engines.graph_reranker import GraphReranker, derive_context, graph_cache
 from evalq.engines.graph_variant import ir_bytes, variant_graph
 from evalq.engines.openvino_backend import BACKEND_NAME, OpenVinoModel, OpenVinoOptions, base_ir
 from evalq.engines.pairfront import PairFront
@@ -43,7 +43,7 @@ class OpenVinoReranker(OpenVinoModel, GraphReranker):
 
 
 def build(ctx: RerankerContext) -> Reranker:
-    cache = checked_cpu(ctx, BACKEND_NAME, "OpenVINO's CPU plugin", DTYPES)
+    cache = graph_cache(ctx)
     variant = ctx.variant
     fp16 = variant.dtype == "float16"
     settings = rerank_settings(ctx.spec, ctx.model_path)

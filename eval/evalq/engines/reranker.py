@@ -122,6 +122,13 @@ def apply_activation(logits: Any, settings: RerankSettings) -> Any:
     return torch.sigmoid(picked) if settings.activation == "sigmoid" else picked
 
 
+def num_labels(model_path: Path) -> int:
+    """The classification head's label count, as transformers reads the config."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(str(model_path), local_files_only=True).num_labels)
+
+
 def check_head(num_labels: int, settings: RerankSettings, model_path: Path) -> None:
     """Refuse a head the activation cannot read (before any pair is scored)."""
     if settings.label >= num_labels or settings.label < 0:
@@ -150,15 +157,12 @@ class CrossEncoderReranker:
     def __init__(self, model_path: str | Path, *, settings: RerankSettings,
                  dtype: str = "float32", quantization: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
-        from transformers import AutoConfig
-
         self.model_path = Path(model_path)
         self.settings = settings
         self.dtype = dtype
         self.device = device
         self.forward_calls = 0
-        config = AutoConfig.from_pretrained(str(self.model_path), local_files_only=True)
-        check_head(int(config.num_labels), settings, self.model_path)
+        check_head(num_labels(self.model_path), settings, self.model_path)
         self._model_fingerprint = model_fingerprint(self.model_path)
         with auto_class("AutoModelForSequenceClassification"):
             model, record = load_model(self.model_path, dtype=dtype, quantization=quantization,

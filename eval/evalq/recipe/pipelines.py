@@ -109,10 +109,14 @@ class RerankerVariant(StrictOptions):
                                    for key in BACKENDS.option_keys("reranker")})
         if wrong:
             raise ValueError(wrong)
-        dtypes = reranker_backend(self.backend).dtypes
-        if self.dtype not in dtypes:
+        spec = reranker_backend(self.backend)
+        if self.dtype not in spec.dtypes:
             raise ValueError(f"reranker backend {self.backend} serves dtype "
-                             f"{' or '.join(dtypes)}, not {self.dtype}")
+                             f"{' or '.join(spec.dtypes)}, not {self.dtype}")
+        if spec.devices and self.device != "auto" and self.device not in spec.devices:
+            raise ValueError(f"reranker backend {self.backend} runs on "
+                             f"{' or '.join(spec.devices)}, not {self.device}: use device: "
+                             f"{spec.devices[0]} (or auto) for this reranker variant")
         if self.quantization is not None and not isinstance(self.quantization.get("method"),
                                                             str):
             raise ValueError("quantization needs 'method' (e.g. method: bitsandbytes)")
