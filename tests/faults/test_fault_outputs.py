@@ -101,6 +101,13 @@ def test_calibrate_json(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert "false-pass" not in result.out  # refused before the simulation ran
 
 
+@ALL
+def test_report_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], place: Path) -> None:
+    """Checked before any folder is read: the folder named here does not even exist."""
+    _check(run_cli(capsys, "report", str(tmp_path / "no-run"), "-o", str(place / "r.html")),
+           "'-o'")
+
+
 def test_a_folder_where_the_file_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "r.yaml").mkdir()
     _check(run_cli(capsys, "init", "-o", str(tmp_path / "r.yaml"), "--force", "--model",

@@ -56,14 +56,12 @@ def write_report(results: Sequence[str | Path], output: str | Path) -> Path:
     if not results:
         raise InputError(message="no results folder given", field="RESULTS",
                          fix="evalq report results/quickstart -o report.html")
+    out = Path(output)
+    atomicio.check_output_location(out, folder=False, field="-o", what="the report")
     with damaged_folder_is_input(results):
         runs = [RunView.load(r) for r in results]
         text = render_run(runs[0]) if len(runs) == 1 else render_history(runs)
-    out = Path(output)
-    if out.is_dir():
-        raise InputError(message="the output is a folder", file=out, field="-o",
-                         fix="name a file, e.g. -o report.html")
-    try:
+    try:  # a disk that fills while writing
         atomicio.write_text(out, text)
     except OSError as exc:
         raise InputError(message=f"cannot write the report ({exc.strerror})", file=out,
