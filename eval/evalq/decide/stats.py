@@ -71,6 +71,17 @@ def _as_vector(values: np.ndarray, name: str) -> np.ndarray:
     return array
 
 
+def _paired(candidate: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides as float64 vectors of one length: a pair is one query's two values."""
+    cand = _as_vector(candidate, "candidate")
+    ref = _as_vector(reference, "reference")
+    if cand.shape != ref.shape:
+        raise ValueError(
+            f"paired values need equal lengths, got {cand.size} candidate and {ref.size} reference"
+        )
+    return cand, ref
+
+
 def _check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
@@ -127,12 +138,7 @@ def paired_bootstrap(
     first so that a broken query is reported, not averaged away.
     """
     _check_confidence(confidence)
-    cand = _as_vector(candidate, "candidate")
-    ref = _as_vector(reference, "reference")
-    if cand.shape != ref.shape:
-        raise ValueError(
-            f"paired values need equal lengths, got {cand.size} candidate and {ref.size} reference"
-        )
+    cand, ref = _paired(candidate, reference)
     diffs = cand - ref
     n = int(diffs.size)
     if n == 0:
@@ -193,12 +199,7 @@ def randomization_test(
     p-value is ``(1 + hits) / (1 + resamples)`` (the +1 counts the observed pattern, so
     the estimate is never 0 and the test keeps its size). Identical inputs give 1.0.
     """
-    cand = _as_vector(candidate, "candidate")
-    ref = _as_vector(reference, "reference")
-    if cand.shape != ref.shape:
-        raise ValueError(
-            f"paired values need equal lengths, got {cand.size} candidate and {ref.size} reference"
-        )
+    cand, ref = _paired(candidate, reference)
     diffs = cand - ref
     n = int(diffs.size)
     if n == 0 or np.all(diffs == 0.0):
