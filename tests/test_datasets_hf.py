@@ -157,3 +157,16 @@ def test_json_errors_carry_real_line_numbers(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="malformed JSON") as info:
         load_hf(spec(), base_dir=root)
     assert info.value.line == 2
+
+
+def test_ids_with_whitespace_are_refused_while_reading_like_beir(tmp_path: Path) -> None:
+    # One id check for every reader: a space in an id would otherwise pass the Hugging Face
+    # reader and fail only when the run file is written, after every document is encoded.
+    root = write_files(tmp_path / "data")
+    pq.write_table(pa.table({"qid": ["a", "b c"], "question": ["x", "y"]}),
+                   root / "queries.parquet")
+    with pytest.raises(InputError) as info:
+        load_hf(spec(), base_dir=root)
+    assert "contains whitespace" in str(info.value)
+    assert (Path(info.value.file).name, info.value.line, info.value.field) == (
+        "queries.parquet", 2, "qid")

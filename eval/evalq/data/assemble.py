@@ -245,3 +245,41 @@ def assemble_dataset(
         fingerprint=fingerprint(corpus, query_values, ordered),
         source=full_source,
     )
+
+
+def record_id(value: Any, file: str | Path, line: int, field: str, fix: str) -> str:
+    """One record's id as a string, refused where a TREC file could not hold it.
+
+    Every reader (BEIR JSON Lines, Hugging Face tables) calls this, so an id with a space
+    is refused while the data is read, not after encoding when the run file is written.
+    Integers become strings; ``bool`` is an ``int`` subclass, and true/false as an id is
+    certainly a mistake.
+    """
+    if isinstance(value, str) and value.strip():
+        if any(c.isspace() for c in value):
+            raise InputError(
+                f"id {value!r} contains whitespace, which TREC run and qrels files cannot "
+                "hold (their columns are whitespace-separated)",
+                file=file, line=line, field=field,
+                fix="replace spaces and tabs in ids, e.g. with '_', in the corpus, queries "
+                "and qrels alike",
+            )
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(
+        f"id must be a non-empty string or an integer, got {value!r}",
+        file=file, line=line, field=field, fix=fix,
+    )
+
+
+def record_text(value: Any, file: str | Path, line: int, field: str, fix: str) -> str:
+    """One record's text or title: a missing or null value is an empty text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    raise InputError(
+        f"expected a string, got {type(value).__name__} {value!r:.60}",
+        file=file, line=line, field=field, fix=fix,
+    )

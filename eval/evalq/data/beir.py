@@ -17,48 +17,20 @@ from typing import Any
 
 from evalq.core.dataset import Dataset
 from evalq.core.errors import InputError
-from evalq.data.assemble import AssemblyOptions, FieldNames, TextRecord, assemble_dataset
+from evalq.data.assemble import (
+    AssemblyOptions,
+    FieldNames,
+    TextRecord,
+    assemble_dataset,
+    record_id,
+    record_text,
+)
 from evalq.data.trec import iter_text_lines, read_qrels
 
 CORPUS_FILE = "corpus.jsonl"
 QUERIES_FILE = "queries.jsonl"
+_TEXT_FIX = "write texts as JSON strings"
 
-
-def _id_value(value: Any, path: Path, line: int, field: str) -> str:
-    # bool is an int subclass; true/false as an id is certainly a mistake.
-    if isinstance(value, str) and value.strip():
-        if any(c.isspace() for c in value):  # refused here, not after encoding
-            raise InputError(
-                f"id {value!r} contains whitespace, which TREC run and qrels files cannot "
-                "hold (their columns are whitespace-separated)",
-                file=path, line=line, field=field,
-                fix="replace spaces and tabs in ids, e.g. with '_', in the corpus, queries "
-                "and qrels alike",
-            )
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    raise InputError(
-        f"id must be a non-empty string or an integer, got {value!r}",
-        file=path,
-        line=line,
-        field=field,
-        fix=f"give every line a string '{field}'",
-    )
-
-
-def _text_value(value: Any, path: Path, line: int, field: str) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    raise InputError(
-        f"expected a string, got {type(value).__name__} {value!r:.60}",
-        file=path,
-        line=line,
-        field=field,
-        fix="write texts as JSON strings",
-    )
 
 
 def read_jsonl_records(
@@ -118,11 +90,12 @@ def row_record(row: dict[str, Any], path: Path, number: int, *, id_field: str,
             )
     title = ""
     if title_field is not None:
-        title = _text_value(row.get(title_field), path, number, title_field)
+        title = record_text(row.get(title_field), path, number, title_field, _TEXT_FIX)
     return TextRecord(
-        id=_id_value(row[id_field], path, number, id_field),
+        id=record_id(row[id_field], path, number, id_field,
+                     f"give every line a string '{id_field}'"),
         title=title,
-        text=_text_value(row[text_field], path, number, text_field),
+        text=record_text(row[text_field], path, number, text_field, _TEXT_FIX),
         file=str(path),
         line=number,
     )

@@ -26,13 +26,22 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from evalq.core.dataset import Dataset, Qrels
 from evalq.core.errors import InputError, MissingExtraError
-from evalq.data.assemble import AssemblyOptions, FieldNames, TextRecord, assemble_dataset
+from evalq.data.assemble import (
+    AssemblyOptions,
+    FieldNames,
+    TextRecord,
+    assemble_dataset,
+    record_id,
+    record_text,
+)
 from evalq.data.trec import iter_text_lines
 
 FileFormat = Literal["json", "parquet", "csv", "tsv"]
 _EXTENSIONS: dict[str, FileFormat] = {
     ".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "tsv",
 }
+_ID_FIX = "give every row an id without spaces"
+_TEXT_FIX = "store texts as strings"
 CACHE_FIX = (
     "on a machine with network access run `datasets.load_dataset(...)` with the same name, "
     "config, split and revision to fill the Hugging Face cache (HF_HOME), copy that cache "
@@ -259,28 +268,6 @@ def _column(table: Table, column: str, part: HFPart, what: str, config_field: st
     return table.columns[column]
 
 
-def _as_id(value: Any, where: str, line: int, column: str) -> str:
-    if isinstance(value, str) and value.strip():
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    raise InputError(
-        f"id must be a non-empty string or an integer, got {value!r}",
-        file=where, line=line, field=column, fix="give every row an id",
-    )
-
-
-def _as_text(value: Any, where: str, line: int, column: str) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    raise InputError(
-        f"expected a string, got {type(value).__name__}",
-        file=where, line=line, field=column, fix="store texts as strings",
-    )
-
-
 def _as_relevance(value: Any, where: str, line: int, column: str) -> int:
     if isinstance(value, bool) or value is None:
         number = math.nan
@@ -312,11 +299,11 @@ def _records(
         file, line = table.locate(row, part.describe())
         records.append(
             TextRecord(
-                id=_as_id(ids[row - 1], file, line, id_col[0]),
-                title=_as_text(titles[row - 1], file, line, title_col[0])
+                id=record_id(ids[row - 1], file, line, id_col[0], _ID_FIX),
+                title=record_text(titles[row - 1], file, line, title_col[0], _TEXT_FIX)
                 if titles is not None and title_col is not None
                 else "",
-                text=_as_text(texts[row - 1], file, line, text_col[0]),
+                text=record_text(texts[row - 1], file, line, text_col[0], _TEXT_FIX),
                 file=file,
                 line=line,
             )
@@ -331,8 +318,8 @@ def _qrels(table: Table, part: HFPart, columns: Columns) -> Qrels:
     judgments: dict[str, dict[str, int]] = {}
     for row in range(1, len(qids) + 1):
         file, line = table.locate(row, part.describe())
-        qid = _as_id(qids[row - 1], file, line, columns.qrels_query_id)
-        docid = _as_id(docids[row - 1], file, line, columns.qrels_doc_id)
+        qid = record_id(qids[row - 1], file, line, columns.qrels_query_id, _ID_FIX)
+        docid = record_id(docids[row - 1], file, line, columns.qrels_doc_id, _ID_FIX)
         rel = _as_relevance(scores[row - 1], file, line, columns.qrels_score)
         per_query = judgments.setdefault(qid, {})
         if docid in per_query and per_query[docid] != rel:
