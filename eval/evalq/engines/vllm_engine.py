@@ -77,6 +77,20 @@ def _check_settings(settings: EncodingSettings, max_model_len: int) -> None:
         )
 
 
+def shutdown_llm(llm: Any) -> None:
+    """Shut a ``vllm.LLM``'s engine core and worker processes down, then drop it.
+
+    An ``LLM`` left for the interpreter to clean up aborts the process at exit (exit code
+    134) even after all work succeeded, so every owner of one (the encoder here, the
+    reranker in ``engines.vllm_rerank``) closes it through this.
+    """
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    finally:
+        del llm
+        gc.collect()
+
+
 class VllmEngineEncoder:
     """Encoder over an in-process ``vllm.LLM`` pooling engine (worker processes included)."""
 
@@ -231,11 +245,7 @@ class VllmEngineEncoder:
             return
         self._closed = True
         llm, self._llm = self._llm, None
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        finally:
-            del llm
-            gc.collect()
+        shutdown_llm(llm)
 
     def __enter__(self) -> VllmEngineEncoder:
         return self

@@ -14,7 +14,6 @@ recipe options (:class:`RerankVllmOptions`).
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ from evalq.engines.reranker import (
     served_fingerprint,
 )
 from evalq.engines.spec import BackendSpec
+from evalq.engines.vllm_engine import shutdown_llm
 from evalq.engines.vllm_rerank_server import VllmServerReranker
 
 BACKEND_NAME = "vllm-engine"
@@ -149,11 +149,7 @@ class VllmEngineReranker:
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        finally:
-            del llm
-            gc.collect()
+        shutdown_llm(llm)
 
 
 # -- the vllm reranker backend's declaration ------------------------------------------
