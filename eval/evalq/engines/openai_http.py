@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -101,7 +101,57 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return (vectors / norms).astype(np.float32, copy=False)
 
 
-class OpenAIEncoder:
+class HttpEncoderBase:
+    """What every encoder over an HTTP embedding server shares: the client, token counts,
+    route listing, batching over concurrent requests, the server's identity and close.
+
+    Subclasses (``OpenAIEncoder`` here, ``TeiEncoder`` in ``engines.tei_http``) add their
+    request and reply formats; keeping the shared half here keeps one retry, batching and
+    identity behaviour for every served embedding backend.
+    """
+
+    backend: str
+
+    def __init__(self, url: str, route: str, *, settings: EncodingSettings,
+                 api_key_env: str | None, policy: RetryPolicy, concurrency: int,
+                 tokenizer_path: str | Path | None, probe_store: str | Path | None) -> None:
+        self.url = url.rstrip("/")
+        self.route = "/" + route.lstrip("/")
+        self.settings = settings
+        self.api_key_env = api_key_env
+        self._counter = TokenCounter(settings, tokenizer_path)
+        self._http = HttpJsonClient(self.url, policy=policy,
+                                    api_key=read_api_key(api_key_env), concurrency=concurrency)
+        self.probe_store = Path(probe_store) if probe_store is not None else None
+        self.server_identity: dict[str, Any] | None = None
+        self.max_batch = 1
+
+    def _identify(self, label: str, describe: Callable[[], Any]) -> None:
+        """Ask the server once what it is (``describe``) and embed the probe text, when a
+        probe store is set; the answer becomes part of the cache key."""
+        if self.probe_store is not None and self.server_identity is None:
+            self.server_identity = server_identity(
+                label, describe, lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self._counter(texts)
+
+    def server_routes(self) -> Any:
+        """What the server lists about itself (used by ``http_probe``)."""
+        return self._http.server_routes()
+
+    def _embed_batched(self, texts: Sequence[str]) -> np.ndarray:
+        batches = split_batches(list(texts), self.max_batch)
+        return np.concatenate(self._http.map_concurrent(self._embed_batch, batches), axis=0)
+
+    def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class OpenAIEncoder(HttpEncoderBase):
     """Encoder over ``POST {url}/v1/embeddings``; ``url`` is the server root (no ``/v1``)."""
 
     backend = BACKEND_NAME
@@ -136,33 +186,22 @@ class OpenAIEncoder:
             if url.rstrip("/").endswith("/v1"):
                 url = url.rstrip("/")[: -len("/v1")]
             route = "/v1/embeddings"
-        self.route = "/" + route.lstrip("/")
-        self.url = url.rstrip("/")
+        super().__init__(
+            url, route, settings=settings, api_key_env=api_key_env,
+            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
+            concurrency=concurrency, tokenizer_path=tokenizer_path, probe_store=probe_store)
         self.model = model
-        self.settings = settings
-        self.api_key_env = api_key_env
         self.max_batch = max_batch
         self.dimensions = dimensions
         self.encoding_format: EncodingFormat | None = encoding_format
         self.extra_fields = dict(extra_fields or {})
         self.identity = identity if identity is not None else f"{self.url}|{model}"
-        self._counter = TokenCounter(settings, tokenizer_path)
-        self._http = HttpJsonClient(
-            self.url,
-            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
-            api_key=read_api_key(api_key_env),
-            concurrency=concurrency,
-        )
         self.served_model: str | None = None
         self.requests = 0
-        self.probe_store = Path(probe_store) if probe_store is not None else None
-        self.server_identity: dict[str, Any] | None = None
 
     def fingerprint(self) -> str:
-        if self.probe_store is not None and self.server_identity is None:
-            self.server_identity = server_identity(
-                f"openai|{self.url}|{self.model}", lambda: self._http.get_json("/v1/models"),
-                lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
+        self._identify(f"openai|{self.url}|{self.model}",
+                       lambda: self._http.get_json("/v1/models"))
         key = {
             "server": self.server_identity,
             "backend": self.backend,
@@ -195,13 +234,6 @@ class OpenAIEncoder:
             "settings": self.settings.as_dict(),
         }
 
-    def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        return self._counter(texts)
-
-    def server_routes(self) -> Any:
-        """What the server lists about itself (used by ``http_probe``)."""
-        return self._http.server_routes()
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
@@ -218,11 +250,7 @@ class OpenAIEncoder:
     def embed_raw(self, texts: Sequence[str]) -> np.ndarray:
         """What the server returned, before client-side normalization (the route probe
         reads the server's own norm from it)."""
-        batches = split_batches(list(texts), self.max_batch)
-        return np.concatenate(self._http.map_concurrent(self._embed_batch, batches), axis=0)
-
-    def close(self) -> None:
-        self._http.close()
+        return self._embed_batched(texts)
 
     # -- internals ---------------------------------------------------------------------------
 

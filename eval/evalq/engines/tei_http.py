@@ -22,10 +22,9 @@ from evalq.core.errors import InputError
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
 from evalq.engines.context import BuildContext
-from evalq.engines.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
-from evalq.engines.openai_http import HttpOptions, TokenCounter
+from evalq.engines.http_common import RetryPolicy
+from evalq.engines.openai_http import HttpEncoderBase, HttpOptions
 from evalq.engines.replies import parse_tei_reply
-from evalq.engines.server_identity import PROBE_TEXT, server_identity
 from evalq.engines.spec import REMOTE_SERVER, BackendSpec
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ def tei_pooling(info: dict[str, Any]) -> str | None:
     return None
 
 
-class TeiEncoder:
+class TeiEncoder(HttpEncoderBase):
     """Encoder over TEI's ``/embed``; reads and checks ``/info`` in the constructor."""
 
     backend = BACKEND_NAME
@@ -69,18 +68,11 @@ class TeiEncoder:
     ) -> None:
         """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size;
         ``route`` is the native embed path (default ``/embed``)."""
-        self.url = url.rstrip("/")
-        self.route = "/" + (route or "/embed").lstrip("/")
-        self.settings = settings
-        self.api_key_env = api_key_env
-        self.prompt_name = prompt_name
-        self._counter = TokenCounter(settings, tokenizer_path)
-        self._http = HttpJsonClient(
-            self.url,
+        super().__init__(
+            url, route or "/embed", settings=settings, api_key_env=api_key_env,
             policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
-            api_key=read_api_key(api_key_env),
-            concurrency=concurrency,
-        )
+            concurrency=concurrency, tokenizer_path=tokenizer_path, probe_store=probe_store)
+        self.prompt_name = prompt_name
         info = self._http.get_json("/info")
         if not isinstance(info, dict):
             raise InputError(
@@ -90,8 +82,6 @@ class TeiEncoder:
             )
         self.info: dict[str, Any] = info
         self._check_info(info)
-        self.probe_store = Path(probe_store) if probe_store is not None else None
-        self.server_identity: dict[str, Any] | None = None
         batch = info.get("max_client_batch_size")
         server_batch = batch if isinstance(batch, int) and not isinstance(batch, bool) \
             and batch >= 1 else 32
@@ -117,10 +107,7 @@ class TeiEncoder:
             )
 
     def fingerprint(self) -> str:
-        if self.probe_store is not None and self.server_identity is None:
-            self.server_identity = server_identity(
-                f"tei|{self.url}", lambda: self.info,
-                lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
+        self._identify(f"tei|{self.url}", lambda: self.info)
         key = {
             "server": self.server_identity,
             "backend": self.backend,
@@ -148,21 +135,10 @@ class TeiEncoder:
             "settings": self.settings.as_dict(),
         }
 
-    def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        return self._counter(texts)
-
-    def server_routes(self) -> Any:
-        """What the server lists about itself (used by ``http_probe``)."""
-        return self._http.server_routes()
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        batches = split_batches(list(texts), self.max_batch)
-        return np.concatenate(self._http.map_concurrent(self._embed_batch, batches), axis=0)
-
-    def close(self) -> None:
-        self._http.close()
+        return self._embed_batched(texts)
 
     def _fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
