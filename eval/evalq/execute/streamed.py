@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ import numpy as np
 from evalq.core.names import inside
 from evalq.core.ranking import Ranking
 from evalq.data.streamed import StreamedCorpus
-from evalq.data.streaming import TextBlock, return_freed_memory
+from evalq.data.streaming import return_freed_memory
 from evalq.data.vectors import ShardWriter, open_shards, release_pages
 from evalq.encode.batching import EncodeStats, encode_texts
 from evalq.measure.reference import VectorAgreement, vector_agreement
@@ -143,34 +143,3 @@ def ray_block_hook(ray_exec: Any, variant: Any, ctx: Any, encoder: Any,
         for key, value in stats.items():
             totals[key] = totals.get(key, 0) + value
     return hook
-
-
-@dataclass(frozen=True)
-class EncodedShards:
-    """What :func:`encode_to_shards` wrote: the ids in corpus order and the shards' folder."""
-
-    ids: list[str]
-    shards_dir: Path
-    encode_seconds: float
-    texts: int
-
-
-def encode_to_shards(
-    encoder: Any, blocks: Iterator[TextBlock], out_dir: str | Path, *, role: str = "document",
-    shard_rows: int = 100_000, cache: Any = None, **encode_options: Any,
-) -> EncodedShards:
-    """Encode every block (cached per chunk) and append its vectors to sharded files."""
-    writer = ShardWriter(out_dir, shard_rows=shard_rows)
-    ids: list[str] = []
-    seconds = 0.0
-    for block in blocks:
-        encoded = encode_texts(encoder, block.texts, role=role, cache=cache,  # type: ignore[arg-type]
-                               progress=False, **encode_options)
-        writer.append(encoded.vectors)
-        seconds += encoded.stats.seconds_computing
-        ids.extend(block.ids)
-        del encoded, block
-        return_freed_memory()
-    writer.close()
-    return EncodedShards(ids=ids, shards_dir=Path(out_dir), encode_seconds=seconds,
-                          texts=len(ids))
