@@ -10,13 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 Pooling = Literal["mean", "cls", "last"]
 TruncationSide = Literal["right", "left"]
 PaddingSide = Literal["right", "left"]
+
+# The floating-point dtypes a variant can load weights in: the recipe's choices, the
+# backends' declarations and the checks all read this one list.
+FloatDtype = Literal["float32", "float16", "bfloat16"]
+FLOAT_DTYPES: tuple[str, ...] = get_args(FloatDtype)
 
 # Settings added after caches, manifests and baselines were first written. They are left out
 # of ``as_dict()`` (and so of fingerprints and manifests) while at these defaults, so every

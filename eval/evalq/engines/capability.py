@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from evalq.core.errors import InputError
 from evalq.engines.devices import (
-    DTYPES,
     VLLM_CPU_QUANTIZATION,
     DeviceInfo,
     DeviceKind,
@@ -78,7 +77,6 @@ def check_current_device(backend: str, quantization: str | None, dtype: str) -> 
 
 
 __all__ = [
-    "DTYPES",
     "VLLM_CPU_QUANTIZATION",
     "DeviceInfo",
     "check_capability",

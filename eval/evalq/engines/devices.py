@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evalq.core.errors import InputError
+from evalq.core.values import FLOAT_DTYPES
 
 DeviceKind = Literal["cpu", "cuda"]
 
-DTYPES = ("float32", "bfloat16", "float16")
 
 # vLLM quantization names -> (minimum CUDA compute capability, runs on x86 CPU).
 # ``None`` means "pre-quantized checkpoint, read from its config.json".
@@ -104,11 +104,11 @@ def check_vllm(
 
 
 def check_dtype(dtype: str) -> None:
-    if dtype not in DTYPES:
+    if dtype not in FLOAT_DTYPES:
         raise InputError(
             message=f"unknown dtype '{dtype}'",
             field="dtype",
-            fix=f"use one of {', '.join(DTYPES)}",
+            fix=f"use one of {', '.join(FLOAT_DTYPES)}",
         )
 
 
@@ -120,5 +120,5 @@ def check_current_vllm(quantization: str | None, dtype: str) -> DeviceInfo:
     return device
 
 
-__all__ = ["DTYPES", "VLLM_CPU_QUANTIZATION", "DeviceInfo", "DeviceKind", "check_current_vllm",
+__all__ = ["VLLM_CPU_QUANTIZATION", "DeviceInfo", "DeviceKind", "check_current_vllm",
            "check_dtype", "check_vllm", "detect_device"]

@@ -24,6 +24,7 @@ from evalq.engines.reranker import Reranker, RerankSettings, rerank_settings
 from evalq.engines.spec import BackendSpec
 
 FIELD = "reranker.openvino.file"
+# What this backend serves: OpenVINO compresses IR weights to f16, never bf16.
 DTYPES = ("float32", "float16")
 
 

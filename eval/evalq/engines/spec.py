@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evalq.core.values import FLOAT_DTYPES
+
 Kind = Literal["embedding", "reranker"]
 Serving = Literal["in-process", "engine", "http"]
 # Who applies quantization: evalq's own methods (``quantize.METHODS`` name their
@@ -27,7 +29,6 @@ Serving = Literal["in-process", "engine", "http"]
 # for it), or the server, which fixed it where it started (evalq refuses any).
 QuantizedBy = Literal["evalq", "engine", "server"]
 
-DTYPES = ("float32", "float16", "bfloat16")
 LOCAL_DEVICES = ("cpu", "cuda")
 
 Level = Literal["bit-identical", "near-invariant", "dependent", "unverified"]
@@ -98,7 +99,7 @@ class BackendSpec:
     options_required: bool = False
     model_kinds: tuple[str, ...] = ("embedding",)
     devices: tuple[str, ...] = LOCAL_DEVICES
-    dtypes: tuple[str, ...] = DTYPES
+    dtypes: tuple[str, ...] = FLOAT_DTYPES
     self_batching: tuple[str, ...] = ()
     batch_dependence: Callable[[Any], BatchDependence] | None = None
     ray: bool = False
@@ -185,7 +186,6 @@ class BackendRegistry:
 
 
 __all__ = [
-    "DTYPES",
     "NEAR_INVARIANT_TOLERANCE",
     "REMOTE_SERVER",
     "SERVER_CACHE_KEY",

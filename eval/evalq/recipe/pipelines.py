@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from evalq.core.errors import InputError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
+from evalq.core.values import FloatDtype
 from evalq.engines.onnx_backend import OnnxOptions
 from evalq.engines.openvino_backend import OpenVinoOptions
 from evalq.engines.quantize import METHODS
@@ -87,7 +88,7 @@ class RerankerVariant(StrictOptions):
     name: PathName
     # a registered reranker backend (backends/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("reranker"))
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: FloatDtype = "float32"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     model: str | None = None  # another checkpoint of the same reranker
     quantization: dict[str, Any] | None = None

@@ -21,6 +21,7 @@ from evalq.core.errors import InputError, RecipeValueError
 from evalq.core.locations import resolve_recipe
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
+from evalq.core.values import FloatDtype
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.modelinfo import SettingsOverrides
 from evalq.engines.onnx_backend import BACKEND_NAME as ONNX_BACKEND
@@ -89,7 +90,7 @@ class Variant(StrictOptions):
     name: PathName
     # a registered embedding backend (backends/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: FloatDtype = "float32"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     model: str | None = None  # a different checkpoint (e.g. a pre-quantized W8A8 folder)
     quantization: dict[str, Any] | None = None

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from evalq.core.errors import MissingExtraError
-from evalq.core.values import QuantizationRecord
+from evalq.core.values import FloatDtype, QuantizationRecord
 from evalq.engines.quantize.footprint import weight_bytes
-from evalq.engines.quantize.loading import FloatDtype, check_device, load_automodel, torch_dtype
+from evalq.engines.quantize.loading import check_device, load_automodel, torch_dtype
 
 if TYPE_CHECKING:
     import torch

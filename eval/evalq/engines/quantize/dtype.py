@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from evalq.core.errors import InputError
-from evalq.core.values import QuantizationRecord
+from evalq.core.values import FloatDtype, QuantizationRecord
 from evalq.engines.quantize.footprint import weight_bytes
-from evalq.engines.quantize.loading import FloatDtype, check_device, load_automodel
+from evalq.engines.quantize.loading import check_device, load_automodel
 
 if TYPE_CHECKING:
     import torch

@@ -11,15 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from evalq.core.errors import InputError
+from evalq.core.values import FLOAT_DTYPES
 
 if TYPE_CHECKING:
     import torch
 
-FloatDtype = Literal["float32", "float16", "bfloat16"]
-FLOAT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
 #: Attention kernel used for every in-process model. PyTorch's fused SDPA matches the eager
 #: implementation to float rounding (max |diff| 1.3e-7 on MiniLM) and is what
