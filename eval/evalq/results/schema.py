@@ -20,7 +20,7 @@ Numbers that can be NaN are ``float | None`` (``results.clean_json`` writes NaN 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -364,7 +364,7 @@ def migrate(data: dict[str, Any], file: Path) -> dict[str, Any]:
     return data
 
 
-def _field(error: dict[str, Any]) -> str:
+def _field(error: Mapping[str, Any]) -> str:
     return ".".join(str(p) for p in error.get("loc", ()))
 
 
