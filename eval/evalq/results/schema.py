@@ -1,8 +1,10 @@
 """The results contract as types: ``manifest.json`` and ``summary.json`` of a run folder.
 
-The writers (``runner``, ``rundir``, ``scoring.build_summary``, ``pipeline``,
-``sensitivity``) build plain dicts; these models describe exactly what they write, and
-every reader parses a folder through them (``results.RunFolder.read_summary`` /
+``execute.summarize.build_summary`` builds the summary as these models, and
+``RunFolder.write_summary`` takes a :class:`RunSummary` and validates it again as it writes
+(what is written is what every reader accepts); the manifest, which grows while the run
+goes, is validated as :class:`RunManifest` on every write. Every reader parses a folder
+through them (``results.RunFolder.read_summary`` /
 ``read_manifest``). A file edited by hand, cut short or written by another program
 therefore fails here, once, as bad input naming the file and the field, instead of as an
 ``AttributeError`` in whichever report touched the damaged key first.
@@ -133,16 +135,16 @@ class VariantDatasetEntry(Part):
     metrics: dict[str, MetricEntry]
     reference_metrics: dict[str, MeanEntry] | None = None
     vectors: dict[str, Any] | None = None
-    gate: GateResult | None = None
     batch_sensitivity: SensitivitySection | None = None
+    gate: GateResult | None = None
     encode: dict[str, Any] = Field(default_factory=dict)
     index: dict[str, Any] | None = None
 
 
 class DatasetSummary(Part):
     queries: int
-    documents: int | None = None
     variants: dict[str, VariantDatasetEntry]
+    documents: int | None = None
 
 
 class VariantSummary(Part):
@@ -152,7 +154,6 @@ class VariantSummary(Part):
 
     role: Literal["reference", "candidate"]
     passed: bool | None = None
-    verdict: Verdict | None = None
     weight_bytes: int | float | None = None
     settings_differ: dict[str, dict[str, Any]] | None = None
     startup_s: float | None = None
@@ -160,6 +161,7 @@ class VariantSummary(Part):
     peak_rss_mb: float | None = None
     children_peak_rss_mb: float | None = None
     peak_rss_method: str | None = None
+    verdict: Verdict | None = None
     suite_checks: list[GateCheck] | None = None
     # Retriever-stage pipeline gates that judge this dense candidate (scoring folds them in).
     pipeline_checks: list[GateCheck] | None = None
