@@ -189,7 +189,7 @@ def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
             found.checks[name].extend(gate.checks)
         entries[name] = rs.VariantDatasetEntry(
             role=info["role"], metrics=metrics, **parts,
-            encode=clean_json(ds_info.get("encode", {})),
+            encode=rs.EncodeSection.model_validate(clean_json(ds_info.get("encode", {}))),
             index=clean_json(ds_info.get("index")))
     return rs.DatasetSummary(queries=len(ref_values.query_ids), variants=entries,
                              documents=documents)
@@ -206,7 +206,8 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
         "reference_metrics": {
             m: rs.MeanEntry(**clean_json(mean_entry(_column(values, m), recipe.stats)))
             for m in recipe.reference_metrics},
-        "vectors": clean_json(ds_info.get("vectors"))}
+        "vectors": None if ds_info.get("vectors") is None else
+        rs.VectorFidelity.model_validate(clean_json(ds_info["vectors"]))}
     mine = [(i, s) for i, (c, s) in enumerate(specs)
             if c.variants is None or name in c.variants]
     gate = decide_gates(

@@ -10,8 +10,9 @@ therefore fails here, once, as bad input naming the file and the field, instead 
 ``AttributeError`` in whichever report touched the damaged key first.
 
 Parts are closed (``extra="forbid"``) except where a writer really stores an open
-mapping: backend descriptions, encoding settings, timings, encode statistics, index and
-vector figures, dataset sources, the recipe (typed by ``config.Recipe``, not here).
+mapping: backend descriptions, encoding settings, timings, index figures (their keys
+depend on the index kind), dataset sources, the recipe (typed by ``config.Recipe``, not
+here).
 Numbers that can be NaN are ``float | None`` (``results.clean_json`` writes NaN as null).
 
 ``SCHEMA_VERSION`` stays 1 (evalq 0.1 wrote it; nothing here changes the format).
@@ -84,7 +85,88 @@ class GateResult(Part):
     checks: list[GateCheck] = Field(default_factory=list)
 
 
+# -- vectors and encoding (execute.dataset_scoring) --------------------------------------
+
+class CosineStats(Part):
+    """Per-text cosines against the reference (``measure.reference.CosineSummary``);
+    ``mean``/``p1``/``min`` are null when a cosine is undefined or there are no texts."""
+
+    n: int
+    mean: float | None
+    p1: float | None
+    min: float | None
+    undefined: int
+    candidate_nan: int
+    candidate_inf: int
+    reference_nonfinite: int
+    ok: bool
+
+
+class VectorFidelity(Part):
+    """``vectors`` of a candidate: its queries' and documents' cosines to the reference."""
+
+    query: CosineStats
+    document: CosineStats
+
+
+class EncodeCounts(Part):
+    """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
+
+    texts: int
+    tokens: int
+    seconds_computing: float
+    texts_per_s: float | None
+    tokens_per_s: float | None
+    n_cached: int
+    n_computed: int
+    chunks_cached: int
+    chunks_computed: int
+    n_unique: int
+    tokens_computed: int
+    padded_tokens: int
+    batches: int
+
+
+class EncodeSection(Part):
+    """``encode`` of a variant on a dataset (empty when nothing was recorded)."""
+
+    documents: EncodeCounts | None = None
+    queries: EncodeCounts | None = None
+
+
 # -- batch sensitivity (sensitivity.apply_sensitivity) ------------------------------------
+
+class Dependence(Part):
+    """What the backend declares about batch dependence (``engines.spec``)."""
+
+    level: str
+    reason: str
+    tolerance: float | None
+    batch_dependent: bool
+
+
+class SensitivitySlice(Part):
+    max_queries: int | None
+    max_docs: int | None
+    queries: int
+    documents: int
+
+
+class CosineRange(Part):
+    mean: float | None
+    p1: float | None
+    min: float | None
+
+
+class BetweenCompositions(Part):
+    """The lowest cosine between compositions' vectors of each text, summarized; null
+    figures when fewer than two compositions ran."""
+
+    texts: int
+    compositions: int
+    cosine: CosineRange | None
+    max_abs_diff: float | None
+    bit_identical: bool | None
 
 class CompositionMetric(Part):
     value: float | None
@@ -99,7 +181,7 @@ class CompositionRow(Part):
     verdict: str
     verdicts: dict[str, str]
     metrics: dict[str, CompositionMetric]
-    vectors: dict[str, Any] | None = None
+    vectors: VectorFidelity | None = None
     seconds: float | None = None
 
 
@@ -111,15 +193,15 @@ class MetricRange(Part):
 
 
 class SensitivitySection(Part):
-    dependence: dict[str, Any]
+    dependence: Dependence
     verdict_rule: str
     passed_as_run: bool
     passed_every_composition: bool
     failing_compositions: list[str]
     inconclusive_compositions: list[str] = Field(default_factory=list)
     worst_composition: str | None
-    slice: dict[str, Any] | None
-    between_compositions: dict[str, Any]
+    slice: SensitivitySlice | None
+    between_compositions: BetweenCompositions
     metric_range: dict[str, MetricRange]
     compositions: list[CompositionRow]
     extra_seconds: float | None = None
@@ -134,10 +216,10 @@ class VariantDatasetEntry(Part):
     verdict: Verdict | None = None  # the per-variant verdict, where a writer adds it here
     metrics: dict[str, MetricEntry]
     reference_metrics: dict[str, MeanEntry] | None = None
-    vectors: dict[str, Any] | None = None
+    vectors: VectorFidelity | None = None
     batch_sensitivity: SensitivitySection | None = None
     gate: GateResult | None = None
-    encode: dict[str, Any] = Field(default_factory=dict)
+    encode: EncodeSection = Field(default_factory=EncodeSection)
     index: dict[str, Any] | None = None
 
 
