@@ -111,9 +111,13 @@ screenshot: install chromium
 # ruff without its cache (a cached verdict outlives the files it depended on: a renamed
 # bench/vllm.py kept `vllm` first-party here and not in CI), then the rules between the
 # package's parts ([tool.importlinter] in pyproject.toml).
+# The parts the type checker covers ([tool.mypy] in pyproject.toml holds its settings).
+MYPY_PACKAGES := core decide results recipe report
+
 lint: install
 	$(BIN)/ruff check --no-cache eval tests bench docs scripts
 	$(BIN)/lint-imports
+	$(BIN)/mypy $(addprefix -p evalq.,$(MYPY_PACKAGES))
 
 clean:
 	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) .evalq-cache

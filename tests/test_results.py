@@ -11,7 +11,7 @@ import pytest
 
 from evalq.core.errors import InputError
 from evalq.core.values import PerQuery
-from evalq.results.folder import SCHEMA_VERSION, RunFolder, clean_json
+from evalq.results.folder import SCHEMA_VERSION, RunFolder, RunSummary, clean_json
 
 
 def test_clean_json_turns_non_finite_into_null() -> None:
@@ -36,7 +36,8 @@ def test_per_query_values_round_trip_exactly(tmp_path: Path) -> None:
 def test_summary_is_replaced_atomically_and_stale_summary_moves_aside(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
     folder.prepare()
-    folder.write_summary({"passed": True})
+    folder.write_summary(RunSummary(schema_version=SCHEMA_VERSION, recipe="r", reference="ref",
+                                    passed=True, datasets={}, variants={}))
     assert json.loads((tmp_path / "summary.json").read_text())["schema_version"] == SCHEMA_VERSION
     folder.prepare()  # a new run starts in the same folder
     assert not (tmp_path / "summary.json").exists()

@@ -21,6 +21,7 @@ from evalq.recipe.schema import Recipe
 from evalq.report.runview import RunView
 from evalq.report.verdict import candidate_verdicts, recommend
 from evalq.results.folder import RunFolder
+from evalq.results.schema import RunSummary
 
 N = 60
 
@@ -72,8 +73,7 @@ def _folder(tmp_path: Path, recipe: Recipe, per_variant: dict[str, PerQuery],
                 "status": "finished"}
     folder.write_manifest(manifest)
     summary, _ = build_summary(recipe, variants, folder)
-    folder.write_summary(summary)
-    return folder.root, summary
+    return folder.root, folder.write_summary(summary)
 
 
 def test_a_candidate_without_a_gate_is_ungated_never_recommended(tmp_path: Path) -> None:
@@ -298,7 +298,7 @@ def _pipeline_folder(tmp_path: Path, stats: dict[str, Any] | None = None) -> Pat
         "bm25+fp32@5": {"kind": "reference"},
         "bm25+int8@5": {"kind": "reranker", "gate": gate.to_dict()}}, gate.passed)}
     summary["passed"] = summary["passed"] and gate.passed
-    RunFolder(root).write_summary(summary)
+    RunFolder(root).write_summary(RunSummary.model_validate(summary))
     return root
 
 
@@ -401,11 +401,12 @@ def test_a_retriever_stage_pipeline_gate_judges_the_dense_candidate(tmp_path: Pa
     summary["pipelines"] = {"p": _pipeline_summary("fp32+fp32@5", {
         "fp32+fp32@5": {"kind": "reference"},
         "dyn-int8+fp32@5": {"kind": "retriever", "gate": gate.to_dict()}}, gate.passed)}
-    add_pipeline_gates(summary)
-    info = summary["variants"]["dyn-int8"]
-    assert info["verdict"] == "fail" and info["passed"] is False
-    assert info["pipeline_checks"][0]["gate"].startswith("pipeline p dyn-int8+fp32@5: nDCG@5")
-    RunFolder(root).write_summary(summary)
+    judged = add_pipeline_gates(RunSummary.model_validate(summary))
+    info = judged.variants["dyn-int8"]
+    assert info.verdict == "fail" and info.passed is False
+    assert info.pipeline_checks is not None
+    assert info.pipeline_checks[0].gate.startswith("pipeline p dyn-int8+fp32@5: nDCG@5")
+    RunFolder(root).write_summary(judged)
     (verdict,) = candidate_verdicts(RunView.load(root))
     assert verdict.status == "fail" and "pipeline p" in verdict.failures[0].gate
 

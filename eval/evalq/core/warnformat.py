@@ -40,5 +40,5 @@ def format_warning(message: Warning | str, category: type[Warning], filename: st
 def install() -> Any:
     """Use :func:`format_warning` from now on; returns what it replaced."""
     previous = warnings.formatwarning
-    warnings.formatwarning = format_warning  # type: ignore[assignment]
+    warnings.formatwarning = format_warning
     return previous

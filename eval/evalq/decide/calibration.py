@@ -225,9 +225,9 @@ def calibrate(
                                                        confidence, counts).items():
                     rates.setdefault(rule, {})[scenario + "_pass"] = passed.mean()
                     rates[rule][scenario + "_fail"] = failed.mean()
-            for rule in rules:
-                r = rates[rule.name]
-                cells.append(Cell(rule.name, pop.name, pop.source, n, trials,
+            for each in rules:
+                r = rates[each.name]
+                cells.append(Cell(each.name, pop.name, pop.source, n, trials,
                                   float(r["boundary_pass"]), float(r["null_fail"]),
                                   float(r["null_pass"]), float(r["half_pass"]),
                                   alpha + allowance,

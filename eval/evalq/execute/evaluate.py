@@ -46,7 +46,7 @@ from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_d
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
 from evalq.execute.served_graph import ServedGraph, served_graph
-from evalq.execute.summarize import add_pipeline_gates, build_summary
+from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.measure.judged import JudgedIndex
 from evalq.recipe.load import parity_subject
 from evalq.recipe.plan import build_plan
@@ -238,7 +238,8 @@ def _run_variants(run: _Run) -> None:
 
 def _finish(run: _Run) -> dict[str, Any]:
     """Pipelines, statistics and gates, snippets, the finished manifest and the summary
-    (still inside the run's guard: SIGTERM or a bug here is recorded too)."""
+    (still inside the run's guard: SIGTERM or a bug here is recorded too); returns the
+    summary as written."""
 
     recipe, manifest, folder = run.recipe, run.manifest, run.folder
     pipelines = None
@@ -247,20 +248,18 @@ def _finish(run: _Run) -> dict[str, Any]:
                                   run.judged, manifest["variants"], run.cache)
         manifest["pipelines"] = pipelines.manifest
     summary, _ = build_summary(recipe, manifest["variants"], folder)
-    if pipelines is not None:
-        summary.update(pipelines=pipelines.summary,
-                       passed=summary["passed"] and pipelines.passed,
-                       failed_gates=[*summary["failed_gates"], *pipelines.failed_gates])
-        add_pipeline_gates(summary)  # retriever-stage gates judge a dense candidate
+    if pipelines is not None:  # retriever-stage gates judge a dense candidate too
+        summary = with_pipelines(summary, pipelines.summary, pipelines.passed,
+                                 pipelines.failed_gates)
     write_snippets(folder, run.datasets, [r.name for r in run.records],
                    words=recipe.report.snippet_words, title_separator=recipe.title_separator)
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
     folder.write_manifest(manifest)
-    folder.write_summary(summary)
+    written = folder.write_summary(summary)
     # The reference's shards of streamed corpora: the embedding cache holds the same.
     shutil.rmtree(folder.root / "shards", ignore_errors=True)
-    return summary
+    return written
 
 
 def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:

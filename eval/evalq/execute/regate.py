@@ -17,9 +17,10 @@ from typing import Any
 from evalq.core.errors import InputError
 from evalq.core.gates import DEFAULT_MIN_NONZERO, HISTORICAL_METHOD, VariantGate
 from evalq.execute.pipeline_regate import regate_pipelines
-from evalq.execute.summarize import add_pipeline_gates, build_summary
+from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.recipe.schema import Recipe
-from evalq.results.folder import RunFolder
+from evalq.results.folder import RunFolder, stored_form
+from evalq.results.schema import RunSummary
 
 
 def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
 class Regated:
     """What ``evalq gate`` re-decided; the app prints it and writes the CI outputs."""
 
-    summary: dict[str, Any]  # the re-decided summary (pipelines folded in)
+    decided: RunSummary  # the re-decided summary (pipelines folded in)
     verdicts: dict[str, VariantGate]  # by candidate
     pipeline_verdicts: dict[str, VariantGate]  # by pipeline combination's display name
     recipe_name: str
@@ -55,7 +56,12 @@ class Regated:
 
     @property
     def passed(self) -> bool:
-        return bool(self.summary["passed"])
+        return self.decided.passed
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The re-decided summary as ``summary.json`` would hold it."""
+        return stored_form(self.decided)
 
 
 def regate(results: str | Path, *, method: str | None = None) -> Regated:
@@ -81,9 +87,8 @@ def regate(results: str | Path, *, method: str | None = None) -> Regated:
 
         piped = regate_pipelines(recipe, folder, stored)
         pipeline_verdicts, changed = piped.verdicts, tuple(piped.changed)
-        summary = {**summary, "pipelines": piped.summary,
-                   "passed": summary["passed"] and piped.passed}
-        add_pipeline_gates(summary)  # as the run did: retriever-stage gates judge a candidate
-    return Regated(summary=summary, verdicts=verdicts, pipeline_verdicts=pipeline_verdicts,
+        # as the run did: retriever-stage gates judge a candidate
+        summary = with_pipelines(summary, piped.summary, piped.passed)
+    return Regated(decided=summary, verdicts=verdicts, pipeline_verdicts=pipeline_verdicts,
                    recipe_name=recipe.name, manifest=manifest, root=folder.root,
                    stored_passed=stored.get("passed"), changed=changed)

@@ -31,7 +31,8 @@ from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
 from evalq.recipe.gates import gate_spec
 from evalq.recipe.schema import GateConfig, Recipe
-from evalq.results.folder import RunFolder
+from evalq.results import schema as rs
+from evalq.results.folder import RunFolder, clean_json
 
 
 def _entry_confidence(specs: list[tuple[GateConfig, GateSpec]], metric: str, variant: str,
@@ -103,7 +104,7 @@ class _Gathered:
 
 
 def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
-                  folder: RunFolder) -> tuple[dict[str, Any], dict[str, VariantGate]]:
+                  folder: RunFolder) -> tuple[rs.RunSummary, dict[str, VariantGate]]:
     """``variants``: the manifest's per-variant entries (role, settings, backend, timings,
     parity, datasets), reference first.
 
@@ -140,64 +141,73 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         name: _summary_variant(info, settings_differ.get(name), verdicts.get(name),
                                suite_checks.get(name))
         for name, info in variants.items()}
-    return {
-        "recipe": recipe.name,
-        "reference": reference,
-        "passed": all(v.passed for v in verdicts.values()),
-        "failed_gates": [f"{name}: {c.gate} ({c.verdict})" for name, v in verdicts.items()
-                         for c in v.checks if not c.passed],
-        "stats": {"method": recipe.stats.method, "min_nonzero": recipe.stats.min_nonzero,
-                  "confidence": recipe.stats.confidence, "resamples": recipe.stats.resamples,
-                  "seed": recipe.stats.seed},
-        "suite": {"datasets": list(datasets),
-                  "gates": [{"gate": s.label, "over": s.over} for _, s in specs]},
-        "datasets": datasets,
-        "variants": summary_variants,
-        "warnings": warnings,
-    }, verdicts
+    return rs.RunSummary(
+        schema_version=rs.SCHEMA_VERSION,
+        recipe=recipe.name,
+        reference=reference,
+        passed=all(v.passed for v in verdicts.values()),
+        failed_gates=[f"{name}: {c.gate} ({c.verdict})" for name, v in verdicts.items()
+                      for c in v.checks if not c.passed],
+        stats=rs.StatsPart(method=recipe.stats.method, min_nonzero=recipe.stats.min_nonzero,
+                           confidence=recipe.stats.confidence,
+                           resamples=recipe.stats.resamples, seed=recipe.stats.seed),
+        suite=rs.SuitePart(datasets=list(datasets),
+                           gates=[rs.SuiteGate(gate=s.label, over=s.over) for _, s in specs]),
+        datasets=datasets,
+        variants=summary_variants,
+        warnings=warnings,
+    ), verdicts
 
 
 def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
                    variants: Mapping[str, Mapping[str, Any]], folder: RunFolder, ds_name: str,
-                   found: _Gathered) -> dict[str, Any]:
+                   found: _Gathered) -> rs.DatasetSummary:
     """One dataset's summary entry: every variant's metrics, a candidate's gates (its
     checks and pooled pairs land in ``found``)."""
     reference = recipe.reference.name
     ref_values = folder.read_per_query(ds_name, reference)
-    ds_entry: dict[str, Any] = {"queries": len(ref_values.query_ids), "variants": {}}
+    documents: int | None = None
+    entries: dict[str, rs.VariantDatasetEntry] = {}
     for name, info in variants.items():
         ds_info = info["datasets"].get(ds_name, {})
-        ds_entry["documents"] = ds_info.get("documents", ds_entry.get("documents"))
+        documents = ds_info.get("documents", documents)
         values = ref_values if name == reference else folder.read_per_query(ds_name, name)
-        entry: dict[str, Any] = {"role": info["role"], "metrics": {}}
+        metrics: dict[str, rs.MetricEntry] = {}
         for m in recipe.metrics:
             cand = _column(values, m)
-            entry["metrics"][m] = mean_entry(cand, recipe.stats)
-            if name != reference:
-                entry["metrics"][m]["vs_reference"] = paired_entry(
-                    cand, _column(ref_values, m), recipe.stats,
-                    _entry_confidence(specs, m, name, recipe.stats.confidence))
+            mean = clean_json(mean_entry(cand, recipe.stats))
+            if name == reference:
+                metrics[m] = rs.MetricEntry(**mean)
+                continue
+            metrics[m] = rs.MetricEntry(**mean, vs_reference=rs.PairedEntry(**clean_json(
+                paired_entry(cand, _column(ref_values, m), recipe.stats,
+                             _entry_confidence(specs, m, name, recipe.stats.confidence)))))
+        parts: dict[str, Any] = {}
         if name != reference:
-            gate = _candidate_gate(recipe, specs, folder, ds_name, name, entry, ds_info,
-                                   values, ref_values, found)
+            gate, parts = _candidate_gate(recipe, specs, folder, ds_name, name, ds_info,
+                                          values, ref_values, found)
             found.checks[name].extend(gate.checks)
-        entry["encode"] = ds_info.get("encode", {})
-        entry["index"] = ds_info.get("index")
-        ds_entry["variants"][name] = entry
-    return ds_entry
+        entries[name] = rs.VariantDatasetEntry(
+            role=info["role"], metrics=metrics, **parts,
+            encode=rs.EncodeSection.model_validate(clean_json(ds_info.get("encode", {}))),
+            index=clean_json(ds_info.get("index")))
+    return rs.DatasetSummary(queries=len(ref_values.query_ids), variants=entries,
+                             documents=documents)
 
 
 def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
-                    folder: RunFolder, ds_name: str, name: str, entry: dict[str, Any],
+                    folder: RunFolder, ds_name: str, name: str,
                     ds_info: Mapping[str, Any], values: PerQuery, ref_values: PerQuery,
-                    found: _Gathered) -> VariantGate:
-    """A candidate on one dataset: its reference metrics, vectors and per-dataset gates
-    (batch sensitivity folded in) into ``entry``; its pooled gates' pairs into ``found``."""
-    entry["reference_metrics"] = {
-        m: mean_entry(_column(values, m), recipe.stats)
-        for m in recipe.reference_metrics
-    }
-    entry["vectors"] = ds_info.get("vectors")
+                    found: _Gathered) -> tuple[VariantGate, dict[str, Any]]:
+    """A candidate on one dataset: its per-dataset gates (batch sensitivity folded in),
+    and its entry's parts (reference metrics, vectors, gate, batch sensitivity); its
+    pooled gates' pairs into ``found``."""
+    entry: dict[str, Any] = {
+        "reference_metrics": {
+            m: rs.MeanEntry(**clean_json(mean_entry(_column(values, m), recipe.stats)))
+            for m in recipe.reference_metrics},
+        "vectors": None if ds_info.get("vectors") is None else
+        rs.VectorFidelity.model_validate(clean_json(ds_info["vectors"]))}
     mine = [(i, s) for i, (c, s) in enumerate(specs)
             if c.variants is None or name in c.variants]
     gate = decide_gates(
@@ -205,67 +215,93 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
         extra_values={"cosine": _text_cosines(folder, ds_name, name)},
         resamples=recipe.stats.resamples, seed=recipe.stats.seed)
     if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
-        entry["batch_sensitivity"], gate, note = apply_sensitivity(
+        section, gate, note = apply_sensitivity(
             recipe, [s for _, s in mine if s.over == "per_dataset"], gate,
             ds_info["batch_sensitivity"], folder, ds_name, name)
+        entry["batch_sensitivity"] = rs.SensitivitySection.model_validate(clean_json(section))
         found.warnings.append(note)
     gate = VariantGate(gate.passed, tuple(
         GateCheck(f"{c.gate} on {ds_name}", c.passed, c.verdict, c.reason,
                   {**c.figures, "dataset": ds_name}) for c in gate.checks))
-    entry["gate"] = gate.to_dict()
+    entry["gate"] = rs.GateResult(passed=gate.passed,
+                                  checks=[_stored(c) for c in gate.checks])
     for i, s in mine:
         if s.over == "pooled":
             cand, ref = paired_values(s, values, ref_values)
             found.pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
-    return gate
+    return gate, entry
 
 
 def _summary_variant(info: Mapping[str, Any], settings_differ: Any, verdict: VariantGate | None,
-                     suite_checks: list[GateCheck] | None) -> dict[str, Any]:
+                     suite_checks: list[GateCheck] | None) -> rs.VariantSummary:
     """One variant's summary entry: its verdict (candidates) and costs."""
     quant = info.get("backend", {}).get("quantization") or {}
-    out: dict[str, Any] = {
-        "role": info["role"],
-        "passed": summary_passed(verdict.verdict) if verdict is not None else None,
-        "weight_bytes": quant.get("weight_bytes") if isinstance(quant, dict) else None,
-        "settings_differ": settings_differ,
-        **{k: info.get("timings", {}).get(k)
-           for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
-                     "peak_rss_method")},
-    }
+    timings = info.get("timings", {})
+    extra: dict[str, Any] = {}
     if verdict is not None:
-        out["verdict"] = verdict.verdict
+        extra["verdict"] = verdict.verdict
     if suite_checks is not None:
         # Checks that belong to the variant, not to one dataset: parity, pooled gates.
-        out["suite_checks"] = [c.to_dict() for c in suite_checks]
-    return out
+        extra["suite_checks"] = [_stored(c) for c in suite_checks]
+    return rs.VariantSummary(
+        role=info["role"],
+        passed=summary_passed(verdict.verdict) if verdict is not None else None,
+        weight_bytes=quant.get("weight_bytes") if isinstance(quant, dict) else None,
+        settings_differ=clean_json(settings_differ),
+        **{k: clean_json(timings.get(k))
+           for k in ("startup_s", "total_s", "peak_rss_mb", "children_peak_rss_mb",
+                     "peak_rss_method")},
+        **extra)
 
 
-def add_pipeline_gates(summary: dict[str, Any]) -> None:
+def _stored(check: GateCheck) -> rs.GateCheck:
+    """A decided check as the summary stores it (non-finite figures as null)."""
+    return rs.GateCheck.model_validate(check.to_dict())
+
+
+def with_pipelines(summary: rs.RunSummary, pipelines: Mapping[str, Mapping[str, Any]],
+                   passed: bool, failed_gates: list[str] | None = None) -> rs.RunSummary:
+    """``summary`` with the pipelines' results (each typed as a ``PipelineSummary``), their
+    verdict folded into ``passed`` and, where given, their failed gates listed, then
+    :func:`add_pipeline_gates` applied."""
+    typed = {name: rs.PipelineSummary.model_validate(clean_json(p))
+             for name, p in pipelines.items()}
+    update: dict[str, Any] = {"pipelines": typed,
+                              "passed": summary.passed and passed}
+    if failed_gates is not None:
+        update["failed_gates"] = [*summary.failed_gates, *failed_gates]
+    return add_pipeline_gates(summary.model_copy(update=update))
+
+
+def add_pipeline_gates(summary: rs.RunSummary) -> rs.RunSummary:
     """Fold the pipeline gates that apply to a dense candidate into its verdict: those on
     combinations where it is the first stage under the reference reranker (``kind:
     retriever``), the only ones that judge it alone. Its checks land in the variant's
     ``pipeline_checks``; a candidate with no gate of its own is gated by them."""
-    variants = summary.get("variants") or {}
-    found: dict[str, list[dict[str, Any]]] = {}
-    for pipe, p in (summary.get("pipelines") or {}).items():
-        for ds, d in (p.get("datasets") or {}).items():
-            for at_depth in (d.get("depths") or {}).values():
-                for combo, entry in (at_depth.get("combinations") or {}).items():
-                    first = entry.get("first_stage")
-                    info = variants.get(first) or {}
-                    if entry.get("kind") != "retriever" or info.get("role") != "candidate":
+    variants = summary.variants
+    found: dict[str, list[rs.GateCheck]] = {}
+    for pipe, p in (summary.pipelines or {}).items():
+        for ds, d in p.datasets.items():
+            for at_depth in d.depths.values():
+                for combo, entry in at_depth.combinations.items():
+                    info = variants.get(entry.first_stage)
+                    if entry.kind != "retriever" or info is None or info.role != "candidate":
                         continue
-                    found.setdefault(first, []).extend(
-                        {**c, "gate": f"pipeline {pipe} {combo}: {c['gate']} on {ds}"}
-                        for c in (entry.get("gate") or {}).get("checks", []))
+                    found.setdefault(entry.first_stage, []).extend(
+                        c.model_copy(update={"gate": f"pipeline {pipe} {combo}: {c.gate} "
+                                                     f"on {ds}"})
+                        for c in (entry.gate.checks if entry.gate is not None else []))
+    changed = dict(variants)
     for name, checks in found.items():
         if not checks:
             continue
         info = variants[name]
-        judged = outcome([check_from_dict(c) for c in checks], gated=True)
-        verdict = worst_of([info.get("verdict") or "ungated", judged])
-        info.update(verdict=verdict, passed=summary_passed(verdict), pipeline_checks=checks)
+        judged = outcome([check_from_dict(c.model_dump()) for c in checks], gated=True)
+        verdict = worst_of([info.verdict or "ungated", judged])
+        changed[name] = info.model_copy(update={"verdict": verdict,
+                                                "passed": summary_passed(verdict),
+                                                "pipeline_checks": checks})
+    return summary.model_copy(update={"variants": changed})
 
 
 def _name(metric: str) -> str:

@@ -33,8 +33,10 @@ class Problems:
     """Collects problems with their recipe lines."""
 
     def __init__(self, file: Path, located: Any, machine: bool = True) -> None:
-        self.file, self.located, self.items = file, located, []
-        self.machine, self.notes = machine, []
+        self.file, self.located = file, located
+        self.items: list[InputError] = []
+        self.machine = machine
+        self.notes: list[str] = []
         # (file, line, field, message, fix) -> (index in items, prefixes): add_error's merge
         self.shared: dict[tuple[Any, ...], tuple[int, list[str]]] = {}
 

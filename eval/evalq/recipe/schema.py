@@ -239,7 +239,7 @@ def _loc_to_path(loc: tuple[Any, ...]) -> KeyPath:
         ("function-", "union[", "list[", "dict[", "str", "literal["))))
 
 
-def _describe(err: dict[str, Any], model: type[BaseModel], path: KeyPath) -> tuple[str, str]:
+def _describe(err: Mapping[str, Any], model: type[BaseModel], path: KeyPath) -> tuple[str, str]:
     kind = err["type"]
     if kind == "extra_forbidden":
         key = str(path[-1]) if path else "?"

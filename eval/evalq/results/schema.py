@@ -1,15 +1,18 @@
 """The results contract as types: ``manifest.json`` and ``summary.json`` of a run folder.
 
-The writers (``runner``, ``rundir``, ``scoring.build_summary``, ``pipeline``,
-``sensitivity``) build plain dicts; these models describe exactly what they write, and
-every reader parses a folder through them (``results.RunFolder.read_summary`` /
+``execute.summarize.build_summary`` builds the summary as these models, and
+``RunFolder.write_summary`` takes a :class:`RunSummary` and validates it again as it writes
+(what is written is what every reader accepts); the manifest, which grows while the run
+goes, is validated as :class:`RunManifest` on every write. Every reader parses a folder
+through them (``results.RunFolder.read_summary`` /
 ``read_manifest``). A file edited by hand, cut short or written by another program
 therefore fails here, once, as bad input naming the file and the field, instead of as an
 ``AttributeError`` in whichever report touched the damaged key first.
 
 Parts are closed (``extra="forbid"``) except where a writer really stores an open
-mapping: backend descriptions, encoding settings, timings, encode statistics, index and
-vector figures, dataset sources, the recipe (typed by ``config.Recipe``, not here).
+mapping: backend descriptions, encoding settings, timings, index figures (their keys
+depend on the index kind), dataset sources, the recipe (typed by ``config.Recipe``, not
+here).
 Numbers that can be NaN are ``float | None`` (``results.clean_json`` writes NaN as null).
 
 ``SCHEMA_VERSION`` stays 1 (evalq 0.1 wrote it; nothing here changes the format).
@@ -20,7 +23,7 @@ Numbers that can be NaN are ``float | None`` (``results.clean_json`` writes NaN 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,7 +85,88 @@ class GateResult(Part):
     checks: list[GateCheck] = Field(default_factory=list)
 
 
+# -- vectors and encoding (execute.dataset_scoring) --------------------------------------
+
+class CosineStats(Part):
+    """Per-text cosines against the reference (``measure.reference.CosineSummary``);
+    ``mean``/``p1``/``min`` are null when a cosine is undefined or there are no texts."""
+
+    n: int
+    mean: float | None
+    p1: float | None
+    min: float | None
+    undefined: int
+    candidate_nan: int
+    candidate_inf: int
+    reference_nonfinite: int
+    ok: bool
+
+
+class VectorFidelity(Part):
+    """``vectors`` of a candidate: its queries' and documents' cosines to the reference."""
+
+    query: CosineStats
+    document: CosineStats
+
+
+class EncodeCounts(Part):
+    """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
+
+    texts: int
+    tokens: int
+    seconds_computing: float
+    texts_per_s: float | None
+    tokens_per_s: float | None
+    n_cached: int
+    n_computed: int
+    chunks_cached: int
+    chunks_computed: int
+    n_unique: int
+    tokens_computed: int
+    padded_tokens: int
+    batches: int
+
+
+class EncodeSection(Part):
+    """``encode`` of a variant on a dataset (empty when nothing was recorded)."""
+
+    documents: EncodeCounts | None = None
+    queries: EncodeCounts | None = None
+
+
 # -- batch sensitivity (sensitivity.apply_sensitivity) ------------------------------------
+
+class Dependence(Part):
+    """What the backend declares about batch dependence (``engines.spec``)."""
+
+    level: str
+    reason: str
+    tolerance: float | None
+    batch_dependent: bool
+
+
+class SensitivitySlice(Part):
+    max_queries: int | None
+    max_docs: int | None
+    queries: int
+    documents: int
+
+
+class CosineRange(Part):
+    mean: float | None
+    p1: float | None
+    min: float | None
+
+
+class BetweenCompositions(Part):
+    """The lowest cosine between compositions' vectors of each text, summarized; null
+    figures when fewer than two compositions ran."""
+
+    texts: int
+    compositions: int
+    cosine: CosineRange | None
+    max_abs_diff: float | None
+    bit_identical: bool | None
 
 class CompositionMetric(Part):
     value: float | None
@@ -97,7 +181,7 @@ class CompositionRow(Part):
     verdict: str
     verdicts: dict[str, str]
     metrics: dict[str, CompositionMetric]
-    vectors: dict[str, Any] | None = None
+    vectors: VectorFidelity | None = None
     seconds: float | None = None
 
 
@@ -109,15 +193,15 @@ class MetricRange(Part):
 
 
 class SensitivitySection(Part):
-    dependence: dict[str, Any]
+    dependence: Dependence
     verdict_rule: str
     passed_as_run: bool
     passed_every_composition: bool
     failing_compositions: list[str]
     inconclusive_compositions: list[str] = Field(default_factory=list)
     worst_composition: str | None
-    slice: dict[str, Any] | None
-    between_compositions: dict[str, Any]
+    slice: SensitivitySlice | None
+    between_compositions: BetweenCompositions
     metric_range: dict[str, MetricRange]
     compositions: list[CompositionRow]
     extra_seconds: float | None = None
@@ -132,17 +216,17 @@ class VariantDatasetEntry(Part):
     verdict: Verdict | None = None  # the per-variant verdict, where a writer adds it here
     metrics: dict[str, MetricEntry]
     reference_metrics: dict[str, MeanEntry] | None = None
-    vectors: dict[str, Any] | None = None
-    gate: GateResult | None = None
+    vectors: VectorFidelity | None = None
     batch_sensitivity: SensitivitySection | None = None
-    encode: dict[str, Any] = Field(default_factory=dict)
+    gate: GateResult | None = None
+    encode: EncodeSection = Field(default_factory=EncodeSection)
     index: dict[str, Any] | None = None
 
 
 class DatasetSummary(Part):
     queries: int
-    documents: int | None = None
     variants: dict[str, VariantDatasetEntry]
+    documents: int | None = None
 
 
 class VariantSummary(Part):
@@ -152,7 +236,6 @@ class VariantSummary(Part):
 
     role: Literal["reference", "candidate"]
     passed: bool | None = None
-    verdict: Verdict | None = None
     weight_bytes: int | float | None = None
     settings_differ: dict[str, dict[str, Any]] | None = None
     startup_s: float | None = None
@@ -160,6 +243,7 @@ class VariantSummary(Part):
     peak_rss_mb: float | None = None
     children_peak_rss_mb: float | None = None
     peak_rss_method: str | None = None
+    verdict: Verdict | None = None
     suite_checks: list[GateCheck] | None = None
     # Retriever-stage pipeline gates that judge this dense candidate (scoring folds them in).
     pipeline_checks: list[GateCheck] | None = None
@@ -364,7 +448,7 @@ def migrate(data: dict[str, Any], file: Path) -> dict[str, Any]:
     return data
 
 
-def _field(error: dict[str, Any]) -> str:
+def _field(error: Mapping[str, Any]) -> str:
     return ".".join(str(p) for p in error.get("loc", ()))
 
 
