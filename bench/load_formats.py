@@ -77,6 +77,18 @@ def _figures(out: Path) -> dict[str, Any]:
     return {"variants": figures, "recommendation": load.get("recommendation")}
 
 
+def _stop_unless_finished(command: str, code: int, out: Path) -> None:
+    """A failed command is not a measurement: no figures, no record, a non-zero exit.
+
+    Exit 0 and exit 1 (a gate failed) both finished and wrote their results; 2 (bad input),
+    3 (a bug) or a signal did not, and figures read from the folder after them would be
+    stale or missing.
+    """
+    if code not in (0, 1):
+        raise SystemExit(f"load_formats: `evalq {command}` exited {code}; no record written "
+                         f"(its output is in {out})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="recipes/load-onnx.yaml")
@@ -86,7 +98,9 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="evalq-load-formats-"))
     before = host()
     run_code, run_s = _evalq("run", args.recipe, "-o", str(out))
+    _stop_unless_finished("run", run_code, out)
     load_code, load_s = _evalq("load", args.recipe, "-o", str(out))
+    _stop_unless_finished("load", load_code, out)
     figures = _figures(out)
     figures.update({"run_exit": run_code, "run_s": round(run_s, 1), "load_exit": load_code,
                     "load_s": round(load_s, 1), "out": str(out),
