@@ -395,6 +395,68 @@ class ManifestVariant(Part):
     datasets: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class RecipeRecordVectors(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    quantize: str = "none"
+    rescore: int | None = None
+
+
+class RecipeRecordVariant(BaseModel):
+    """A variant of the recipe as stored: its name, and what a report shows of it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    backend: str | None = None
+    dtype: str | None = None
+    vectors: RecipeRecordVectors | None = None
+
+
+class RecipeRecordGate(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    metric: str
+    against: str = "qrels"
+
+
+class RecipeRecordStats(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    confidence: float = 0.95
+    resamples: int = 10_000
+    seed: int = 0
+
+
+class RecipeRecordReport(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cost: str | None = None
+
+
+class RecipeRecord(BaseModel):
+    """What a report reads of the recipe stored in the manifest (``config.Recipe``
+    dumped). Open (``extra="ignore"``): the recipe is validated as a recipe where it is
+    run; a report reads only these parts, and a recipe of an older evalq still reads."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str | None = None
+    description: str | None = None
+    reference: RecipeRecordVariant | None = None
+    candidates: list[RecipeRecordVariant] = Field(default_factory=list)
+    metrics: list[str] = Field(default_factory=list)
+    reference_metrics: list[str] = Field(default_factory=list)
+    gates: list[RecipeRecordGate] = Field(default_factory=list)
+    stats: RecipeRecordStats = Field(default_factory=RecipeRecordStats)
+    report: RecipeRecordReport = Field(default_factory=RecipeRecordReport)
+
+    def variant(self, name: str) -> RecipeRecordVariant | None:
+        """The reference or candidate called ``name``."""
+        every = [self.reference] if self.reference is not None else []
+        return next((v for v in [*every, *self.candidates] if v.name == name), None)
+
+
 class RunManifest(Part):
     """``manifest.json``: what ran. Written at the start (``status: running``), after the
     variants, and at the end or when the run stopped (``rundir.record_stop``)."""
@@ -421,6 +483,11 @@ class RunManifest(Part):
     error_kind: str | None = None
     crash_log: str | None = None
     stopped: str | None = None
+
+    @property
+    def recipe_record(self) -> RecipeRecord:
+        """The stored recipe as a report reads it (:class:`RecipeRecord`)."""
+        return RecipeRecord.model_validate(self.recipe)
 
 
 # -- versions, parsing, schema export -----------------------------------------------------
