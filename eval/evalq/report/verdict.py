@@ -122,6 +122,7 @@ def timed_throughput(run: RunView, variant: str) -> float | None:
     for ds in run.datasets:
         entry = run.entry(ds, variant)
         docs = entry.encode.documents if entry is not None else None
+        timed: tuple[Any, Any, Any]  # rate, seconds, texts: stored figures, checked below
         if docs is not None:
             timed = (docs.texts_per_s, docs.seconds_computing, docs.n_computed or docs.texts)
         else:  # not in the summary (an unfinished run): the manifest's open record
