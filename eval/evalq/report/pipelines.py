@@ -176,12 +176,10 @@ def _view(name: str, p: rs.PipelineSummary) -> PipelineView:
                 view.metrics += [m for m in c.metrics if m not in view.metrics]
             for reranker, fid in at.fidelity.items():
                 drift = fid.drift
-                pairs = drift.get("pairs")
                 view.fidelity.append(Fidelity(
                     ds, depth, reranker,
                     {m: Interval.of(v) for m, v in fid.measures.items()},
-                    finite(drift.get("mean_abs_delta")), finite(drift.get("p99_abs_delta")),
-                    pairs if isinstance(pairs, int) and not isinstance(pairs, bool) else None))
+                    finite(drift.mean_abs_delta), finite(drift.p99_abs_delta), drift.pairs))
     for ds, cost in p.cost.items():
         view.costs += _costs(ds, cost)
     return view

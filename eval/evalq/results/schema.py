@@ -229,6 +229,13 @@ class DatasetSummary(Part):
     documents: int | None = None
 
 
+class SettingDifference(Part):
+    """An encoding setting of a candidate that differs from the reference's."""
+
+    variant: Any
+    reference: Any
+
+
 class VariantSummary(Part):
     """``summary.variants.<variant>``: the variant over every dataset. ``passed`` is null
     for the reference (and, from the ungated fix on, for a candidate without a gate);
@@ -237,7 +244,7 @@ class VariantSummary(Part):
     role: Literal["reference", "candidate"]
     passed: bool | None = None
     weight_bytes: int | float | None = None
-    settings_differ: dict[str, dict[str, Any]] | None = None
+    settings_differ: dict[str, SettingDifference] | None = None
     startup_s: float | None = None
     total_s: float | None = None
     peak_rss_mb: float | None = None
@@ -289,9 +296,27 @@ class Combination(Part):
     verdict: Verdict | None = None
 
 
+class ScoreDrift(Part):
+    """A reranker's scores against the reference reranker's over every pair at once
+    (``measure.fidelity.pooled_drift``; only ``pairs`` when there were none)."""
+
+    pairs: int
+    mean_delta: float | None = None
+    mean_abs_delta: float | None = None
+    p99_abs_delta: float | None = None
+    max_abs_delta: float | None = None
+    ks_statistic: float | None = None
+    reference_mean: float | None = None
+    candidate_mean: float | None = None
+    reference_std: float | None = None
+    candidate_std: float | None = None
+    tie_rate_reference: float | None = None
+    tie_rate_candidate: float | None = None
+
+
 class Fidelity(Part):
     measures: dict[str, MeanEntry]
-    drift: dict[str, Figure]
+    drift: ScoreDrift
     first_stage: str
 
 
