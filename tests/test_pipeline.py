@@ -325,7 +325,7 @@ def test_console_markdown_and_html_show_the_pipelines(pipeline_run, capsys):
 
     _, _, outcome = pipeline_run
     run = RunView.load(outcome.output)
-    pipe = run.summary["pipelines"]["dense-ce"]
+    pipe = outcome.summary["pipelines"]["dense-ce"]
     depth = pipe["datasets"]["pydocs"]["depths"]["5"]
     both = depth["combinations"]["dyn-int8+dyn-int8@5"]
     parts = both["attribution"]["nDCG@5"]

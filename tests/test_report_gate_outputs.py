@@ -109,7 +109,7 @@ def test_bracketed_labels_reach_the_terminal_verbatim(report_runs, capsys) -> No
     failing[1]["gate"] += f" {label}"
     failing[1]["reason"] += " [bold]not markup[/bold]"
     summary["warnings"] = [*summary.get("warnings", []), f"a warning {label}"]
-    view = RunView(root=run, manifest=manifest, summary=summary)
+    view = RunView.of(run, manifest, summary)
     print_compact(view)
     compact = capsys.readouterr().out.replace("\n", " ")
     print_run_table(view, wide=True)

@@ -19,7 +19,7 @@ from evalq.core.values import PerQuery
 from evalq.execute.sensitivity import apply_sensitivity, compositions
 from evalq.recipe.schema import load_recipe
 from evalq.recipe.sensitivity import BatchSensitivity
-from evalq.results.folder import RunFolder
+from evalq.results.folder import RunFolder, RunSummary, clean_json
 from support import recipes
 
 SENSITIVITY = {"batch_tokens": [256, 2048], "shuffles": 1, "seed": 3, "max_queries": 30,
@@ -194,8 +194,16 @@ def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys
     assert section["inconclusive_compositions"] == ["as-run"]
     assert section["compositions"][0]["verdict"] == "inconclusive"
     assert "inconclusive under as-run" in note and "fails" not in note
-    print_sensitivity({"datasets": {"ds": {"variants": {"c": {"batch_sensitivity": {
-        **section, "dependence": {"level": "dependent"}}}}}}})
+    stored = {**section,
+              "dependence": {"level": "dependent", "reason": "", "tolerance": None,
+                             "batch_dependent": True},
+              "slice": {"max_queries": 30, "max_docs": 60, **section["slice"]},
+              "between_compositions": {"texts": 90, "compositions": 1, "cosine": None,
+                                       "max_abs_diff": None, "bit_identical": None}}
+    print_sensitivity(RunSummary.model_validate(clean_json({
+        "schema_version": 1, "recipe": "r", "reference": "fp32", "passed": False,
+        "variants": {}, "datasets": {"ds": {"queries": 30, "variants": {"c": {
+            "role": "candidate", "metrics": {}, "batch_sensitivity": stored}}}}})))
     out = capsys.readouterr().out
     assert "as-run  inconclusive" in out and "FAIL" not in out
 

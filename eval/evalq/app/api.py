@@ -225,5 +225,5 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     view = RunView.load(outcome.output)
     print_run_table(view, wide=wide)
     if loaded.recipe.batch_sensitivity is not None:
-        print_sensitivity(view.summary or {})
+        print_sensitivity(view.summary)
     return Results(outcome.output)

@@ -29,14 +29,17 @@ def print_compact(run: RunView, width: int = 100) -> None:
     from rich.table import Table
 
     console = Console(width=width)
-    summary = run.summary or {}
+    summary = run.summary
+    if summary is None:  # an unfinished run has no aggregates
+        console.print(f"no summary: the run did not finish; results in {escape(str(run.root))}")
+        return
     metric = run.headline_metric() or "—"
-    conf = f"{(run.recipe.get('stats') or {}).get('confidence', 0.95) * 100:g}%"
+    conf = f"{run.confidence * 100:g}%"
     statuses = {v.name: v.status for v in candidate_verdicts(run)}
     for ds in run.datasets:
-        ds_entry = summary["datasets"][ds]
-        table = Table(title=f"{run.name} · {ds} · {ds_entry['queries']} queries, "
-                      f"{ds_entry.get('documents')} docs · Δ vs {run.reference} [{conf} CI]",
+        ds_entry = summary.datasets[ds]
+        table = Table(title=f"{run.name} · {ds} · {ds_entry.queries} queries, "
+                      f"{ds_entry.documents} docs · Δ vs {run.reference} [{conf} CI]",
                       title_justify="left", box=None, pad_edge=False, padding=(0, 1))
         table.add_column("variant", no_wrap=True, max_width=20, overflow="ellipsis")
         table.add_column(metric, justify="right", no_wrap=True)
@@ -50,11 +53,12 @@ def print_compact(run: RunView, width: int = 100) -> None:
             entry = run.entry(ds, name)
             if entry is None:
                 continue
-            m = (entry.get("metrics") or {}).get(metric) or {}
-            vs = m.get("vs_reference") or {}
-            value = finite(m.get("value"))
-            delta = finite(vs.get("delta"))
-            low, high = finite(vs.get("ci_low")), finite(vs.get("ci_high"))
+            m = entry.metrics.get(metric)
+            vs = m.vs_reference if m is not None else None
+            value = finite(m.value if m is not None else None)
+            delta = finite(vs.delta if vs is not None else None)
+            low = finite(vs.ci_low if vs is not None else None)
+            high = finite(vs.ci_high if vs is not None else None)
             if name == run.reference:
                 verdict, style = "reference", "dim"
             else:
@@ -75,12 +79,12 @@ def print_compact(run: RunView, width: int = 100) -> None:
             # rich would take for markup and drop: every text from the run is escaped.
             console.print(f"[{colour}]{f.verdict}[/{colour}] {escape(v.name + where)}: "
                           f"{escape(f.gate)} — {escape(f.reason)}", highlight=False)
-    for w in summary.get("warnings", []):
+    for w in summary.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
     print_pipelines(console, pipeline_views(summary))
     rec = recommend(run)
     console.print(f"recommendation: {escape(rec.text)}", highlight=False)
-    verdict = "[green]PASSED[/green]" if summary.get("passed") else "[red]FAILED[/red]"
+    verdict = "[green]PASSED[/green]" if summary.passed else "[red]FAILED[/red]"
     out_dir = escape(str(run.root))
     console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, "
                   f"or evalq report {out_dir}", highlight=False)

@@ -91,6 +91,15 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def _variant_settings(run: RunView, variant: str) -> dict[str, Any]:
+    """A variant's settings, backend description and parity record, flattened."""
+    info = run.manifest_variant(variant)
+    if info is None:
+        return {}
+    return _flatten({"settings": info.settings, "backend": info.backend,
+                     "parity": info.parity})
+
+
 def _volatile(key: str) -> bool:
     return any(key == v or key.startswith(v + ".") for v in _VOLATILE)
 
@@ -102,7 +111,7 @@ def check_comparable(a: RunView, b: RunView) -> None:
             raise InputError(message="the run did not finish (no summary.json)",
                              file=run.root, fix="compare finished runs only")
     problems = []
-    da, db = set(a.manifest.get("datasets") or {}), set(b.manifest.get("datasets") or {})
+    da, db = set(a.manifest.datasets), set(b.manifest.datasets)
     if da != db:
         problems.append(f"datasets differ: A has {', '.join(sorted(da)) or 'none'}, "
                         f"B has {', '.join(sorted(db)) or 'none'}")
@@ -143,7 +152,7 @@ def load_comparable(path_a: str | Path, path_b: str | Path) -> tuple[RunView, Ru
 
 def stats_settings(run: RunView) -> dict[str, Any]:
     """The recipe's ``stats`` (confidence, resamples, seed) a comparison uses: A's."""
-    return run.recipe.get("stats") or {}
+    return run.recipe.stats.model_dump()
 
 
 def _both(a: RunView, b: RunView) -> list[str]:
@@ -165,8 +174,7 @@ def _pair(ds: str, variant: str, metric: str, a: RunView, b: RunView) -> PairedV
 def paired_values(a: RunView, b: RunView) -> list[PairedValues]:
     """The stored per-query values of every measure of A's recipe, for every variant both
     runs ran, paired by query id (dataset, variant, measure order)."""
-    measures = list(dict.fromkeys([*a.recipe.get("metrics", []),
-                                   *a.recipe.get("reference_metrics", [])]))
+    measures = list(dict.fromkeys([*a.recipe.metrics, *a.recipe.reference_metrics]))
     out = []
     for ds in a.datasets:
         for v in _both(a, b):
@@ -180,8 +188,7 @@ def paired_values(a: RunView, b: RunView) -> list[PairedValues]:
 def comparison(a: RunView, b: RunView, metrics: list[MetricDiff]) -> Comparison:
     """The comparison of two comparable runs around the paired differences the command
     computed: verdicts that changed, settings that differ, costs side by side."""
-    s = stats_settings(a)
-    out = Comparison(a=a, b=b, confidence=float(s.get("confidence", 0.95)), metrics=metrics)
+    out = Comparison(a=a, b=b, confidence=a.confidence, metrics=metrics)
     out.only_in_a = [v for v in a.variants if a.ran(v) and not b.ran(v)]
     out.only_in_b = [v for v in b.variants if b.ran(v) and not a.ran(v)]
     both = _both(a, b)
@@ -193,15 +200,13 @@ def comparison(a: RunView, b: RunView, metrics: list[MetricDiff]) -> Comparison:
                 va, vb = checks_a.get(gate, "absent"), checks_b.get(gate, "absent")
                 if va != vb:
                     out.verdicts.append(VerdictChange(ds, v, str(gate), str(va), str(vb)))
-    fa, fb = _flatten(a.manifest), _flatten(b.manifest)
+    fa = _flatten(a.manifest.model_dump(exclude_unset=True))
+    fb = _flatten(b.manifest.model_dump(exclude_unset=True))
     for key in sorted(set(fa) | set(fb)):
         if not _volatile(key) and fa.get(key) != fb.get(key):
             out.settings.append(SettingDiff(key, fa.get(key), fb.get(key)))
     for v in both:
-        ma = _flatten({k: a.manifest_variant(v).get(k) for k in ("settings", "backend",
-                                                                 "parity")})
-        mb = _flatten({k: b.manifest_variant(v).get(k) for k in ("settings", "backend",
-                                                                 "parity")})
+        ma, mb = _variant_settings(a, v), _variant_settings(b, v)
         for key in sorted(set(ma) | set(mb)):
             if ma.get(key) != mb.get(key) and not key.startswith("parity.cosine"):
                 out.settings.append(SettingDiff(f"variant {v}: {key}", ma.get(key), mb.get(key)))

@@ -54,14 +54,13 @@ def _gate_series(runs: list[RunView]) -> dict[tuple[str, str], dict[str, list[An
     for i, run in enumerate(runs):
         for ds in run.datasets:
             for name in run.candidates:
-                gate = (run.entry(ds, name) or {}).get("gate") or {}
-                for check in gate.get("checks", []):
-                    point = _gate_point(check.get("figures") or {})
+                for check in run.gate_checks(ds, name):
+                    point = _gate_point(check.figures)
                     if point is None:
                         continue
-                    key = (ds, str(check.get("gate")))
+                    key = (ds, check.gate)
                     series.setdefault(key, {}).setdefault(name, []).append(
-                        (i, point, check.get("verdict")))
+                        (i, point, check.verdict))
     return series
 
 
@@ -106,9 +105,9 @@ def _runs_table(runs: list[RunView]) -> Markup:
     for r in runs:
         s = r.summary
         passed = ("no summary", "muted") if s is None else (
-            ("passed", "pass") if s.get("passed") else ("failed", "fail"))
-        rows.append([r.label, r.git_revision, str(r.manifest.get("evalq_version", "?")),
-                     passed, str(len((s or {}).get("failed_gates", []))), str(r.root)])
+            ("passed", "pass") if s.passed else ("failed", "fail"))
+        rows.append([r.label, r.git_revision, r.manifest.evalq_version or "?",
+                     passed, str(len(s.failed_gates if s is not None else [])), str(r.root)])
     return table(["run", "git revision", "evalq", "gates", "failed gates", "folder"], rows)
 
 

@@ -8,6 +8,7 @@ inject markup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,33 +31,33 @@ def _mib(value: float | None) -> str:
 
 
 def run_summary_markdown(run: RunView) -> str:
-    summary = run.summary or {}
-    passed = summary.get("passed")
-    head = "✅ every gate passed" if passed else "❌ gates failed" if summary else \
-        "⚠️ the run did not finish"
-    datasets = ", ".join(f"{md(ds)} ({d.get('queries', '?')} queries, "
-                         f"{d.get('documents', '?')} documents)"
-                         for ds, d in (run.manifest.get("datasets") or {}).items())
+    summary = run.summary
+    head = "⚠️ the run did not finish" if summary is None else \
+        "✅ every gate passed" if summary.passed else "❌ gates failed"
+    datasets = ", ".join(f"{md(ds)} ({_or_unknown(d.queries)} queries, "
+                         f"{_or_unknown(d.documents)} documents)"
+                         for ds, d in run.manifest.datasets.items())
     lines = [f"## evalq · {md(run.name)}: {head}", "",
              f"reference `{md(run.reference)}` · {datasets} · git "
-             f"`{md(run.git_revision[:12])}` · evalq {md(run.manifest.get('evalq_version'))}",
+             f"`{md(run.git_revision[:12])}` · evalq {md(run.manifest.evalq_version)}",
              ""]
     verdicts = candidate_verdicts(run)
     rec = recommend(run, verdicts)
     lines += [f"**Recommendation** (cheapest by {COST_LABELS.get(rec.cost_key, rec.cost_key)}"
               f"): {md(rec.text)}", ""]
     metric = run.headline_metric()
-    conf = (run.recipe.get("stats") or {}).get("confidence", 0.95)
+    conf = run.confidence
     first_ds = run.datasets[0] if run.datasets else None
     lines += [f"| candidate | verdict | Δ {md(metric)} [{conf * 100:g}% CI] | weights | index "
               "| docs/s |", "|---|---|---:|---:|---:|---:|"]
     for v in verdicts:
         entry = run.entry(first_ds, v.name) if first_ds else None
-        vs = (((entry or {}).get("metrics") or {}).get(metric) or {}).get("vs_reference") or {}
-        delta = finite(vs.get("delta"))
-        cell = "—" if delta is None else (
-            f"{delta:+.4f} [{finite(vs.get('ci_low')) or 0:+.4f}, "
-            f"{finite(vs.get('ci_high')) or 0:+.4f}]")
+        m = entry.metrics.get(metric) if entry is not None and metric else None
+        vs = m.vs_reference if m is not None else None
+        delta = finite(vs.delta) if vs is not None else None
+        cell = "—" if vs is None or delta is None else (
+            f"{delta:+.4f} [{finite(vs.ci_low) or 0:+.4f}, "
+            f"{finite(vs.ci_high) or 0:+.4f}]")
         c = costs(run, v.name)
         speed = c.throughput_text()
         lines.append(f"| {md(v.name)} | {ICON.get(v.status, v.status)} | {cell} | "
@@ -72,7 +73,7 @@ def run_summary_markdown(run: RunView) -> str:
         lines += ["", "</details>"]
     for view in pipeline_views(summary):
         lines += _pipeline_lines(view)
-    for w in summary.get("warnings", []):
+    for w in summary.warnings if summary is not None else []:
         lines += ["", f"> ⚠️ {md(w)}"]
     return "\n".join(lines) + "\n"
 
@@ -120,6 +121,10 @@ def _pipeline_lines(view: PipelineView) -> list[str]:
     return lines
 
 
-def job_summary(root: Path, manifest: dict[str, Any], summary: dict[str, Any]) -> str:
+def job_summary(root: Path, manifest: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     """The markdown of a gate decision (``summary`` as just re-decided, not as stored)."""
-    return run_summary_markdown(RunView(root=Path(root), manifest=manifest, summary=summary))
+    return run_summary_markdown(RunView.of(Path(root), manifest, summary))
+
+
+def _or_unknown(value: int | None) -> str:
+    return "?" if value is None else str(value)

@@ -24,21 +24,22 @@ from evalq.results.damage import damaged_folder_is_input
 def _header(run: RunView) -> Markup:
     summary = run.summary
     if summary is None:
-        verdict, css = f"run {run.manifest.get('status', 'unfinished')}", "warn"
-    elif summary.get("passed"):
+        verdict, css = f"run {run.manifest.status or 'unfinished'}", "warn"
+    elif summary.passed:
         verdict, css = "every gate PASSED", "pass"
     else:
         verdict, css = "gates FAILED", "fail"
     datasets = ", ".join(
-        f"{ds} ({d.get('queries', '?')} queries, {d.get('documents', '?')} documents)"
-        for ds, d in (run.manifest.get("datasets") or {}).items())
+        f"{ds} ({'?' if d.queries is None else d.queries} queries, "
+        f"{'?' if d.documents is None else d.documents} documents)"
+        for ds, d in run.manifest.datasets.items())
     return Markup(
         "<header><h1>evalq · {name}</h1><p>{desc}</p><p><span class=\"{css}\">{verdict}"
         "</span> · reference {ref} · {datasets}</p><p>started {started} · git {rev} · "
         "evalq {version}</p></header>"
-    ).format(name=run.name, desc=run.recipe.get("description", ""), css=css,
+    ).format(name=run.name, desc=run.recipe.description or "", css=css,
              verdict=verdict, ref=run.reference, datasets=datasets, started=run.started,
-             rev=run.git_revision, version=run.manifest.get("evalq_version", "?"))
+             rev=run.git_revision, version=run.manifest.evalq_version or "?")
 
 
 def render_run(run: RunView) -> str:

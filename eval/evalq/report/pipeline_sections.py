@@ -15,7 +15,7 @@ from evalq.report.runview import RunView
 from evalq.report.sections import KIND_DETECTORS, section
 
 KIND = "pipeline"
-KIND_DETECTORS[KIND] = lambda run: bool((run.summary or {}).get("pipelines"))
+KIND_DETECTORS[KIND] = lambda run: bool(run.summary is not None and run.summary.pipelines)
 
 _CSS = {"pass": "pass", "fail": "fail", "inconclusive": "inconclusive", "ungated": "muted",
         "reference": "muted"}

@@ -18,6 +18,7 @@ from typing import Any
 
 from evalq.core.gates import GateCheck, outcome
 from evalq.report.runview import finite
+from evalq.results import schema as rs
 
 ATTRIBUTION_PARTS = ("retriever_only", "reranker_only", "interaction", "total")
 
@@ -31,10 +32,18 @@ class Interval:
     high: float | None = None
 
     @classmethod
-    def of(cls, entry: Mapping[str, Any] | None, key: str = "value") -> Interval:
-        entry = entry or {}
-        return cls(finite(entry.get(key)), finite(entry.get("ci_low")),
-                   finite(entry.get("ci_high")))
+    def of(cls, entry: rs.MeanEntry | None) -> Interval:
+        """A stored mean with its interval."""
+        if entry is None:
+            return cls(None)
+        return cls(finite(entry.value), finite(entry.ci_low), finite(entry.ci_high))
+
+    @classmethod
+    def paired(cls, entry: rs.PairedEntry | None) -> Interval:
+        """A stored paired difference with its interval."""
+        if entry is None:
+            return cls(None)
+        return cls(finite(entry.delta), finite(entry.ci_low), finite(entry.ci_high))
 
     def text(self, signed: bool = False, digits: int = 4) -> str:
         if self.value is None:
@@ -116,68 +125,71 @@ class PipelineView:
         return f"pipeline {self.name} {combo.dataset} {combo.name}"
 
 
-def _checks(gate: Mapping[str, Any] | None) -> list[GateCheckRow]:
-    return [GateCheckRow(str(c.get("gate")), str(c.get("verdict")), bool(c.get("passed")),
-                         str(c.get("reason", ""))) for c in (gate or {}).get("checks", [])]
+def _checks(gate: rs.GateResult | None) -> list[GateCheckRow]:
+    return [GateCheckRow(c.gate, c.verdict, c.passed, c.reason)
+            for c in (gate.checks if gate is not None else [])]
 
 
-def _combination(ds: str, depth: int, name: str, e: Mapping[str, Any]) -> Combination:
-    metrics = e.get("metrics") or {}
-    gate = e.get("gate")
+def _attribution(parts: rs.Attribution) -> dict[str, Interval]:
+    return {"retriever_only": Interval.paired(parts.retriever_only),
+            "reranker_only": Interval.paired(parts.reranker_only),
+            "interaction": Interval.paired(parts.interaction),
+            "total": Interval.paired(parts.total)}
+
+
+def _combination(ds: str, depth: int, name: str, e: rs.Combination) -> Combination:
     return Combination(
-        name=name, dataset=ds, depth=depth, first_stage=str(e.get("first_stage")),
-        reranker=str(e.get("reranker")), kind=str(e.get("kind")),
-        recall=Interval.of(e.get("first_stage_recall")),
-        metrics={m: Interval.of(v) for m, v in metrics.items()},
-        deltas={m: Interval.of(v.get("vs_reference"), "delta") for m, v in metrics.items()
-                if v.get("vs_reference")},
-        attribution={m: {p: Interval.of(parts.get(p), "delta") for p in ATTRIBUTION_PARTS}
-                     for m, parts in (e.get("attribution") or {}).items()},
-        checks=_checks(gate), gate_passed=None if gate is None else bool(gate.get("passed")),
-        verdict=e.get("verdict"))
+        name=name, dataset=ds, depth=depth, first_stage=e.first_stage,
+        reranker=e.reranker, kind=e.kind,
+        recall=Interval.of(e.first_stage_recall),
+        metrics={m: Interval.of(v) for m, v in e.metrics.items()},
+        deltas={m: Interval.paired(v.vs_reference) for m, v in e.metrics.items()
+                if v.vs_reference is not None},
+        attribution={m: _attribution(parts) for m, parts in (e.attribution or {}).items()},
+        checks=_checks(e.gate), gate_passed=None if e.gate is None else e.gate.passed,
+        verdict=e.verdict)
 
 
-def _costs(ds: str, cost: Mapping[str, Any]) -> list[StageCost]:
-    fs = cost.get("first_stage") or {}
-    out = [StageCost(ds, "first stage", str(fs.get("name")), None,
-                     finite(fs.get("seconds_per_query")),
-                     finite(fs.get("forward_passes_per_query")))]
-    for name, r in (cost.get("rerankers") or {}).items():
-        for depth, d in (r.get("depths") or {}).items():
+def _costs(ds: str, cost: rs.PipelineCost) -> list[StageCost]:
+    fs = cost.first_stage
+    out = [StageCost(ds, "first stage", fs.name, None, finite(fs.seconds_per_query),
+                     finite(fs.forward_passes_per_query))]
+    for name, r in cost.rerankers.items():
+        for depth, d in r.depths.items():
             out.append(StageCost(ds, "reranker", name, int(depth),
-                                 finite(d.get("rerank_seconds_per_query")),
-                                 finite(d.get("forward_passes_per_query")),
-                                 finite(r.get("pairs_per_s")), finite(r.get("weight_bytes")),
-                                 finite(d.get("rerank_cost_multiplier_vs_first_stage"))))
+                                 finite(d.rerank_seconds_per_query),
+                                 finite(d.forward_passes_per_query),
+                                 finite(r.pairs_per_s), finite(r.weight_bytes),
+                                 finite(d.rerank_cost_multiplier_vs_first_stage)))
     return out
 
 
-def _view(name: str, p: Mapping[str, Any]) -> PipelineView:
-    view = PipelineView(name=name, passed=p.get("passed"),
-                        failed_gates=list(p.get("failed_gates") or []), note=p.get("note"),
-                        metrics=[])
-    for ds, d in (p.get("datasets") or {}).items():
-        for depth_key, at in (d.get("depths") or {}).items():
+def _view(name: str, p: rs.PipelineSummary) -> PipelineView:
+    view = PipelineView(name=name, passed=p.passed, failed_gates=list(p.failed_gates),
+                        note=p.note, metrics=[])
+    for ds, d in p.datasets.items():
+        for depth_key, at in d.depths.items():
             depth = int(depth_key)
-            for combo, entry in (at.get("combinations") or {}).items():
+            for combo, entry in at.combinations.items():
                 c = _combination(ds, depth, combo, entry)
                 view.combinations.append(c)
                 view.metrics += [m for m in c.metrics if m not in view.metrics]
-            for reranker, fid in (at.get("fidelity") or {}).items():
-                drift = fid.get("drift") or {}
+            for reranker, fid in at.fidelity.items():
+                drift = fid.drift
                 view.fidelity.append(Fidelity(
                     ds, depth, reranker,
-                    {m: Interval.of(v) for m, v in (fid.get("measures") or {}).items()},
-                    finite(drift.get("mean_abs_delta")), finite(drift.get("p99_abs_delta")),
-                    drift.get("pairs")))
-    for ds, cost in (p.get("cost") or {}).items():
+                    {m: Interval.of(v) for m, v in fid.measures.items()},
+                    finite(drift.mean_abs_delta), finite(drift.p99_abs_delta), drift.pairs))
+    for ds, cost in p.cost.items():
         view.costs += _costs(ds, cost)
     return view
 
 
-def pipeline_views(summary: Mapping[str, Any] | None) -> list[PipelineView]:
+def pipeline_views(summary: rs.RunSummary | None) -> list[PipelineView]:
     """Every pipeline of a run's summary, in recipe order (empty for a run without any)."""
-    return [_view(name, p) for name, p in ((summary or {}).get("pipelines") or {}).items()]
+    if summary is None:
+        return []
+    return [_view(name, p) for name, p in (summary.pipelines or {}).items()]
 
 
 def attribution_text(parts: Mapping[str, Interval]) -> str:

@@ -22,6 +22,7 @@ from evalq.report.retrieval_sections import (
 from evalq.report.runview import RunView, finite
 from evalq.report.sections import section
 from evalq.report.verdict import candidate_verdicts, costs
+from evalq.results.schema import RecipeRecordVectors
 
 # -- quality against cost --------------------------------------------------------------
 
@@ -71,11 +72,12 @@ def quality_cost_section(run: RunView, page: Page) -> Markup:
                 value = costs(run, name).get(key)
                 if entry is None or value is None:
                     continue
-                vs = ((entry.get("metrics") or {}).get(metric) or {}).get("vs_reference")
-                delta = 0.0 if name == run.reference else finite((vs or {}).get("delta"))
+                m = entry.metrics.get(metric)
+                vs = m.vs_reference if m is not None else None
+                delta = 0.0 if name == run.reference else finite(vs.delta if vs else None)
                 if delta is None:
                     continue
-                points.append((name, value * scale, delta, vs or {}))
+                points.append((name, value * scale, delta, vs))
             if not points:
                 missing_axes.append(key)
                 continue
@@ -83,7 +85,8 @@ def quality_cost_section(run: RunView, page: Page) -> Markup:
             for name, cost, delta, vs in points:
                 status = "reference" if name == run.reference else STATUS_TEXT.get(
                     statuses.get(name, ""), "")
-                low, high = finite(vs.get("ci_low")), finite(vs.get("ci_high"))
+                low = finite(vs.ci_low) if vs is not None else None
+                high = finite(vs.ci_high) if vs is not None else None
                 error = None
                 if low is not None and high is not None:
                     error = {"type": "data", "symmetric": False, "array": [high - delta],
@@ -126,13 +129,13 @@ def cosine_section(run: RunView, page: Page) -> Markup:
         legend_shown: set[str] = set()
         for name in run.candidates:
             per_text = run.per_text(ds, name)
-            vectors = (run.entry(ds, name) or {}).get("vectors") or {}
-            for role in ("query", "document"):
-                s = vectors.get(role) or {}
-                if s:
-                    rows.append([name, role, fmt(finite(s.get("mean")), 6),
-                                 fmt(finite(s.get("p1")), 6), fmt(finite(s.get("min")), 6),
-                                 str(s.get("nan", 0)), str(s.get("inf", 0))])
+            entry = run.entry(ds, name)
+            vectors = entry.vectors if entry is not None else None
+            if vectors is not None:
+                for role, s in (("query", vectors.query), ("document", vectors.document)):
+                    rows.append([name, role, fmt(finite(s.mean), 6), fmt(finite(s.p1), 6),
+                                 fmt(finite(s.min), 6), str(s.candidate_nan),
+                                 str(s.candidate_inf)])
             if per_text is None:
                 if run.ran(name):
                     missing.append(name)
@@ -165,32 +168,24 @@ _SETTING_KEYS = ("pooling", "normalize", "max_length", "truncation_side", "query
                  "document_prefix")
 
 
-def _variant_recipe(run: RunView, name: str) -> dict[str, Any]:
-    for v in [run.recipe.get("reference") or {}, *run.recipe.get("candidates", [])]:
-        if v.get("name") == name:
-            return v
-    return {}
-
-
 def _settings_row(run: RunView, name: str) -> dict[str, str]:
     info = run.manifest_variant(name)
-    backend = info.get("backend") or {}
-    settings = info.get("settings") or backend.get("settings") or {}
+    backend = info.backend if info is not None else {}
+    settings = (info.settings if info is not None else {}) or backend.get("settings") or {}
     quant = backend.get("quantization") if isinstance(backend.get("quantization"), dict) else {}
-    recipe_v = _variant_recipe(run, name)
-    vectors = recipe_v.get("vectors") or {}
+    recipe_v = run.recipe.variant(name)
+    vectors = (recipe_v.vectors if recipe_v is not None else None) or RecipeRecordVectors()
     row = {k: json.dumps(settings.get(k)) if k in settings else "—" for k in _SETTING_KEYS}
-    row["backend"] = str(backend.get("backend") or recipe_v.get("backend") or "—")
-    row["dtype"] = str(backend.get("dtype") or recipe_v.get("dtype") or "—")
+    row["backend"] = str(backend.get("backend") or (recipe_v and recipe_v.backend) or "—")
+    row["dtype"] = str(backend.get("dtype") or (recipe_v and recipe_v.dtype) or "—")
     q = quant or {}
     method = q.get("method") or "—"
     bits = f" {q.get('bits')}-bit" if q.get("bits") else ""
     params = q.get("params") or {}
     row["quantization"] = f"{method}{bits}" + (f" {json.dumps(params, sort_keys=True)}"
                                                if params else "")
-    quantize = vectors.get("quantize", "none")
-    row["vectors"] = quantize + (f", rescore ×{vectors['rescore']}"
-                                 if vectors.get("rescore") else "")
+    row["vectors"] = vectors.quantize + (f", rescore ×{vectors.rescore}"
+                                         if vectors.rescore else "")
     return row
 
 
@@ -215,7 +210,8 @@ def settings_section(run: RunView, page: Page) -> Markup:
                     "quantization, and the usual cause of a broken retrieval.</p>"),
              table(["variant", *keys], rows)]
     for name in names:
-        differ = run.summary_variant(name).get("settings_differ")
+        info = run.summary_variant(name)
+        differ = info.settings_differ if info is not None else None
         if differ:
             parts.append(note(f"{name}: encoding settings differ from {run.reference} in "
                               + ", ".join(sorted(differ))))
@@ -227,42 +223,43 @@ def settings_section(run: RunView, page: Page) -> Markup:
 @section("provenance", "Provenance", kind=KIND, order=70)
 def provenance_section(run: RunView, page: Page) -> Markup:
     m = run.manifest
-    model = m.get("model") or {}
+    model = m.model
     facts = [
-        ("evalq version", m.get("evalq_version")),
-        ("git revision", m.get("git_revision")),
-        ("status", m.get("status")),
-        ("started", m.get("started")),
-        ("finished", m.get("finished") or m.get("stopped")),
-        ("recipe file", m.get("recipe_file")),
-        ("options", json.dumps(m.get("options"), sort_keys=True)),
+        ("evalq version", m.evalq_version),
+        ("git revision", m.git_revision),
+        ("status", m.status),
+        ("started", m.started),
+        ("finished", m.finished or m.stopped),
+        ("recipe file", m.recipe_file),
+        ("options", json.dumps(m.options, sort_keys=True)),
         ("model", model.get("path")),
         ("model fingerprint", model.get("fingerprint")),
-        ("platform", (m.get("environment") or {}).get("platform")),
-        ("CPUs", (m.get("environment") or {}).get("cpu_count")),
+        ("platform", m.environment.get("platform")),
+        ("CPUs", m.environment.get("cpu_count")),
         ("results folder", str(run.root)),
     ]
     parts = [table(["", ""], [[k, "—" if v is None else str(v)] for k, v in facts])]
     ds_rows = []
-    for name, d in (m.get("datasets") or {}).items():
-        source = d.get("source") or {}
-        ds_rows.append([name, d.get("fingerprint") or "—", str(d.get("queries", "—")),
-                        str(d.get("documents", "—")),
+    for name, d in m.datasets.items():
+        source = d.source
+        ds_rows.append([name, d.fingerprint or "—",
+                        "—" if d.queries is None else str(d.queries),
+                        "—" if d.documents is None else str(d.documents),
                         str(source.get("source") or source.get("path") or "—")])
     parts += [Markup("<h3>Datasets</h3>"),
               table(["dataset", "fingerprint", "queries", "documents", "source"], ds_rows)]
     v_rows = []
     for name in run.variants:
-        backend = run.manifest_variant(name).get("backend") or {}
+        backend = run.backend(name)
         v_rows.append([name, backend.get("backend") or "—",
                        backend.get("model_fingerprint") or "—", backend.get("fingerprint") or "—",
                        "yes" if run.ran(name) else "no"])
     parts += [Markup("<h3>Variants</h3>"),
               table(["variant", "backend", "model fingerprint", "backend fingerprint", "ran"],
                     v_rows)]
-    versions = m.get("versions") or {}
+    versions = m.versions
     parts += [Markup("<h3>Package versions</h3>"),
               table(["package", "version"], [[k, str(v)] for k, v in versions.items()]),
               Markup("<details><summary>recipe as resolved</summary><pre>{}</pre></details>"
-                     ).format(json.dumps(run.recipe, indent=2))]
+                     ).format(json.dumps(m.recipe, indent=2))]
     return Markup("").join(parts)

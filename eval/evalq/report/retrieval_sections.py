@@ -16,6 +16,7 @@ from evalq.report.html import Page, fmt, fmt_mib, fmt_signed, note, plot_text, t
 from evalq.report.runview import RunView, finite
 from evalq.report.sections import section
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
+from evalq.results.schema import MeanEntry, MetricEntry
 
 KIND = "retrieval"
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
@@ -81,26 +82,26 @@ def verdict_section(run: RunView, page: Page) -> Markup:
         rows.append([Markup("<span class=\"variant\">{}</span>").format(v.name),
                      status_cell(v.status), why])
     parts.append(table(["candidate", "verdict", "why"], rows))
-    for w in (run.summary or {}).get("warnings", []):
+    for w in run.summary.warnings if run.summary is not None else []:
         parts.append(note(f"warning: {w}"))
     return Markup("").join(parts)
 
 
 # -- metric table ------------------------------------------------------------------------
 
-def _ci(entry: dict[str, Any] | None) -> str:
-    if not entry:
+def _ci(entry: MeanEntry | None) -> str:
+    if entry is None:
         return "—"
-    return (f"{fmt(finite(entry.get('value')))} "
-            f"[{fmt(finite(entry.get('ci_low')), 3)}, {fmt(finite(entry.get('ci_high')), 3)}]")
+    return (f"{fmt(finite(entry.value))} "
+            f"[{fmt(finite(entry.ci_low), 3)}, {fmt(finite(entry.ci_high), 3)}]")
 
 
-def _delta(entry: dict[str, Any] | None) -> tuple[str, str]:
-    vs = (entry or {}).get("vs_reference")
-    if not vs:
+def _delta(entry: MetricEntry | None) -> tuple[str, str]:
+    vs = entry.vs_reference if entry is not None else None
+    if vs is None:
         return "—", "muted"
-    low, high = finite(vs.get("ci_low")), finite(vs.get("ci_high"))
-    text = (f"{fmt_signed(finite(vs.get('delta')))} "
+    low, high = finite(vs.ci_low), finite(vs.ci_high)
+    text = (f"{fmt_signed(finite(vs.delta))} "
             f"[{fmt_signed(low, 3)}, {fmt_signed(high, 3)}]")
     css = "fail" if high is not None and high < 0 else ""
     return text, css
@@ -111,16 +112,15 @@ def metrics_section(run: RunView, page: Page) -> Markup:
     if run.summary is None:
         return note("no summary.json: the metric table needs the run's aggregates "
                     "(rerun 'evalq run' to finish the folder)")
-    metrics = list(run.recipe.get("metrics", []))
-    ref_metrics = list(run.recipe.get("reference_metrics", []))
-    conf = (run.recipe.get("stats") or {}).get("confidence", 0.95)
+    metrics, ref_metrics = run.recipe.metrics, run.recipe.reference_metrics
+    conf = run.confidence
     parts = [Markup("<p class=\"muted\">value [{}% CI]; Δ = candidate − reference "
                     "(paired, per query) [{}% CI]; red Δ: the whole interval is below 0. "
                     "Peak RSS is the evaluating process's peak so far (it includes earlier "
                     "variants).</p>").format(f"{conf * 100:g}", f"{conf * 100:g}")]
     statuses = {v.name: v.status for v in candidate_verdicts(run)}
     for ds in run.datasets:
-        ds_entry = (run.summary.get("datasets") or {}).get(ds, {})
+        ds_entry = run.summary.datasets.get(ds)
         headers = ["variant", "gates"]
         for m in metrics:
             headers += [m, f"Δ {m}"]
@@ -136,10 +136,10 @@ def metrics_section(run: RunView, page: Page) -> Markup:
             row.append(("reference", "muted") if is_ref else status_cell(
                 statuses.get(name, "no verdict")))
             for m in metrics:
-                e = (entry.get("metrics") or {}).get(m)
+                e = entry.metrics.get(m)
                 row += [_ci(e), ("—", "muted") if is_ref else _delta(e)]
             for m in ref_metrics:
-                row.append("—" if is_ref else _ci((entry.get("reference_metrics") or {}).get(m)))
+                row.append("—" if is_ref else _ci((entry.reference_metrics or {}).get(m)))
             c = costs(run, name)
             row += [fmt_mib(c.weight_bytes), c.index_text(),
                     c.throughput_text(),
@@ -148,7 +148,9 @@ def metrics_section(run: RunView, page: Page) -> Markup:
         numeric = list(range(2, len(headers)))
         parts += [ds_heading(run, ds),
                   Markup("<p class=\"muted\">{} queries, {} documents</p>").format(
-                      ds_entry.get("queries", "?"), ds_entry.get("documents", "?")),
+                      "?" if ds_entry is None else ds_entry.queries,
+                      "?" if ds_entry is None or ds_entry.documents is None
+                      else ds_entry.documents),
                   table(headers, rows, numeric=numeric)]
         missing = [v for v in run.variants if run.ran(v) and run.entry(ds, v) is None]
         if missing:
@@ -229,7 +231,7 @@ def _most_hurt(run: RunView, ds: str, variant: str, metric: str) -> Markup:
 @section("per-query", "Per-query view", kind=KIND, order=40)
 def per_query_section(run: RunView, page: Page) -> Markup:
     go = plotly_go()
-    metrics = list(run.recipe.get("metrics", []))
+    metrics = list(run.recipe.metrics)
     headline = run.headline_metric()
     parts: list[Markup] = []
     for ds in run.datasets:

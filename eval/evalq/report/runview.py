@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,79 +23,85 @@ import numpy as np
 from evalq.core.errors import InputError
 from evalq.core.values import PerQuery
 from evalq.results.folder import RunFolder
-from evalq.results.schema import GateCheck, ManifestDataset, RunManifest, RunSummary
+from evalq.results.schema import (
+    GateCheck,
+    ManifestDataset,
+    ManifestVariant,
+    RecipeRecord,
+    RunManifest,
+    RunSummary,
+    VariantDatasetEntry,
+    VariantSummary,
+)
 
 
 @dataclass
 class RunView:
-    """One results folder. ``summary`` is ``None`` for a run that never finished."""
+    """One results folder, typed: ``manifest`` as :class:`RunManifest`, ``summary`` as
+    :class:`RunSummary` (``None`` for a run that never finished). Sections read their
+    attributes; only the manifest's open parts (backend descriptions, timings, settings,
+    index records) are mappings."""
 
     root: Path
-    manifest: dict[str, Any]
-    summary: dict[str, Any] | None
+    manifest: RunManifest
+    summary: RunSummary | None
     notes: list[str] = field(default_factory=list)
     _cache: dict[tuple[str, str, str], Any] = field(default_factory=dict, repr=False)
-
-    manifest_model: RunManifest | None = field(default=None, repr=False)
-    summary_model: RunSummary | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, root: str | Path) -> RunView:
         """Read a folder through the results models: a damaged ``manifest.json`` or
         ``summary.json`` (a wrong type, a null, a foreign key) is bad input naming the
-        file and the field. ``manifest``/``summary`` keep the files' mappings as stored
-        for the sections that read their open parts."""
+        file and the field."""
         root = Path(root)
         if not root.is_dir():
             raise InputError(message="no such results folder", file=root,
                              fix="pass a folder written by 'evalq run' (e.g. results/quickstart)")
         folder = RunFolder(root)
-        manifest = folder.read_manifest_data()
-        view = cls(root=root, manifest=manifest, summary=None,
-                   manifest_model=RunManifest.model_validate(manifest))
+        view = cls(root=root, manifest=folder.read_manifest(), summary=None)
         if (root / "summary.json").is_file():
-            view.summary = folder.read_summary_data()
-            view.summary_model = RunSummary.model_validate(view.summary)
+            view.summary = folder.read_summary()
         else:
-            status = manifest.get("status", "unknown")
-            error = manifest.get("error")
+            error = view.manifest.error
             view.notes.append(
-                f"no summary.json: the run did not finish (status {status}"
-                + (f": {error}" if error else "")
+                f"no summary.json: the run did not finish (status "
+                f"{view.manifest.status or 'unknown'}" + (f": {error}" if error else "")
                 + "); aggregates, confidence intervals and verdicts are missing, stored "
                 "per-query values are shown where they exist")
         return view
 
+    @classmethod
+    def of(cls, root: Path, manifest: Mapping[str, Any],
+           summary: Mapping[str, Any] | None) -> RunView:
+        """A view of a manifest and summary held in memory (``evalq gate`` renders the
+        summary it just decided, not the stored one)."""
+        return cls(root=Path(root), manifest=RunManifest.model_validate(manifest),
+                   summary=None if summary is None else RunSummary.model_validate(summary))
+
     # -- identity ------------------------------------------------------------------------
-    @property
-    def recipe(self) -> dict[str, Any]:
-        return self.manifest.get("recipe") or {}
+    @cached_property
+    def recipe(self) -> RecipeRecord:
+        return self.manifest.recipe_record
 
     @property
     def name(self) -> str:
-        if self.summary_model is not None:
-            return self.summary_model.recipe
-        return str((self.summary or {}).get("recipe") or self.recipe.get("name") or self.root.name)
+        if self.summary is not None:
+            return self.summary.recipe
+        return self.recipe.name or self.root.name
 
     @property
     def reference(self) -> str:
-        if self.summary_model is not None:
-            return self.summary_model.reference
-        ref = (self.summary or {}).get("reference") or (self.recipe.get("reference") or {}).get(
-            "name")
-        return str(ref or "")
+        if self.summary is not None:
+            return self.summary.reference
+        return self.recipe.reference.name if self.recipe.reference is not None else ""
 
     @property
     def started(self) -> str:
-        if self.manifest_model is not None:
-            return self.manifest_model.started or ""
-        return str(self.manifest.get("started") or "")
+        return self.manifest.started or ""
 
     @property
     def git_revision(self) -> str:
-        if self.manifest_model is not None:
-            return self.manifest_model.git_revision or "unknown"
-        return str(self.manifest.get("git_revision") or "unknown")
+        return self.manifest.git_revision or "unknown"
 
     @property
     def label(self) -> str:
@@ -106,26 +113,29 @@ class RunView:
 
     @property
     def cost_key(self) -> str:
-        return str((self.recipe.get("report") or {}).get("cost") or "weight_bytes")
+        return self.recipe.report.cost or "weight_bytes"
+
+    @property
+    def confidence(self) -> float:
+        """The recipe's confidence level (what the tables' intervals are at)."""
+        return self.recipe.stats.confidence
 
     # -- structure -----------------------------------------------------------------------
     @cached_property
     def datasets(self) -> list[str]:
-        if self.summary_model is not None:
-            return list(self.summary_model.datasets)
         if self.summary is not None:
-            return list(self.summary.get("datasets", {}))
-        return list(self.manifest.get("datasets", {}))
+            return list(self.summary.datasets)
+        return list(self.manifest.datasets)
 
     @cached_property
     def variants(self) -> list[str]:
         """Reference first, then candidates in recipe order; a candidate the recipe names
         but the folder lacks is listed too (see :meth:`ran`)."""
         names: list[str] = []
-        recipe_names = [(self.recipe.get("reference") or {}).get("name")] + [
-            c.get("name") for c in self.recipe.get("candidates", [])]
-        for source in (recipe_names, list(self.manifest.get("variants", {})),
-                       list((self.summary or {}).get("variants", {}))):
+        recipe_names = [self.recipe.reference.name if self.recipe.reference else None] + [
+            c.name for c in self.recipe.candidates]
+        for source in (recipe_names, list(self.manifest.variants),
+                       list(self.summary.variants if self.summary is not None else [])):
             names += [n for n in source if n and n not in names]
         return names
 
@@ -134,47 +144,48 @@ class RunView:
         return [v for v in self.variants if v != self.reference]
 
     def ran(self, variant: str) -> bool:
-        return variant in self.manifest.get("variants", {})
+        return variant in self.manifest.variants
 
-    def manifest_variant(self, variant: str) -> dict[str, Any]:
-        return self.manifest.get("variants", {}).get(variant) or {}
+    def manifest_variant(self, variant: str) -> ManifestVariant | None:
+        return self.manifest.variants.get(variant)
 
-    def summary_variant(self, variant: str) -> dict[str, Any]:
-        return (self.summary or {}).get("variants", {}).get(variant) or {}
+    def backend(self, variant: str) -> dict[str, Any]:
+        """The manifest's (open) backend description of a variant; empty when absent."""
+        info = self.manifest.variants.get(variant)
+        return {} if info is None else info.backend
 
-    def entry(self, dataset: str, variant: str) -> dict[str, Any] | None:
+    def recorded(self, dataset: str, variant: str) -> dict[str, Any]:
+        """What the manifest recorded of a variant on a dataset (open; empty if none)."""
+        info = self.manifest.variants.get(variant)
+        return {} if info is None else info.datasets.get(dataset) or {}
+
+    def summary_variant(self, variant: str) -> VariantSummary | None:
+        return None if self.summary is None else self.summary.variants.get(variant)
+
+    def entry(self, dataset: str, variant: str) -> VariantDatasetEntry | None:
         """The summary's per-dataset entry of a variant (metrics, gate, encode, index)."""
-        if self.summary is None:
-            return None
-        return self.summary.get("datasets", {}).get(dataset, {}).get("variants", {}).get(variant)
+        return None if self.summary is None else self.summary.entry(dataset, variant)
 
     def gate_checks(self, dataset: str, variant: str) -> list[GateCheck]:
-        """The stored gate checks of a variant on a dataset (typed; empty when none)."""
-        if self.summary_model is not None:
-            entry = self.summary_model.entry(dataset, variant)
-            return [] if entry is None or entry.gate is None else list(entry.gate.checks)
-        gate = (self.entry(dataset, variant) or {}).get("gate") or {}
-        return [GateCheck.model_validate(c) for c in gate.get("checks", [])]
+        """The stored gate checks of a variant on a dataset (empty when none)."""
+        entry = self.entry(dataset, variant)
+        return [] if entry is None or entry.gate is None else list(entry.gate.checks)
 
     def dataset_record(self, dataset: str) -> ManifestDataset:
         """What the manifest records of a dataset (fingerprint, queries, documents)."""
-        if self.manifest_model is not None:
-            return self.manifest_model.datasets.get(dataset) or ManifestDataset()
-        return ManifestDataset.model_validate((self.manifest.get("datasets") or {}).get(
-            dataset) or {})
+        return self.manifest.datasets.get(dataset) or ManifestDataset()
 
     def gated_metrics(self) -> list[str]:
         """Metrics named by gates, qrels ones first, in recipe order."""
-        gates = self.recipe.get("gates", [])
-        ordered = [g["metric"] for g in gates if g.get("against", "qrels") == "qrels"]
-        ordered += [g["metric"] for g in gates if g.get("against") == "reference"]
+        gates = self.recipe.gates
+        ordered = [g.metric for g in gates if g.against == "qrels"]
+        ordered += [g.metric for g in gates if g.against == "reference"]
         return list(dict.fromkeys(ordered))
 
     def headline_metric(self) -> str | None:
         """The first gated qrels metric, else the first metric: what compact views show."""
-        qrels_gated = [g["metric"] for g in self.recipe.get("gates", [])
-                       if g.get("against", "qrels") == "qrels"]
-        metrics = list(self.recipe.get("metrics", []))
+        qrels_gated = [g.metric for g in self.recipe.gates if g.against == "qrels"]
+        metrics = self.recipe.metrics
         for m in qrels_gated:
             if m in metrics:
                 return m

@@ -42,7 +42,7 @@ _SECTIONS: dict[str, Section] = {}
 
 # Which result kinds a folder holds. A kind's module adds its detector here.
 KIND_DETECTORS: dict[str, Callable[[RunView], bool]] = {
-    "retrieval": lambda run: bool(run.manifest.get("datasets") or run.datasets),
+    "retrieval": lambda run: bool(run.manifest.datasets or run.datasets),
 }
 
 

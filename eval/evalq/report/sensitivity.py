@@ -5,40 +5,49 @@ wrote it)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from evalq.core.compositions import outcome_clause
 from evalq.core.gates import stored_verdict
+from evalq.results.schema import RunSummary
 
 
-def print_sensitivity(summary: Mapping[str, Any], file: Any = None) -> None:
+def _figure(value: float | None, spec: str) -> str:
+    return format(float("nan") if value is None else value, spec)
+
+
+def print_sensitivity(summary: RunSummary | None, file: Any = None) -> None:
     """The console view of each measured candidate's spread (from the summary only)."""
     out = file or sys.stdout
-    for ds_name, ds in summary.get("datasets", {}).items():
-        for name, entry in ds.get("variants", {}).items():
-            section = entry.get("batch_sensitivity")
-            if not section:
+    for ds_name, ds in (summary.datasets if summary is not None else {}).items():
+        for name, entry in ds.variants.items():
+            section = entry.batch_sensitivity
+            if section is None:
                 continue
-            cos = (section.get("between_compositions") or {}).get("cosine") or {}
-            print(f"\nbatch sensitivity {name} on {ds_name} ({section['dependence'].get('level')},"
-                  f" {section['slice']['queries']} queries x {section['slice']['documents']} "
-                  f"docs, +{section.get('extra_seconds') or 0:.0f} s): cosine between "
-                  f"compositions mean {cos.get('mean', float('nan')):.6f} "
-                  f"p1 {cos.get('p1', float('nan')):.6f} min {cos.get('min', float('nan')):.6f}",
+            cos = section.between_compositions.cosine
+            cut = section.slice
+            print(f"\nbatch sensitivity {name} on {ds_name} ({section.dependence.level},"
+                  f" {cut.queries if cut else None} queries x "
+                  f"{cut.documents if cut else None} "
+                  f"docs, +{section.extra_seconds or 0:.0f} s): cosine between "
+                  f"compositions mean {_figure(cos.mean if cos else None, '.6f')} "
+                  f"p1 {_figure(cos.p1 if cos else None, '.6f')} "
+                  f"min {_figure(cos.min if cos else None, '.6f')}",
                   file=out)
-            for row in section["compositions"]:
+            for row in section.compositions:
                 cells = "  ".join(
-                    f"{m} {v['delta']:+.4f}" if "delta" in v else f"{m} {v['value']:.4f}"
-                    for m, v in row["metrics"].items())
-                verdict = stored_verdict(row.get("verdict"), row["passed"])
+                    f"{m} {_figure(v.delta, '+.4f')}" if "delta" in v.model_fields_set
+                    else f"{m} {_figure(v.value, '.4f')}"
+                    for m, v in row.metrics.items())
+                verdict = stored_verdict(row.verdict, row.passed)
                 mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
-                print(f"  {row['id']:>14s}  {mark:<12s}  {cells}", file=out)
-            for m, r in section["metric_range"].items():
-                print(f"  range of {m} ({r['of']}) across compositions: {r['range']:.4f} "
-                      f"[{r['min']:+.4f}, {r['max']:+.4f}]", file=out)
-            clause = outcome_clause(section["failing_compositions"],
-                                    section.get("inconclusive_compositions", []))
-            print(f"  verdict: {section['verdict_rule']}"
+                print(f"  {row.id:>14s}  {mark:<12s}  {cells}", file=out)
+            for m, r in section.metric_range.items():
+                print(f"  range of {m} ({r.of}) across compositions: "
+                      f"{_figure(r.range, '.4f')} "
+                      f"[{_figure(r.min, '+.4f')}, {_figure(r.max, '+.4f')}]", file=out)
+            clause = outcome_clause(section.failing_compositions,
+                                    section.inconclusive_compositions)
+            print(f"  verdict: {section.verdict_rule}"
                   + ("" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"),
                   file=out)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from evalq.core.gates import stored_verdict
 from evalq.report.runview import RunView, finite
+from evalq.results.schema import GateCheck
 
 Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdict"]
 
@@ -90,21 +91,23 @@ def costs(run: RunView, variant: str) -> Costs:
     """Cost figures as stored: weights from the manifest's quantization record, index
     bytes summed over datasets, throughput from the stored encode counters."""
     info = run.summary_variant(variant)
-    backend = run.manifest_variant(variant).get("backend") or {}
-    quant = backend.get("quantization") if isinstance(backend.get("quantization"), dict) else {}
-    weight = finite(info.get("weight_bytes")) or finite((quant or {}).get("weight_bytes"))
+    recorded = run.manifest_variant(variant)
+    quant = run.backend(variant).get("quantization")
+    weight = finite(info.weight_bytes if info else None) or finite(
+        quant.get("weight_bytes") if isinstance(quant, dict) else None)
     index_total = 0.0
     any_index = False
     layout = None
     for ds in run.datasets:
-        ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
-        index = (run.entry(ds, variant) or {}).get("index") or ds_info.get("index") or {}
-        if finite(index.get("bytes")) is not None:
-            index_total += float(index["bytes"])
+        entry = run.entry(ds, variant)
+        index = (entry.index if entry else None) or run.recorded(ds, variant).get("index") or {}
+        size = finite(index.get("bytes"))
+        if size is not None:
+            index_total += size
             any_index = True
             layout = layout or index_layout(index)
-    rss = finite(info.get("peak_rss_mb")) or finite(
-        (run.manifest_variant(variant).get("timings") or {}).get("peak_rss_mb"))
+    rss = finite(info.peak_rss_mb if info else None) or finite(
+        recorded.timings.get("peak_rss_mb") if recorded else None)
     throughput = timed_throughput(run, variant)
     twin = None if throughput is not None else timed_twin(run, variant)
     if twin is not None:
@@ -117,24 +120,30 @@ def timed_throughput(run: RunView, variant: str) -> float | None:
     every chunk came from the cache)."""
     texts = seconds = 0.0
     for ds in run.datasets:
-        entry = run.entry(ds, variant) or {}
-        ds_info = (run.manifest_variant(variant).get("datasets") or {}).get(ds) or {}
-        docs = ((entry.get("encode") or ds_info.get("encode") or {}).get("documents") or {})
-        if finite(docs.get("texts_per_s")) and finite(docs.get("seconds_computing")):
-            texts += float(docs.get("n_computed") or docs.get("texts") or 0)
-            seconds += float(docs["seconds_computing"])
+        entry = run.entry(ds, variant)
+        docs = entry.encode.documents if entry is not None else None
+        timed: tuple[Any, Any, Any]  # rate, seconds, texts: stored figures, checked below
+        if docs is not None:
+            timed = (docs.texts_per_s, docs.seconds_computing, docs.n_computed or docs.texts)
+        else:  # not in the summary (an unfinished run): the manifest's open record
+            recorded = (run.recorded(ds, variant).get("encode") or {}).get("documents") or {}
+            timed = (recorded.get("texts_per_s"), recorded.get("seconds_computing"),
+                     recorded.get("n_computed") or recorded.get("texts"))
+        rate, spent, count = timed
+        if finite(rate) and finite(spent):
+            texts += float(count or 0)
+            seconds += float(spent)
     return texts / seconds if seconds > 0 else None
 
 
 def timed_twin(run: RunView, variant: str) -> str | None:
     """The first other variant with the same encoder fingerprint that encoded in this run
     (timed), or None: whose embeddings an untimed, vectors-only candidate reused."""
-    mine = (run.manifest_variant(variant).get("backend") or {}).get("fingerprint")
+    mine = run.backend(variant).get("fingerprint")
     if not mine:
         return None
     for other in run.variants:
-        backend = run.manifest_variant(other).get("backend") or {}
-        if (other != variant and backend.get("fingerprint") == mine
+        if (other != variant and run.backend(other).get("fingerprint") == mine
                 and timed_throughput(run, other) is not None):
             return other
     return None
@@ -148,27 +157,26 @@ def index_layout(index: dict[str, Any]) -> str | None:
     return f"{dim}d {'float32' if quantize == 'none' else quantize}"
 
 
-def _checks(run: RunView, name: str) -> list[tuple[str, dict[str, Any]]]:
+def _checks(run: RunView, name: str) -> list[tuple[str, GateCheck]]:
     """Every stored check of a candidate with the dataset it belongs to: per-dataset
     (sensitivity included), the variant's own (parity preflight, pooled gates) and the
     retriever-stage pipeline gates on it."""
     info = run.summary_variant(name)
-    out = [(SUITE, c) for c in [*(info.get("suite_checks") or []),
-                                *(info.get("pipeline_checks") or [])]]
+    out = [] if info is None else [(SUITE, c) for c in [*(info.suite_checks or []),
+                                                        *(info.pipeline_checks or [])]]
     for ds in run.datasets:
-        out += [(ds, c) for c in ((run.entry(ds, name) or {}).get("gate") or {})
-                .get("checks", [])]
+        out += [(ds, c) for c in run.gate_checks(ds, name)]
     return out
 
 
-def _stored_status(run: RunView, name: str, checks: list[tuple[str, dict[str, Any]]]
-                   ) -> Status:
+def _stored_status(run: RunView, name: str, checks: list[tuple[str, GateCheck]]) -> Status:
     info = run.summary_variant(name)
-    if run.summary is None and info.get("verdict") not in _STATUS:
+    if run.summary is None:
         return "no verdict"
     # Written before summaries carried a verdict: the same rule, from the stored checks.
-    return _STATUS[stored_verdict(info.get("verdict"), info.get("passed"),
-                                  [c for _, c in checks])]
+    return _STATUS[stored_verdict(info.verdict if info else None,
+                                  info.passed if info else None,
+                                  [c.model_dump() for _, c in checks])]
 
 
 def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:
@@ -181,12 +189,11 @@ def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:
         failures: list[Failure] = []
         needed: list[int] = []
         for ds, check in checks:
-            if check.get("passed"):
+            if check.passed:
                 continue
-            failures.append(Failure(ds, str(check.get("gate")), str(check.get("verdict")),
-                                    str(check.get("reason"))))
-            q = (check.get("figures") or {}).get("queries_needed")
-            if check.get("verdict") == "inconclusive" and isinstance(q, int | float):
+            failures.append(Failure(ds, check.gate, check.verdict, check.reason))
+            q = check.figures.get("queries_needed")
+            if check.verdict == "inconclusive" and isinstance(q, int | float):
                 needed.append(int(q))
         status = _stored_status(run, name, checks)
         out.append(CandidateVerdict(name, status, tuple(failures) if status in (

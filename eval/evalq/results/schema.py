@@ -229,6 +229,13 @@ class DatasetSummary(Part):
     documents: int | None = None
 
 
+class SettingDifference(Part):
+    """An encoding setting of a candidate that differs from the reference's."""
+
+    variant: Any
+    reference: Any
+
+
 class VariantSummary(Part):
     """``summary.variants.<variant>``: the variant over every dataset. ``passed`` is null
     for the reference (and, from the ungated fix on, for a candidate without a gate);
@@ -237,7 +244,7 @@ class VariantSummary(Part):
     role: Literal["reference", "candidate"]
     passed: bool | None = None
     weight_bytes: int | float | None = None
-    settings_differ: dict[str, dict[str, Any]] | None = None
+    settings_differ: dict[str, SettingDifference] | None = None
     startup_s: float | None = None
     total_s: float | None = None
     peak_rss_mb: float | None = None
@@ -289,9 +296,27 @@ class Combination(Part):
     verdict: Verdict | None = None
 
 
+class ScoreDrift(Part):
+    """A reranker's scores against the reference reranker's over every pair at once
+    (``measure.fidelity.pooled_drift``; only ``pairs`` when there were none)."""
+
+    pairs: int
+    mean_delta: float | None = None
+    mean_abs_delta: float | None = None
+    p99_abs_delta: float | None = None
+    max_abs_delta: float | None = None
+    ks_statistic: float | None = None
+    reference_mean: float | None = None
+    candidate_mean: float | None = None
+    reference_std: float | None = None
+    candidate_std: float | None = None
+    tie_rate_reference: float | None = None
+    tie_rate_candidate: float | None = None
+
+
 class Fidelity(Part):
     measures: dict[str, MeanEntry]
-    drift: dict[str, Figure]
+    drift: ScoreDrift
     first_stage: str
 
 
@@ -395,6 +420,68 @@ class ManifestVariant(Part):
     datasets: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class RecipeRecordVectors(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    quantize: str = "none"
+    rescore: int | None = None
+
+
+class RecipeRecordVariant(BaseModel):
+    """A variant of the recipe as stored: its name, and what a report shows of it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    backend: str | None = None
+    dtype: str | None = None
+    vectors: RecipeRecordVectors | None = None
+
+
+class RecipeRecordGate(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    metric: str
+    against: str = "qrels"
+
+
+class RecipeRecordStats(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    confidence: float = 0.95
+    resamples: int = 10_000
+    seed: int = 0
+
+
+class RecipeRecordReport(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cost: str | None = None
+
+
+class RecipeRecord(BaseModel):
+    """What a report reads of the recipe stored in the manifest (``config.Recipe``
+    dumped). Open (``extra="ignore"``): the recipe is validated as a recipe where it is
+    run; a report reads only these parts, and a recipe of an older evalq still reads."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str | None = None
+    description: str | None = None
+    reference: RecipeRecordVariant | None = None
+    candidates: list[RecipeRecordVariant] = Field(default_factory=list)
+    metrics: list[str] = Field(default_factory=list)
+    reference_metrics: list[str] = Field(default_factory=list)
+    gates: list[RecipeRecordGate] = Field(default_factory=list)
+    stats: RecipeRecordStats = Field(default_factory=RecipeRecordStats)
+    report: RecipeRecordReport = Field(default_factory=RecipeRecordReport)
+
+    def variant(self, name: str) -> RecipeRecordVariant | None:
+        """The reference or candidate called ``name``."""
+        every = [self.reference] if self.reference is not None else []
+        return next((v for v in [*every, *self.candidates] if v.name == name), None)
+
+
 class RunManifest(Part):
     """``manifest.json``: what ran. Written at the start (``status: running``), after the
     variants, and at the end or when the run stopped (``rundir.record_stop``)."""
@@ -421,6 +508,11 @@ class RunManifest(Part):
     error_kind: str | None = None
     crash_log: str | None = None
     stopped: str | None = None
+
+    @property
+    def recipe_record(self) -> RecipeRecord:
+        """The stored recipe as a report reads it (:class:`RecipeRecord`)."""
+        return RecipeRecord.model_validate(self.recipe)
 
 
 # -- versions, parsing, schema export -----------------------------------------------------
