@@ -175,7 +175,7 @@ def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys
     """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
     is inconclusive, the candidate does not pass, and nothing calls it a failure."""
     from evalq.recipe.gates import gate_spec
-    from evalq.report.sensitivity import print_sensitivity
+    from evalq.report.sensitivity import sensitivity_text
 
     recipe = load_recipe(_recipe(tmp_path))
     folder = RunFolder(tmp_path / "res")
@@ -194,9 +194,8 @@ def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys
     assert section["inconclusive_compositions"] == ["as-run"]
     assert section["compositions"][0]["verdict"] == "inconclusive"
     assert "inconclusive under as-run" in note and "fails" not in note
-    print_sensitivity({"datasets": {"ds": {"variants": {"c": {"batch_sensitivity": {
+    out = sensitivity_text({"datasets": {"ds": {"variants": {"c": {"batch_sensitivity": {
         **section, "dependence": {"level": "dependent"}}}}}}})
-    out = capsys.readouterr().out
     assert "as-run  inconclusive" in out and "FAIL" not in out
 
 

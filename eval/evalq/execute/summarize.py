@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from evalq.core.errors import InputError
 from evalq.core.gates import (
     PREFLIGHT_LABEL,
     GateCheck,
@@ -168,14 +169,15 @@ def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
     for name, info in variants.items():
         ds_info = info["datasets"].get(ds_name, {})
         ds_entry["documents"] = ds_info.get("documents", ds_entry.get("documents"))
-        values = ref_values if name == reference else folder.read_per_query(ds_name, name)
+        values = ref_values if name == reference else folder.read_per_query(
+            ds_name, name, like=ref_values)
         entry: dict[str, Any] = {"role": info["role"], "metrics": {}}
         for m in recipe.metrics:
-            cand = _column(values, m)
+            cand = _column(values, m, folder, ds_name, name)
             entry["metrics"][m] = mean_entry(cand, recipe.stats)
             if name != reference:
                 entry["metrics"][m]["vs_reference"] = paired_entry(
-                    cand, _column(ref_values, m), recipe.stats,
+                    cand, _column(ref_values, m, folder, ds_name, reference), recipe.stats,
                     _entry_confidence(specs, m, name, recipe.stats.confidence))
         if name != reference:
             gate = _candidate_gate(recipe, specs, folder, ds_name, name, entry, ds_info,
@@ -194,7 +196,7 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
     """A candidate on one dataset: its reference metrics, vectors and per-dataset gates
     (batch sensitivity folded in) into ``entry``; its pooled gates' pairs into ``found``."""
     entry["reference_metrics"] = {
-        m: mean_entry(_column(values, m), recipe.stats)
+        m: mean_entry(_column(values, m, folder, ds_name, name), recipe.stats)
         for m in recipe.reference_metrics
     }
     entry["vectors"] = ds_info.get("vectors")
@@ -272,8 +274,12 @@ def _name(metric: str) -> str:
     return parse_measure(metric).name
 
 
-def _column(values: PerQuery, name: str) -> np.ndarray:
+def _column(values: PerQuery, name: str, folder: RunFolder, dataset: str,
+            variant: str) -> np.ndarray:
     found = column(values, name, _name(name))
-    if found is None:  # evalq gate on an edited folder: reported as bad input (exit 2)
-        raise KeyError(f"no per-query {name} stored")
+    if found is None:  # evalq gate on an edited folder: bad input (exit 2)
+        raise InputError(message=f"no per-query {name} stored",
+                         file=folder.root / "per_query" / dataset / f"{variant}.jsonl",
+                         fix="rerun 'evalq run'; the file was edited or the recipe's "
+                         "metrics were changed after the run")
     return found

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.results.open_parts import EncodeStats, StoredRecipe
 
 SCHEMA_VERSION = 1
 Figure = float | int | bool | str | None
@@ -135,7 +136,7 @@ class VariantDatasetEntry(Part):
     vectors: dict[str, Any] | None = None
     gate: GateResult | None = None
     batch_sensitivity: SensitivitySection | None = None
-    encode: dict[str, Any] = Field(default_factory=dict)
+    encode: EncodeStats = Field(default_factory=EncodeStats)
     index: dict[str, Any] | None = None
 
 
@@ -321,7 +322,7 @@ class RunManifest(Part):
     versions: dict[str, str] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict)
     recipe_file: str | None = None
-    recipe: dict[str, Any] = Field(default_factory=dict)  # typed by config.Recipe
+    recipe: StoredRecipe = Field(default_factory=StoredRecipe)
     options: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     datasets: dict[str, ManifestDataset] = Field(default_factory=dict)
