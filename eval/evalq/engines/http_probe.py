@@ -134,8 +134,8 @@ def launched_by_recipe(recipe: Recipe, variant: Variant) -> bool:
 
 
 def probe_one(recipe: Recipe, variant: Variant, recipe_path: Path) -> dict[str, Any]:
-    """Probe one openai/tei variant (InputError, exit 2, if it cannot work); print one line
-    and return the report for the manifest."""
+    """Probe one openai/tei variant (InputError, exit 2, if it cannot work); log one line
+    (the console shows it) and return the report for the manifest."""
     report = probe_variant(recipe, variant, recipe_path)
     log.info(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
              f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"

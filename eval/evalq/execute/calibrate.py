@@ -36,8 +36,9 @@ def results_populations(folder: str | Path) -> list[Population]:
     folder, with the margin that gate used."""
     run = RunFolder(folder)
     manifest = run.read_manifest()  # typed: a damaged file is an InputError naming the field
+    stored = run.read_manifest_data().get("recipe") or {}
     try:
-        recipe = Recipe.model_validate(stored_recipe(run.read_manifest_data()["recipe"], None))
+        recipe = Recipe.model_validate(stored_recipe(stored, None))
     except ValidationError as exc:  # a hand-edited one
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=run.root / "manifest.json", field="recipe",
