@@ -6,7 +6,15 @@ pyproject.toml). What it cannot see is checked here, over every module of the pa
 - evalq's own imports sit at module top; an import inside a function is allowed only to
   delay a heavy optional third-party library (an evalq import there used to hide cycles);
 - no module imports another module's ``_private`` name;
-- modules stay under 500 lines and functions under 80.
+- modules stay under 500 lines and functions under 80;
+- only the app (``evalq/app/``) prints, exits or turns exceptions into exit codes: no other
+  module calls ``print()``, ``sys.exit`` / ``os._exit`` / ``exit()`` or raises
+  ``SystemExit``, names an ``EXIT_*`` code, returns a number from an ``except`` block, or
+  turns a programming error (``Exception``, ``AttributeError``, ``TypeError``,
+  ``KeyError``, ...) met inside evalq's own code into an ``InputError`` (exit 2): bad
+  input is refused where a file or value is parsed, and any other exception is evalq's
+  bug (exit 3, traceback logged). Progress lines go through logging (``evalq.core.messages``,
+  shown by ``evalq.app.console``).
 
 The package root (``evalq/__init__.py``) is the one exception to the first rule: every
 ``import evalq.<part>`` runs it first, so it must stay a leaf, and it resolves the public
@@ -132,3 +140,206 @@ def test_private_and_length_checks_see_a_planted_violation(tmp_path: Path) -> No
                       encoding="utf-8")
     assert len(private_imports(sample)) == 1
     assert len(long_functions(sample)) == 1
+
+
+# -- only the app prints or maps exceptions to exit codes ---------------------------------
+
+APP = PACKAGE / "app"
+# Each exemption with the reason it is not the app's business. The pydocs worker is a
+# separate program (run as a child process's source, never imported by evalq) whose exit
+# status its parent reads; the vLLM server guard ends the process on SIGTERM as the
+# default action would when nothing else handles it, after stopping the servers.
+EXIT_EXEMPT = {"data/pydocs_worker.py": "a child process's own program",
+               "engines/vllm_server.py": "SIGTERM without an earlier handler"}
+EXIT_CODES_DEFINED = "core/failure.py"  # EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM live here
+# What a handler may not turn into bad input when it was raised by evalq's own code.
+PROGRAMMING_ERRORS = {"Exception", "BaseException", "AttributeError", "TypeError", "KeyError",
+                      "IndexError", "LookupError", "NameError", "AssertionError"}
+
+
+def _outside_app() -> list[Path]:
+    return [p for p in modules() if not p.is_relative_to(APP)]
+
+
+def console_calls(path: Path) -> list[str]:
+    """``print()``, ``exit()`` / ``quit()``, ``sys.exit``, ``os._exit`` and ``raise
+    SystemExit`` in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in ("print", "exit", "quit"):
+                found.append(f"{_rel(path)}:{node.lineno} {func.id}()")
+            elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                  and (func.value.id, func.attr) in (("sys", "exit"), ("os", "_exit"))):
+                found.append(f"{_rel(path)}:{node.lineno} {func.value.id}.{func.attr}()")
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id == "SystemExit":
+                found.append(f"{_rel(path)}:{node.lineno} raise SystemExit")
+    return found
+
+
+def _caught(handler: ast.ExceptHandler) -> set[str]:
+    if handler.type is None:
+        return {"BaseException"}
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return {k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute)
+            else "?" for k in kinds}
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name a call chain starts from (``a`` of ``a.b(c).d()``)."""
+    while isinstance(node, ast.Attribute | ast.Call | ast.Subscript):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """Names that stand for evalq's code in a module: what it imports from evalq and the
+    functions and classes it defines."""
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    for node, _, _ in _evalq_imports(tree):
+        if isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+        else:
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _raises_input_error(handler: ast.ExceptHandler) -> bool:
+    return any(isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)
+               and _root(n.exc.func) == "InputError" for n in ast.walk(handler))
+
+
+def exit_code_mappings(path: Path) -> list[str]:
+    """Where ``path`` maps exceptions to exit codes: an ``except`` block that returns a
+    number or an ``EXIT_*`` code, a use of an ``EXIT_*`` name, and a handler that turns a
+    programming error raised inside evalq's own code (a call of an evalq name, or a
+    ``yield``: the wrapper of a caller's block) into an ``InputError``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    rel, own, found = _rel(path), _own_names(tree), []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Name) and node.id.startswith("EXIT_")
+                and rel != EXIT_CODES_DEFINED) or (
+                isinstance(node, ast.Attribute) and node.attr.startswith("EXIT_")):
+            found.append(f"{rel}:{node.lineno} uses {getattr(node, 'id', None) or node.attr}")
+        if not isinstance(node, ast.Try):
+            continue
+        body = [n for stmt in node.body for n in ast.walk(stmt)]
+        ours = {_root(n.func) for n in body if isinstance(n, ast.Call)} & own
+        wraps = any(isinstance(n, ast.Yield | ast.YieldFrom) for n in body)
+        for handler in node.handlers:
+            if any(isinstance(n, ast.Return) and isinstance(n.value, ast.Constant)
+                   and type(n.value.value) is int for n in ast.walk(handler)):
+                found.append(f"{rel}:{handler.lineno} except returns an exit code")
+            bugs = _caught(handler) & PROGRAMMING_ERRORS
+            if bugs and _raises_input_error(handler) and (ours or wraps):
+                what = "a yield" if wraps else ", ".join(sorted(ours))
+                found.append(f"{rel}:{handler.lineno} {'/'.join(sorted(bugs))} from "
+                             f"{what} becomes an InputError")
+    return found
+
+
+def test_only_the_app_prints_or_exits() -> None:
+    found = [hit for path in _outside_app() for hit in console_calls(path)
+             if _rel(path) not in EXIT_EXEMPT or "print()" in hit]
+    assert found == []
+
+
+def test_only_the_app_maps_exceptions_to_exit_codes() -> None:
+    assert [hit for path in _outside_app() for hit in exit_code_mappings(path)] == []
+
+
+def test_the_exemptions_are_still_needed() -> None:
+    """An exemption whose module no longer exits is removed, not kept as a loophole."""
+    for rel in EXIT_EXEMPT:
+        assert console_calls(PACKAGE / rel), rel
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("print('x')\n", 1),
+    ("import sys\nsys.exit(2)\n", 1),
+    ("import os\nos._exit(3)\n", 1),
+    ("raise SystemExit(2)\n", 1),
+    ("exit()\n", 1),
+    ("console.print('x')\nlog.info('x')\n", 0),
+])
+def test_the_console_check_sees_a_planted_call(tmp_path: Path, source: str,
+                                               expected: int) -> None:
+    sample = tmp_path / "probe.py"
+    sample.write_text(source, encoding="utf-8")
+    assert len(console_calls(sample)) == expected
+
+
+CATCH_ALL = """
+import contextlib
+from evalq.core.errors import InputError
+
+@contextlib.contextmanager
+def damaged():
+    try:
+        yield
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise InputError(message=str(exc)) from None
+"""
+AROUND_OUR_CODE = """
+from evalq.core.errors import InputError
+from evalq.execute.summarize import build_summary
+
+def regate(recipe, variants, folder):
+    try:
+        return build_summary(recipe, variants, folder)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(message=str(exc)) from None
+"""
+AT_THE_PARSER = """
+import json
+from pydantic import ValidationError
+from evalq.core.errors import InputError
+
+def parse(path, model):
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(message=str(exc), file=path) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(message=str(exc), file=path) from None
+"""
+LIBRARY_CALL = """
+from evalq.core.errors import InputError
+
+def open_graph(onnx, path):
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # the library raises many kinds for a corrupt file
+        raise InputError(message=str(exc), file=path) from None
+"""
+RETURNS_A_CODE = """
+def command(run):
+    try:
+        return run()
+    except KeyboardInterrupt:
+        return 130
+"""
+NAMES_A_CODE = """
+from evalq.core import failure
+
+def command(exc):
+    return failure.EXIT_BUG
+"""
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    (CATCH_ALL, 1), (AROUND_OUR_CODE, 1), (RETURNS_A_CODE, 1), (NAMES_A_CODE, 1),
+    (AT_THE_PARSER, 0), (LIBRARY_CALL, 0),
+])
+def test_the_exit_code_check_sees_a_planted_mapping(tmp_path: Path, source: str,
+                                                    expected: int) -> None:
+    """The two catch-alls this rule removed (a results-folder wrapper around report code,
+    and one around the gate decision) are found; parsing a file is not."""
+    sample = tmp_path / "probe.py"
+    sample.write_text(source, encoding="utf-8")
+    assert len(exit_code_mappings(sample)) == expected, exit_code_mappings(sample)

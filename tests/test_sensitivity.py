@@ -175,7 +175,7 @@ def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys
     """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
     is inconclusive, the candidate does not pass, and nothing calls it a failure."""
     from evalq.recipe.gates import gate_spec
-    from evalq.report.sensitivity import print_sensitivity
+    from evalq.report.sensitivity import sensitivity_text
 
     recipe = load_recipe(_recipe(tmp_path))
     folder = RunFolder(tmp_path / "res")
@@ -200,11 +200,10 @@ def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys
               "slice": {"max_queries": 30, "max_docs": 60, **section["slice"]},
               "between_compositions": {"texts": 90, "compositions": 1, "cosine": None,
                                        "max_abs_diff": None, "bit_identical": None}}
-    print_sensitivity(RunSummary.model_validate(clean_json({
+    out = sensitivity_text(RunSummary.model_validate(clean_json({
         "schema_version": 1, "recipe": "r", "reference": "fp32", "passed": False,
         "variants": {}, "datasets": {"ds": {"queries": 30, "variants": {"c": {
             "role": "candidate", "metrics": {}, "batch_sensitivity": stored}}}}})))
-    out = capsys.readouterr().out
     assert "as-run  inconclusive" in out and "FAIL" not in out
 
 

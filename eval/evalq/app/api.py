@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalq.app import console
 from evalq.core.errors import InputError
 from evalq.core.gates import stored_verdict
 from evalq.execute.evaluate import run_recipe
 from evalq.recipe.schema import load_recipe_source
 from evalq.report.console import print_run_table
 from evalq.report.runview import RunView
-from evalq.report.sensitivity import print_sensitivity
+from evalq.report.sensitivity import sensitivity_text
 from evalq.results.folder import RunFolder, RunManifest, RunSummary, stored_checks
 
 if TYPE_CHECKING:
@@ -214,6 +215,7 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     ``evalq.core.errors.InputError`` naming the file, the field and the fix.
     """
 
+    console.install()  # its progress lines show, as `evalq run`'s do
     options = {k: overrides.pop(k) for k in RUN_OPTIONS if k in overrides}
     if options.get("output") is not None:
         options["output"] = Path(options["output"])
@@ -225,5 +227,7 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     view = RunView.load(outcome.output)
     print_run_table(view, wide=wide)
     if loaded.recipe.batch_sensitivity is not None:
-        print_sensitivity(view.summary)
+        text = sensitivity_text(view.summary)
+        if text:
+            print(text)
     return Results(outcome.output)

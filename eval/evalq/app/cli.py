@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalq.app import console
 from evalq.app.api import run  # the Python API's run: one code path for both
 from evalq.app.compare_command import compare_command
 from evalq.app.gate_command import gate_command
 from evalq.app.metrics_command import metrics_report
+from evalq.app.plan_command import print_plan, validate_files
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
 from evalq.core import failure, warnformat
 from evalq.core.errors import BackendUnavailableError, InputError
@@ -28,10 +30,9 @@ from evalq.core.redact import redact
 from evalq.core.version import __version__
 from evalq.data.manifest import list_datasets
 from evalq.engines.registry import BACKENDS
-from evalq.execute.calibrate import calibrate_command
+from evalq.execute.calibrate import calibrate_report
 from evalq.execute.evaluate import parity_only
-from evalq.execute.load.command import run_load_cli
-from evalq.recipe.plan import print_plan, validate_files
+from evalq.execute.load.command import replan, run_load
 from evalq.report.page import write_report
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -113,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
     warnformat.install()  # evalq's warnings as one clean line, not its source
+    console.install()  # the library parts' progress lines (stderr) and result lines (stdout)
     previous = failure.terminate_as_interrupt()
     try:
         return _dispatch_mapped(args)
@@ -258,7 +260,8 @@ def _add_calibrate(cal: argparse.ArgumentParser) -> None:
 @register_command("calibrate", "simulate the gates' error rates on a results "
                   "folder's per-query differences and a synthetic panel", _add_calibrate)
 def _calibrate(args: argparse.Namespace) -> int:
-    return calibrate_command(args.results, trials=args.trials, json_path=args.json)
+    print(calibrate_report(args.results, trials=args.trials, json_path=args.json))
+    return EXIT_OK
 
 
 def _add_report(rep: argparse.ArgumentParser) -> None:
@@ -362,8 +365,14 @@ def _add_load(load: argparse.ArgumentParser) -> None:
 
 @register_command("load", "load-test the served variants and plan capacity", _add_load)
 def _load(args: argparse.Namespace) -> int:
-    return run_load_cli(args.recipe, output=args.output, only=args.only,
-                        plan_only=args.plan_only)
+    if args.plan_only:
+        return replan(args.recipe, output=args.output)
+    try:
+        return run_load(args.recipe, output=args.output, only=args.only)
+    except KeyboardInterrupt:  # SIGTERM too (failure.Terminated): the steps are kept
+        print("evalq: interrupted; the finished steps are in the results' load/ folder.",
+              file=sys.stderr)
+        return failure.EXIT_SIGINT
 
 
 if __name__ == "__main__":

@@ -17,14 +17,12 @@ from evalq.report.compare import (
     render_text,
     stats_settings,
 )
-from evalq.results.damage import damaged_folder_is_input
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
     """What changed from run A to run B (refused, exit 2, unless comparable)."""
-    with damaged_folder_is_input([path_a, path_b]):
-        a, b = load_comparable(path_a, path_b)
-        return comparison(a, b, metric_diffs(paired_values(a, b), stats_settings(a)))
+    a, b = load_comparable(path_a, path_b)
+    return comparison(a, b, metric_diffs(paired_values(a, b), stats_settings(a)))
 
 
 def compare_command(path_a: Path, path_b: Path, *, markdown: bool = False) -> int:

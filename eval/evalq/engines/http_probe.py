@@ -11,8 +11,8 @@ probe text, and returns what it saw for the manifest.
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,8 @@ from evalq.engines.factory import create_encoder
 from evalq.engines.modelinfo import resolve_model_path, resolve_settings
 from evalq.engines.registry import embedding_backend
 from evalq.engines.server_routes import ServerRoutes
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from evalq.recipe.schema import Recipe, Variant
@@ -132,13 +134,12 @@ def launched_by_recipe(recipe: Recipe, variant: Variant) -> bool:
 
 
 def probe_one(recipe: Recipe, variant: Variant, recipe_path: Path) -> dict[str, Any]:
-    """Probe one openai/tei variant (InputError, exit 2, if it cannot work); print one line
-    and return the report for the manifest."""
+    """Probe one openai/tei variant (InputError, exit 2, if it cannot work); log one line
+    (the console shows it) and return the report for the manifest."""
     report = probe_variant(recipe, variant, recipe_path)
-    print(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
-          f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"
-          + (f", model {report.served_model}" if report.served_model else ""),
-          file=sys.stderr, flush=True)
+    log.info(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
+             f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"
+             + (f", model {report.served_model}" if report.served_model else ""))
     return report.as_dict()
 
 

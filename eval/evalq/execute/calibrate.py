@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.decide.calibration import (
@@ -26,7 +28,6 @@ from evalq.decide.gate import paired_values
 from evalq.execute.regate import stored_recipe
 from evalq.recipe.gates import gate_spec
 from evalq.recipe.schema import Recipe
-from evalq.results.damage import damaged_folder_is_input
 from evalq.results.folder import RunFolder
 
 
@@ -35,9 +36,10 @@ def results_populations(folder: str | Path) -> list[Population]:
     folder, with the margin that gate used."""
     run = RunFolder(folder)
     manifest = run.read_manifest()  # typed: a damaged file is an InputError naming the field
+    stored = run.read_manifest_data().get("recipe") or {}
     try:
-        recipe = Recipe.model_validate(stored_recipe(manifest.recipe, None))
-    except (ValueError, TypeError) as exc:  # pydantic's ValidationError: a hand-edited one
+        recipe = Recipe.model_validate(stored_recipe(stored, None))
+    except ValidationError as exc:  # a hand-edited one
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=run.root / "manifest.json", field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
@@ -46,28 +48,28 @@ def results_populations(folder: str | Path) -> list[Population]:
         raise InputError(message=f"the manifest has no variant '{reference}' (the recipe's "
                          "reference)", file=run.root / "manifest.json", field="variants",
                          fix="rerun 'evalq run' to write a fresh folder")
-    with damaged_folder_is_input([folder]):
-        specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
-        specs = [s for s in specs if s.max_drop is not None]
-        populations = []
-        for ds in manifest.variants[reference].datasets:
-            ref = run.read_per_query(ds, reference)
-            for name in manifest.variants:
-                if name == reference:
-                    continue
-                cand = run.read_per_query(ds, name)
-                for spec in specs:
-                    c, r = paired_values(spec, cand, ref)
-                    assert spec.max_drop is not None
-                    margin = spec.max_drop * float(r.mean()) if spec.relative else spec.max_drop
-                    populations.append(Population(f"{name}/{ds}/{spec.metric}", str(folder),
-                                                  c - r, margin))
+    specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
+    specs = [s for s in specs if s.max_drop is not None]
+    populations = []
+    for ds in manifest.variants[reference].datasets:
+        ref = run.read_per_query(ds, reference)
+        for name in manifest.variants:
+            if name == reference:
+                continue
+            cand = run.read_per_query(ds, name, like=ref)
+            for spec in specs:
+                c, r = paired_values(spec, cand, ref)
+                assert spec.max_drop is not None
+                margin = spec.max_drop * float(r.mean()) if spec.relative else spec.max_drop
+                populations.append(Population(f"{name}/{ds}/{spec.metric}", str(folder),
+                                              c - r, margin))
     return populations
 
 
-def calibrate_command(results: Path | None, *, trials: int = 2000,
-                      json_path: Path | None = None) -> int:
-    """`evalq calibrate [RESULTS_DIR]`: print the table (and write JSON)."""
+def calibrate_report(results: Path | None, *, trials: int = 2000,
+                     json_path: Path | None = None) -> str:
+    """`evalq calibrate [RESULTS_DIR]`: the table as text (the app prints it), and the
+    JSON written when asked for."""
     if trials < 50:
         raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
                          field="--trials", fix="use --trials 2000 (the default) or at least 50")
@@ -77,15 +79,13 @@ def calibrate_command(results: Path | None, *, trials: int = 2000,
     if results is not None:
         populations = results_populations(results) + populations
     cells = calibrate(populations, trials=trials)
-    print(f"false-pass = pass rate with the true mean exactly at −margin (nominal "
-          f"{cells[0].bound - 3 * math.sqrt(0.025 * 0.975 / trials):.3f} one-sided; bound "
-          f"allows 3 Monte Carlo sd: {cells[0].bound:.4f}); {trials} trials per cell")
-    print(table(cells))
-    print()
-    print(detail(cells, ["percentile", DEFAULT_RULE.name]))
     if json_path is not None:
         atomicio.write_json(json_path, report(cells))
     default_ok = all(c.within_bound for c in cells if c.rule == DEFAULT_RULE.name and c.n >= 50)
-    print(f"default {DEFAULT_RULE.name} within bound on every population for n >= 50: "
-          f"{default_ok}")
-    return 0
+    return "\n".join([
+        f"false-pass = pass rate with the true mean exactly at −margin (nominal "
+        f"{cells[0].bound - 3 * math.sqrt(0.025 * 0.975 / trials):.3f} one-sided; bound "
+        f"allows 3 Monte Carlo sd: {cells[0].bound:.4f}); {trials} trials per cell",
+        table(cells), "", detail(cells, ["percentile", DEFAULT_RULE.name]),
+        f"default {DEFAULT_RULE.name} within bound on every population for n >= 50: "
+        f"{default_ok}"])

@@ -13,6 +13,7 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import sys
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from evalq.core import failure
+from evalq.core import failure, messages
 from evalq.core.errors import InputError
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
@@ -54,6 +55,8 @@ from evalq.recipe.schema import Recipe, Variant, load_recipe_source
 from evalq.results import rundir
 from evalq.results.folder import RunFolder, environment, git_revision, now_iso, package_versions
 from evalq.results.snippets import write_snippets
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -207,10 +210,9 @@ def _run_variants(run: _Run) -> None:
     for variant in run.variants:
         role = "reference" if variant is recipe.reference else "candidate"
         settings = run.planned[variant.name].encoding_settings()
-        print(f"[evalq] {role} {variant.name}: {variant.backend}"
-              f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
-              f"{' ' + variant.quantization['method'] if variant.quantization else ''}",
-              file=sys.stderr, flush=True)
+        log.info(f"[evalq] {role} {variant.name}: {variant.backend}"
+                 f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
+                 f"{' ' + variant.quantization['method'] if variant.quantization else ''}")
         model_path = run.model_paths[variant.name]
         graph = served_graph(recipe, variant, run.planned.__getitem__,
                              corpus_calibration(run.datasets, recipe.title_separator))
@@ -408,15 +410,16 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
                 launched.close()
         if ref is None:
             ref = (vectors, settings)
-            print(f"{variant.name:24s} reference   settings {settings.fingerprint()}")
+            messages.output.info(f"{variant.name:24s} reference   settings "
+                                 f"{settings.fingerprint()}")
             continue
         result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                                  recipe.parity.min_cosine)
         exact = exact_parity_required(parity_subject(recipe, variant))
         verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
         ok = ok and (result.passed or not exact)
-        print(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "
-              f"{result.min_cosine:.7f}  settings {result.settings_fingerprint}  {verdict} "
-              f"{result.reason}")
+        messages.output.info(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "
+                             f"{result.min_cosine:.7f}  settings "
+                             f"{result.settings_fingerprint}  {verdict} {result.reason}")
     return ok
 

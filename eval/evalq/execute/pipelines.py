@@ -27,7 +27,7 @@ Per-query values and TREC runs of every combination land under
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +72,8 @@ from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage
 from evalq.retrieve.firststage import FirstStageRun
 from evalq.retrieve.options import Bm25Options
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -184,8 +186,8 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
                 raise InputError(message=f"the dense first-stage reference '{name}' did not "
                                  "run", field=f"{field_base}.reference",
                                  fix="include it in --only")
-            print(f"[evalq] pipeline {spec.name}: dense variant {name} did not run "
-                  "(--only); skipped", file=sys.stderr)
+            log.info(f"[evalq] pipeline {spec.name}: dense variant {name} did not run "
+                     "(--only); skipped")
             continue
         enc = (variant_records[name].get("datasets", {}).get(ds.name, {})
                .get("encode", {}).get("queries", {}))
@@ -220,8 +222,8 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
                              f"documents of dataset {ds.name}", file=recipe_path,
                              field=f"pipelines.{index}.depths",
                              fix=f"use depths <= {len(ds.corpus)} (or raise max_docs)")
-        print(f"[evalq] pipeline {spec.name} on {ds.name}: first stage "
-              f"{spec.first_stage.label}", file=sys.stderr, flush=True)
+        log.info(f"[evalq] pipeline {spec.name} on {ds.name}: first stage "
+                 f"{spec.first_stage.label}")
         runs = _first_stages(spec, index, recipe, recipe_path, ds, out_dir, variant_records)
         manifest["first_stage"][ds.name] = {r.name: r.record for r in runs}
         qids = ds.queries.ids
@@ -266,11 +268,11 @@ def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path,
     """One reranker variant scores every distinct pair (its engine closed before the next
     one starts): the flat scores and its manifest entry for this dataset, with the
     ``backend`` it described."""
-    print(f"[evalq] pipeline {spec.name}: reranker {variant.name} "
-          f"({spec.reranker.kind}, {variant.backend}"
-          f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
-          f"{' ' + variant.quantization['method'] if variant.quantization else ''}) on "
-          f"{len(pairs)} pairs", file=sys.stderr, flush=True)
+    log.info(f"[evalq] pipeline {spec.name}: reranker {variant.name} "
+             f"({spec.reranker.kind}, {variant.backend}"
+             f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
+             f"{' ' + variant.quantization['method'] if variant.quantization else ''}) on "
+             f"{len(pairs)} pairs")
     began = time.perf_counter()
     device = resolve_device(variant.device)
     with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
 from evalq.core.errors import InputError
 from evalq.core.gates import DEFAULT_MIN_NONZERO, HISTORICAL_METHOD, VariantGate
 from evalq.execute.pipeline_regate import regate_pipelines
 from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.recipe.schema import Recipe
 from evalq.results.folder import RunFolder, stored_form
-from evalq.results.schema import RunSummary
+from evalq.results.schema import RunManifest, RunSummary
 
 
 def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
@@ -28,7 +30,10 @@ def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
     decided by the percentile bootstrap without the sparse-data rule, so that is what
     re-decides them. ``method`` (``evalq gate --method``) overrides, for comparison."""
 
-    options = dict(recipe.get("stats") or {})
+    stats = recipe.get("stats") or {}
+    if not isinstance(stats, dict):  # damaged: left for the recipe's validation to refuse
+        return recipe
+    options = dict(stats)
     if "method" not in options:
         options["method"] = HISTORICAL_METHOD
         options.setdefault("min_nonzero", 0)
@@ -64,23 +69,68 @@ class Regated:
         return stored_form(self.decided)
 
 
+class StoredParity(BaseModel):
+    """What re-deciding reads of a variant's stored parity preflight (``manifest.json``
+    ``variants.<name>.parity``): a checked preflight needs its figures."""
+
+    model_config = ConfigDict(extra="allow")
+
+    checked: bool = False
+    passed: bool | None = None
+    cosine_min: float | None = None
+    cosine_mean: float | None = None
+    min_cosine: float | None = None
+
+    @model_validator(mode="after")
+    def _figures_when_checked(self) -> StoredParity:
+        if self.checked and None in (self.cosine_min, self.cosine_mean, self.min_cosine):
+            raise ValueError("a checked parity preflight needs cosine_min, cosine_mean and "
+                             "min_cosine")
+        return self
+
+
+def stored_variants(manifest: RunManifest, data: dict[str, Any], reference: str, file: Path
+                    ) -> dict[str, dict[str, Any]]:
+    """The manifest's per-variant entries, reference first, as ``build_summary`` reads
+    them: from the typed manifest (``data``, the file as stored, gives each dataset's
+    figures exactly as written), each parity record parsed; a manifest without the
+    recipe's reference variant, or with a damaged parity record, is bad input naming
+    ``file``."""
+    if reference not in manifest.variants:
+        raise InputError(message=f"the manifest has no variant '{reference}' (the recipe's "
+                         "reference)", file=file, field="variants",
+                         fix="rerun 'evalq run' to write a fresh folder")
+    names = [reference, *(n for n in manifest.variants if n != reference)]
+    variants = {}
+    for name in names:
+        info = {**manifest.variants[name].model_dump(),
+                "datasets": data["variants"][name].get("datasets") or {}}
+        if info["parity"] is not None:
+            try:
+                StoredParity.model_validate(info["parity"])
+            except ValidationError as exc:
+                problem = exc.errors()[0]["msg"]
+                raise InputError(message=f"the parity record is damaged ({problem})",
+                                 file=file, field=f"variants.{name}.parity",
+                                 fix="rerun 'evalq run' to write a fresh folder") from None
+        variants[name] = info
+    return variants
+
+
 def regate(results: str | Path, *, method: str | None = None) -> Regated:
     folder = RunFolder(results)
+    file = folder.root / "manifest.json"
     manifest = folder.read_manifest_data()
+    typed = folder.read_manifest()
     stored = folder.read_summary_data()
     try:
-        recipe = Recipe.model_validate(stored_recipe(manifest["recipe"], method))
-    except Exception as exc:  # a hand-edited manifest is bad input, not our bug
+        recipe = Recipe.model_validate(stored_recipe(manifest.get("recipe") or {}, method))
+    except ValidationError as exc:  # a hand-edited manifest is bad input, not our bug
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
-                         file=folder.root / "manifest.json", field="recipe",
+                         file=file, field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
-    try:
-        summary, verdicts = build_summary(recipe, manifest["variants"], folder)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        # The run wrote these files; what build_summary cannot read was cut or edited.
-        raise InputError(message=f"the folder is incomplete or was edited ({type(exc).__name__}"
-                         f": {exc})", file=folder.root,
-                         fix="rerun 'evalq run' to write a fresh folder") from None
+    variants = stored_variants(typed, manifest, recipe.reference.name, file)
+    summary, verdicts = build_summary(recipe, variants, folder)
     pipeline_verdicts: dict[str, VariantGate] = {}
     changed: tuple[str, ...] = ()
     if recipe.pipelines:  # pipeline gates, from pipelines/<name>/per_query

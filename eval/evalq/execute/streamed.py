@@ -26,8 +26,8 @@ ones (float32) give the same metrics (tested).
 
 from __future__ import annotations
 
+import logging
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,6 +43,8 @@ from evalq.data.vectors import ShardWriter, open_shards, release_pages
 from evalq.encode.batching import EncodeStats, encode_texts
 from evalq.measure.reference import VectorAgreement, vector_agreement
 from evalq.retrieve.shards import search_shards
+
+log = logging.getLogger(__name__)
 
 # Called with each block's texts before it is encoded (the Ray executor fills the cache).
 BlockHook = Callable[[list[str]], None]
@@ -84,8 +86,7 @@ def encode_corpus(encoder: Any, corpus: StreamedCorpus, root: Path, *,
         del encoded, block
         return_freed_memory()
         if progress:
-            print(f"[evalq]   {done:,}/{len(corpus):,} documents encoded", file=sys.stderr,
-                  flush=True)
+            log.info(f"[evalq]   {done:,}/{len(corpus):,} documents encoded")
     layout = writer.close()
     assert total is not None  # a streamed corpus has at least one document
     return ShardedDocuments(root, total, nbytes=layout.total * layout.dim * 4,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from evalq.core.errors import InputError
 from evalq.core.gates import (
     PREFLIGHT_LABEL,
     GateCheck,
@@ -171,16 +172,18 @@ def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
     for name, info in variants.items():
         ds_info = info["datasets"].get(ds_name, {})
         documents = ds_info.get("documents", documents)
-        values = ref_values if name == reference else folder.read_per_query(ds_name, name)
+        values = ref_values if name == reference else folder.read_per_query(
+            ds_name, name, like=ref_values)
         metrics: dict[str, rs.MetricEntry] = {}
         for m in recipe.metrics:
-            cand = _column(values, m)
+            cand = _column(values, m, folder, ds_name, name)
             mean = clean_json(mean_entry(cand, recipe.stats))
             if name == reference:
                 metrics[m] = rs.MetricEntry(**mean)
                 continue
             metrics[m] = rs.MetricEntry(**mean, vs_reference=rs.PairedEntry(**clean_json(
-                paired_entry(cand, _column(ref_values, m), recipe.stats,
+                paired_entry(cand, _column(ref_values, m, folder, ds_name, reference),
+                             recipe.stats,
                              _entry_confidence(specs, m, name, recipe.stats.confidence)))))
         parts: dict[str, Any] = {}
         if name != reference:
@@ -204,7 +207,8 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
     pooled gates' pairs into ``found``."""
     entry: dict[str, Any] = {
         "reference_metrics": {
-            m: rs.MeanEntry(**clean_json(mean_entry(_column(values, m), recipe.stats)))
+            m: rs.MeanEntry(**clean_json(mean_entry(_column(values, m, folder, ds_name, name),
+                                                    recipe.stats)))
             for m in recipe.reference_metrics},
         "vectors": None if ds_info.get("vectors") is None else
         rs.VectorFidelity.model_validate(clean_json(ds_info["vectors"]))}
@@ -308,8 +312,12 @@ def _name(metric: str) -> str:
     return parse_measure(metric).name
 
 
-def _column(values: PerQuery, name: str) -> np.ndarray:
+def _column(values: PerQuery, name: str, folder: RunFolder, dataset: str,
+            variant: str) -> np.ndarray:
     found = column(values, name, _name(name))
-    if found is None:  # evalq gate on an edited folder: reported as bad input (exit 2)
-        raise KeyError(f"no per-query {name} stored")
+    if found is None:  # evalq gate on an edited folder: bad input (exit 2)
+        raise InputError(message=f"no per-query {name} stored",
+                         file=folder.root / "per_query" / dataset / f"{variant}.jsonl",
+                         fix="rerun 'evalq run'; the file was edited or the recipe's "
+                         "metrics were changed after the run")
     return found

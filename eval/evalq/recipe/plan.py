@@ -375,27 +375,6 @@ def plan_file(path: str | Path, **kwargs: Any) -> Plan:
     return build_plan(loaded.recipe, loaded.path, located=loaded.located, **kwargs)
 
 
-def validate_files(paths: Sequence[Path], *, here: bool = False) -> bool:
-    """`evalq validate`: every file planned; each file's problems printed; all good?
-
-    Without ``here`` a recipe meant for another machine (device: cuda, fp8) validates,
-    with notes on what this machine could not run."""
-    import sys
-
-    ok = True
-    for path in paths:
-        try:
-            plan = plan_file(path, machine=here)
-        except InputError as exc:
-            print(f"evalq: error: {exc}", file=sys.stderr)
-            ok = False
-            continue
-        print(f"{path}: ok ({len(plan.variants) - 1} candidates, {len(plan.gates)} gates)")
-        for note in plan.machine_notes:
-            print(f"  note: {note}")
-    return ok
-
-
 def describe_plan(plan: Plan) -> str:
     """The plan as text: what will load, encode, be cached and be gated."""
     lines = [f"plan for recipe '{plan.recipe}' ({plan.recipe_file})",
@@ -447,10 +426,3 @@ def exit_statement(plan: Plan) -> str:
         text += (f"; ungated (measured, not certified, never recommended): "
                  f"{', '.join(ungated)}")
     return text
-
-
-def print_plan(path: Path, *, output: Path | None = None,
-               only: Sequence[str] | None = None) -> Plan:
-    plan = plan_file(path, output=output, only=only)
-    print(describe_plan(plan))
-    return plan

@@ -18,7 +18,6 @@ from evalq.report.contents import sections_for
 from evalq.report.history import render_history
 from evalq.report.html import Page
 from evalq.report.runview import RunView
-from evalq.results.damage import damaged_folder_is_input
 
 
 def _header(run: RunView) -> Markup:
@@ -59,9 +58,8 @@ def write_report(results: Sequence[str | Path], output: str | Path) -> Path:
                          fix="evalq report results/quickstart -o report.html")
     out = Path(output)
     atomicio.check_output_location(out, folder=False, field="-o", what="the report")
-    with damaged_folder_is_input(results):
-        runs = [RunView.load(r) for r in results]
-        text = render_run(runs[0]) if len(runs) == 1 else render_history(runs)
+    runs = [RunView.load(r) for r in results]
+    text = render_run(runs[0]) if len(runs) == 1 else render_history(runs)
     try:  # a disk that fills while writing
         atomicio.write_text(out, text)
     except OSError as exc:

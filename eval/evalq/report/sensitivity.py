@@ -4,9 +4,6 @@ wrote it)."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 from evalq.core.compositions import outcome_clause
 from evalq.core.gates import stored_verdict
 from evalq.results.schema import RunSummary
@@ -16,9 +13,10 @@ def _figure(value: float | None, spec: str) -> str:
     return format(float("nan") if value is None else value, spec)
 
 
-def print_sensitivity(summary: RunSummary | None, file: Any = None) -> None:
-    """The console view of each measured candidate's spread (from the summary only)."""
-    out = file or sys.stdout
+def sensitivity_text(summary: RunSummary | None) -> str:
+    """The console view of each measured candidate's spread (from the summary only); empty
+    without a measured candidate. The app prints it."""
+    lines: list[str] = []
     for ds_name, ds in (summary.datasets if summary is not None else {}).items():
         for name, entry in ds.variants.items():
             section = entry.batch_sensitivity
@@ -26,14 +24,13 @@ def print_sensitivity(summary: RunSummary | None, file: Any = None) -> None:
                 continue
             cos = section.between_compositions.cosine
             cut = section.slice
-            print(f"\nbatch sensitivity {name} on {ds_name} ({section.dependence.level},"
-                  f" {cut.queries if cut else None} queries x "
-                  f"{cut.documents if cut else None} "
-                  f"docs, +{section.extra_seconds or 0:.0f} s): cosine between "
-                  f"compositions mean {_figure(cos.mean if cos else None, '.6f')} "
-                  f"p1 {_figure(cos.p1 if cos else None, '.6f')} "
-                  f"min {_figure(cos.min if cos else None, '.6f')}",
-                  file=out)
+            lines.append(
+                f"\nbatch sensitivity {name} on {ds_name} ({section.dependence.level},"
+                f" {cut.queries if cut else None} queries x {cut.documents if cut else None} "
+                f"docs, +{section.extra_seconds or 0:.0f} s): cosine between "
+                f"compositions mean {_figure(cos.mean if cos else None, '.6f')} "
+                f"p1 {_figure(cos.p1 if cos else None, '.6f')} "
+                f"min {_figure(cos.min if cos else None, '.6f')}")
             for row in section.compositions:
                 cells = "  ".join(
                     f"{m} {_figure(v.delta, '+.4f')}" if "delta" in v.model_fields_set
@@ -41,13 +38,13 @@ def print_sensitivity(summary: RunSummary | None, file: Any = None) -> None:
                     for m, v in row.metrics.items())
                 verdict = stored_verdict(row.verdict, row.passed)
                 mark = {"pass": "pass", "fail": "FAIL"}.get(verdict, "inconclusive")
-                print(f"  {row.id:>14s}  {mark:<12s}  {cells}", file=out)
+                lines.append(f"  {row.id:>14s}  {mark:<12s}  {cells}")
             for m, r in section.metric_range.items():
-                print(f"  range of {m} ({r.of}) across compositions: "
-                      f"{_figure(r.range, '.4f')} "
-                      f"[{_figure(r.min, '+.4f')}, {_figure(r.max, '+.4f')}]", file=out)
+                lines.append(f"  range of {m} ({r.of}) across compositions: "
+                             f"{_figure(r.range, '.4f')} "
+                             f"[{_figure(r.min, '+.4f')}, {_figure(r.max, '+.4f')}]")
             clause = outcome_clause(section.failing_compositions,
                                     section.inconclusive_compositions)
-            print(f"  verdict: {section.verdict_rule}"
-                  + ("" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"),
-                  file=out)
+            lines.append(f"  verdict: {section.verdict_rule}" + (
+                "" if clause == " (passes under all)" else f"; {clause.strip(' ()')}"))
+    return "\n".join(lines)

@@ -204,7 +204,10 @@ class RunFolder:
         parse(RunSummary, data, self.root / "summary.json")
         return data
 
-    def read_per_query(self, dataset: str, variant: str) -> PerQuery:
+    def read_per_query(self, dataset: str, variant: str, *,
+                       like: PerQuery | None = None) -> PerQuery:
+        """One variant's per-query values; with ``like`` (the reference's), rows that
+        name other queries than the reference's are a damaged file (exit 2)."""
         path = self.root / "per_query" / dataset / f"{variant}.jsonl"
         if not path.is_file():
             raise InputError(message="per-query values missing", file=path,
@@ -225,6 +228,9 @@ class RunFolder:
         if len({len(c) for c in columns.values()} | {len(ids)}) > 1:
             raise InputError(message="rows name different measures", file=path,
                              fix="rerun 'evalq run'; the file was edited")
+        if like is not None and set(ids) != set(like.query_ids):
+            raise InputError(message="its rows name other queries than the reference's",
+                             file=path, fix="rerun 'evalq run'; the file was edited")
         return PerQuery(tuple(ids), {k: np.asarray(v, dtype=np.float64)
                                      for k, v in columns.items()})
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from evalq.core import failure
 from evalq.core.errors import BackendUnavailableError, InputError
 from evalq.core.redact import redact
 from evalq.results.folder import now_iso
+
+log = logging.getLogger(__name__)
 
 LOCK_NAME = ".evalq.lock"
 _PER_VARIANT = (("per_query", ".jsonl"), ("per_text", ".json"), ("runs", ".trec"))
@@ -77,8 +79,8 @@ def remove_stale_variants(folder: Path, variants: Iterable[str]) -> list[Path]:
                 path.unlink()
                 removed.append(path)
     if removed:
-        print(f"[evalq] removed {len(removed)} file(s) of variants no longer in the recipe "
-              f"from {folder} (e.g. {removed[0].name})", file=sys.stderr)
+        log.info(f"[evalq] removed {len(removed)} file(s) of variants no longer in the "
+                 f"recipe from {folder} (e.g. {removed[0].name})")
     return removed
 
 

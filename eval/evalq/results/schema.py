@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.results.open_parts import StoredRecipe
 
 SCHEMA_VERSION = 1
 Figure = float | int | bool | str | None
@@ -492,7 +493,7 @@ class RunManifest(Part):
     versions: dict[str, str] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict)
     recipe_file: str | None = None
-    recipe: dict[str, Any] = Field(default_factory=dict)  # typed by config.Recipe
+    recipe: StoredRecipe = Field(default_factory=StoredRecipe)
     options: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     datasets: dict[str, ManifestDataset] = Field(default_factory=dict)
@@ -512,7 +513,7 @@ class RunManifest(Part):
     @property
     def recipe_record(self) -> RecipeRecord:
         """The stored recipe as a report reads it (:class:`RecipeRecord`)."""
-        return RecipeRecord.model_validate(self.recipe)
+        return RecipeRecord.model_validate(self.recipe.model_dump())
 
 
 # -- versions, parsing, schema export -----------------------------------------------------

@@ -23,13 +23,14 @@ started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kep
 from __future__ import annotations
 
 import ipaddress
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from evalq.core import messages
 from evalq.core.errors import InputError
 from evalq.data.manifest import load_datasets
 from evalq.data.streamed import sample_texts
@@ -53,6 +54,8 @@ from evalq.recipe.yamlsource import Located
 from evalq.results.folder import environment, git_revision, now_iso, package_versions
 from evalq.results.load import LoadFolder, quality_verdicts
 
+log = logging.getLogger(__name__)
+
 
 def _served(variant: Variant) -> bool:
     """Whether the sweep can drive it: its backend's spec names a request format."""
@@ -60,7 +63,7 @@ def _served(variant: Variant) -> bool:
 
 
 def _log(text: str) -> None:
-    print(f"[evalq load] {text}", file=sys.stderr, flush=True)
+    log.info(f"[evalq load] {text}")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -415,11 +418,13 @@ _SHORT_UNIT = {"requests/s": "req/s"}
 
 
 def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
-    print(f"\nevalq load: {summary['recipe']} ({summary['status']}) -> {folder.root}")
+    """The knees and the decision table, on the result channel (stdout)."""
+    say = messages.output.info
+    say(f"\nevalq load: {summary['recipe']} ({summary['status']}) -> {folder.root}")
     head = (f"{'variant':22s} {'workload':10s} {'series':10s} {'knee':>14s} {'p99@knee':>9s} "
             f"{'peak p99':>9s} {'srv cores':>9s} {'srv MiB':>8s}")
-    print(head)
-    print("-" * len(head))
+    say(head)
+    say("-" * len(head))
     for name, entry in summary["variants"].items():
         for wname, w in entry["workloads"].items():
             k = w.get("knee") or {}
@@ -434,27 +439,15 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             worst = max((s["latency_ms"]["p99"] or 0.0 for s in steps), default=0.0)
             cores = max((s["server"].get("cpu_cores") or 0.0 for s in steps), default=0.0)
             mem = max((s["server"].get("peak_rss_mb") or 0.0 for s in steps), default=0.0)
-            print(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
-                  f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
-                  f"{mem:>8.0f}")
+            say(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
+                f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
+                f"{mem:>8.0f}")
     decision = summary.get("decision") or []
     if decision:
-        print("\ndecision: each format's quality verdict beside its knees and its plan")
+        say("\ndecision: each format's quality verdict beside its knees and its plan")
     for line in decision_lines(decision):
-        print(line)
+        say(line)
     for row in decision:
-        print(f"  {row['sentence']}")
+        say(f"  {row['sentence']}")
     if summary.get("recommendation"):
-        print(f"  => {summary['recommendation']}")
-
-
-def run_load_cli(recipe_path: Path, *, output: Path | None, only: list[str] | None,
-                 plan_only: bool = False) -> int:
-    if plan_only:
-        return replan(recipe_path, output=output)
-    try:
-        return run_load(recipe_path, output=output, only=only)
-    except KeyboardInterrupt:
-        print("evalq: interrupted; the finished steps are in the results' load/ folder.",
-              file=sys.stderr)
-        return 130
+        say(f"  => {summary['recommendation']}")
