@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -141,6 +141,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+P = TypeVar("P", bound=Part)
 
 # -- per dataset, per variant ------------------------------------------------------------
 
@@ -309,7 +310,7 @@ def _field(error: Mapping[str, Any]) -> str:
     return ".".join(str(p) for p in error.get("loc", ()))
 
 
-def parse(model: type[Part], data: dict[str, Any], file: Path) -> Any:
+def parse(model: type[P], data: dict[str, Any], file: Path) -> P:
     """``data`` as ``model``; a wrong type, a null where a value belongs or an unknown
     key is bad input (exit 2) naming the file and the field."""
     try:
