@@ -160,7 +160,7 @@ def nonzero_rate_bound(nonzero: int, n: int, alpha: float) -> float:
     if nonzero >= n:
         return 1.0
     if nonzero == 0:
-        return 1.0 - alpha ** (1.0 / n)
+        return 1.0 - math.pow(alpha, 1.0 / n)
     return beta_ppf(1.0 - alpha, nonzero + 1.0, float(n - nonzero))
 
 

@@ -102,7 +102,7 @@ def plotly_js() -> str:
         from plotly.offline import get_plotlyjs
     except ImportError:
         raise MissingExtraError("plotly", "cpu", "the HTML report") from None
-    return get_plotlyjs()
+    return str(get_plotlyjs())
 
 
 class Page:

@@ -201,7 +201,8 @@ class RunView:
             path = self._file("per_query", dataset, variant, ".jsonl")
             self._cache[key] = RunFolder(self.root).read_per_query(dataset, variant) \
                 if path.is_file() else None
-        return self._cache[key]
+        cached: PerQuery | None = self._cache[key]
+        return cached
 
     def per_query_column(self, dataset: str, variant: str, metric: str) -> np.ndarray | None:
         values = self.per_query(dataset, variant)
@@ -215,7 +216,8 @@ class RunView:
             path = self._file("per_text", dataset, variant, ".json")
             self._cache[key] = json.loads(path.read_text(encoding="utf-8")) \
                 if path.is_file() else None
-        return self._cache[key]
+        cached: dict[str, dict[str, float | None]] | None = self._cache[key]
+        return cached
 
     def top(self, dataset: str, variant: str, k: int = 10) -> dict[str, list[tuple[str, float]]] \
             | None:
@@ -233,7 +235,8 @@ class RunView:
                         if len(parts) >= 6 and int(parts[3]) <= k:
                             out.setdefault(parts[0], []).append((parts[2], float(parts[4])))
             self._cache[key] = out
-        return self._cache[key]
+        cached: dict[str, list[tuple[str, float]]] | None = self._cache[key]
+        return cached
 
     def texts(self, dataset: str) -> dict[str, Any] | None:
         key = ("texts", dataset, "")
@@ -241,7 +244,8 @@ class RunView:
             path = self.root / "texts" / f"{dataset}.json"
             self._cache[key] = json.loads(path.read_text(encoding="utf-8")) \
                 if path.is_file() else None
-        return self._cache[key]
+        cached: dict[str, Any] | None = self._cache[key]
+        return cached
 
 
 def finite(value: Any) -> float | None:

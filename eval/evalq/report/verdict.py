@@ -53,7 +53,8 @@ class Costs:
         return f"{own} ({self.throughput_of})" if self.throughput_of else own
 
     def get(self, key: str) -> float | None:
-        return getattr(self, key)
+        value: float | None = getattr(self, key)
+        return value
 
     def index_text(self) -> str:
         """Index bytes with the layout, KiB under a MiB (a slice's index is small)."""

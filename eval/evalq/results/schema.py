@@ -25,188 +25,124 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.results.open_parts import StoredRecipe
+from evalq.results.parts import (
+    Attribution,
+    BetweenCompositions,
+    Combination,
+    CompositionMetric,
+    CompositionRow,
+    CosineRange,
+    CosineStats,
+    Dependence,
+    DepthCost,
+    EncodeCounts,
+    EncodeSection,
+    Fidelity,
+    Figure,
+    FirstStageCost,
+    GateCheck,
+    GateResult,
+    MeanEntry,
+    MetricEntry,
+    MetricRange,
+    PairedEntry,
+    Part,
+    PipelineCost,
+    PipelineDataset,
+    PipelineDepth,
+    PipelineSummary,
+    RecipeRecord,
+    RecipeRecordGate,
+    RecipeRecordReport,
+    RecipeRecordStats,
+    RecipeRecordVariant,
+    RecipeRecordVectors,
+    RerankerCost,
+    RerankerInfo,
+    ScoreDrift,
+    SensitivitySection,
+    SensitivitySlice,
+    VectorFidelity,
+    Verdict,
+)
+
+# Every model of the results files, the parts (evalq.results.parts) re-exported: readers
+# and writers import them from here.
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Attribution",
+    "BetweenCompositions",
+    "Combination",
+    "CompositionMetric",
+    "CompositionRow",
+    "CosineRange",
+    "CosineStats",
+    "DatasetSummary",
+    "Dependence",
+    "DepthCost",
+    "EncodeCounts",
+    "EncodeSection",
+    "Fidelity",
+    "Figure",
+    "FirstStageCost",
+    "GateCheck",
+    "GateResult",
+    "LoadDecision",
+    "LoadKnee",
+    "LoadSummary",
+    "LoadVariant",
+    "LoadWorkload",
+    "ManifestDataset",
+    "ManifestVariant",
+    "MeanEntry",
+    "MetricEntry",
+    "MetricRange",
+    "PairedEntry",
+    "Part",
+    "PipelineCost",
+    "PipelineDataset",
+    "PipelineDepth",
+    "PipelineSummary",
+    "RecipeRecord",
+    "RecipeRecordGate",
+    "RecipeRecordReport",
+    "RecipeRecordStats",
+    "RecipeRecordVariant",
+    "RecipeRecordVectors",
+    "RerankerCost",
+    "RerankerInfo",
+    "RunManifest",
+    "RunSummary",
+    "ScoreDrift",
+    "SensitivitySection",
+    "SensitivitySlice",
+    "SettingDifference",
+    "StatsPart",
+    "SuiteGate",
+    "SuitePart",
+    "VariantDatasetEntry",
+    "VariantSummary",
+    "VectorFidelity",
+    "Verdict",
+    "json_schemas",
+    "migrate",
+    "parse",
+    "parse_load_summary",
+    "parse_manifest",
+    "parse_summary",
+    "write_json_schema",
+]
 
 SCHEMA_VERSION = 1
-Figure = float | int | bool | str | None
-Verdict = Literal["pass", "fail", "inconclusive", "ungated"]
-
-
-class Part(BaseModel):
-    """A closed part of a results file: an unknown key is a damaged or foreign file."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-# -- figures -----------------------------------------------------------------------------
-
-class MeanEntry(Part):
-    """A mean over queries with its bootstrap interval."""
-
-    value: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n: int | None = None
-
-
-class PairedEntry(Part):
-    """A paired difference from the reference (``scoring._paired_entry``; pipeline
-    entries carry no ``confidence``/``method``/``mde``, attribution's interaction no
-    ``p_value``)."""
-
-    delta: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    confidence: float | None = None
-    method: str | None = None
-    p_value: float | None = None
-    mde: float | None = None
-
-
-class MetricEntry(MeanEntry):
-    vs_reference: PairedEntry | None = None
-
-
-class GateCheck(Part):
-    gate: str
-    passed: bool
-    verdict: str
-    reason: str
-    figures: dict[str, Figure] = Field(default_factory=dict)
-
-
-class GateResult(Part):
-    passed: bool
-    checks: list[GateCheck] = Field(default_factory=list)
-
-
-# -- vectors and encoding (execute.dataset_scoring) --------------------------------------
-
-class CosineStats(Part):
-    """Per-text cosines against the reference (``measure.reference.CosineSummary``);
-    ``mean``/``p1``/``min`` are null when a cosine is undefined or there are no texts."""
-
-    n: int
-    mean: float | None
-    p1: float | None
-    min: float | None
-    undefined: int
-    candidate_nan: int
-    candidate_inf: int
-    reference_nonfinite: int
-    ok: bool
-
-
-class VectorFidelity(Part):
-    """``vectors`` of a candidate: its queries' and documents' cosines to the reference."""
-
-    query: CosineStats
-    document: CosineStats
-
-
-class EncodeCounts(Part):
-    """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
-
-    texts: int
-    tokens: int
-    seconds_computing: float
-    texts_per_s: float | None
-    tokens_per_s: float | None
-    n_cached: int
-    n_computed: int
-    chunks_cached: int
-    chunks_computed: int
-    n_unique: int
-    tokens_computed: int
-    padded_tokens: int
-    batches: int
-
-
-class EncodeSection(Part):
-    """``encode`` of a variant on a dataset (empty when nothing was recorded)."""
-
-    documents: EncodeCounts | None = None
-    queries: EncodeCounts | None = None
-
-
-# -- batch sensitivity (sensitivity.apply_sensitivity) ------------------------------------
-
-class Dependence(Part):
-    """What the backend declares about batch dependence (``engines.spec``)."""
-
-    level: str
-    reason: str
-    tolerance: float | None
-    batch_dependent: bool
-
-
-class SensitivitySlice(Part):
-    max_queries: int | None
-    max_docs: int | None
-    queries: int
-    documents: int
-
-
-class CosineRange(Part):
-    mean: float | None
-    p1: float | None
-    min: float | None
-
-
-class BetweenCompositions(Part):
-    """The lowest cosine between compositions' vectors of each text, summarized; null
-    figures when fewer than two compositions ran."""
-
-    texts: int
-    compositions: int
-    cosine: CosineRange | None
-    max_abs_diff: float | None
-    bit_identical: bool | None
-
-class CompositionMetric(Part):
-    value: float | None
-    delta: float | None = None
-
-
-class CompositionRow(Part):
-    id: str
-    batch_tokens: int | None
-    shuffle_seed: int | None
-    passed: bool
-    verdict: str
-    verdicts: dict[str, str]
-    metrics: dict[str, CompositionMetric]
-    vectors: VectorFidelity | None = None
-    seconds: float | None = None
-
-
-class MetricRange(Part):
-    min: float | None
-    max: float | None
-    range: float | None
-    of: str
-
-
-class SensitivitySection(Part):
-    dependence: Dependence
-    verdict_rule: str
-    passed_as_run: bool
-    passed_every_composition: bool
-    failing_compositions: list[str]
-    inconclusive_compositions: list[str] = Field(default_factory=list)
-    worst_composition: str | None
-    slice: SensitivitySlice | None
-    between_compositions: BetweenCompositions
-    metric_range: dict[str, MetricRange]
-    compositions: list[CompositionRow]
-    extra_seconds: float | None = None
-
+P = TypeVar("P", bound=Part)
 
 # -- per dataset, per variant ------------------------------------------------------------
 
@@ -275,114 +211,6 @@ class SuitePart(Part):
     gates: list[SuiteGate] = Field(default_factory=list)
 
 
-# -- rerank pipelines (pipeline.run_pipelines) -------------------------------------------
-
-class Attribution(Part):
-    total: PairedEntry
-    retriever_only: PairedEntry
-    reranker_only: PairedEntry
-    interaction: PairedEntry
-
-
-class Combination(Part):
-    first_stage: str
-    reranker: str
-    depth: int
-    kind: Literal["reference", "retriever", "reranker", "both"]
-    first_stage_recall: MeanEntry
-    metrics: dict[str, MetricEntry]
-    reference_metrics: dict[str, MeanEntry] | None = None
-    attribution: dict[str, Attribution] | None = None
-    gate: GateResult | None = None
-    verdict: Verdict | None = None
-
-
-class ScoreDrift(Part):
-    """A reranker's scores against the reference reranker's over every pair at once
-    (``measure.fidelity.pooled_drift``; only ``pairs`` when there were none)."""
-
-    pairs: int
-    mean_delta: float | None = None
-    mean_abs_delta: float | None = None
-    p99_abs_delta: float | None = None
-    max_abs_delta: float | None = None
-    ks_statistic: float | None = None
-    reference_mean: float | None = None
-    candidate_mean: float | None = None
-    reference_std: float | None = None
-    candidate_std: float | None = None
-    tie_rate_reference: float | None = None
-    tie_rate_candidate: float | None = None
-
-
-class Fidelity(Part):
-    measures: dict[str, MeanEntry]
-    drift: ScoreDrift
-    first_stage: str
-
-
-class PipelineDepth(Part):
-    first_stage: dict[str, dict[str, MeanEntry]]
-    combinations: dict[str, Combination]
-    fidelity: dict[str, Fidelity]
-    reference: str
-
-
-class PipelineDataset(Part):
-    queries: int
-    depths: dict[str, PipelineDepth]
-
-
-class FirstStageCost(Part):
-    name: str
-    seconds_per_query: float | None
-    forward_passes_per_query: int | float | None
-
-
-class DepthCost(Part):
-    pairs_per_query: int
-    forward_passes_per_query: int | float | None
-    rerank_seconds_per_query: float | None
-    rerank_cost_multiplier_vs_first_stage: float | None
-
-
-class RerankerCost(Part):
-    pairs_per_s: float | None
-    pairs_scored: int | None = None
-    pairs_cached: int | None = None
-    forward_calls: int | None = None
-    weight_bytes: int | float | None = None
-    peak_rss_mb: float | None = None
-    startup_s: float | None = None
-    depths: dict[str, DepthCost]
-    statement: str
-
-
-class PipelineCost(Part):
-    first_stage: FirstStageCost
-    rerankers: dict[str, RerankerCost]
-
-
-class RerankerInfo(Part):
-    weight_bytes: int | float | None = None
-    quantization: dict[str, Any] | None = None
-    kind: str
-    settings: dict[str, Any] | None = None
-
-
-class PipelineSummary(Part):
-    depths: list[int]
-    cutoff: int
-    first_stage: dict[str, Any]  # the recipe's first_stage block, as dumped
-    reranker_reference: str
-    datasets: dict[str, PipelineDataset]
-    cost: dict[str, PipelineCost]
-    rerankers: dict[str, RerankerInfo]
-    passed: bool
-    failed_gates: list[str]
-    note: str | None = None
-
-
 # -- the two files -----------------------------------------------------------------------
 
 class RunSummary(Part):
@@ -419,68 +247,6 @@ class ManifestVariant(Part):
     timings: dict[str, Any] = Field(default_factory=dict)
     parity: dict[str, Any] | None = None
     datasets: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-
-class RecipeRecordVectors(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    quantize: str = "none"
-    rescore: int | None = None
-
-
-class RecipeRecordVariant(BaseModel):
-    """A variant of the recipe as stored: its name, and what a report shows of it."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    name: str
-    backend: str | None = None
-    dtype: str | None = None
-    vectors: RecipeRecordVectors | None = None
-
-
-class RecipeRecordGate(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    metric: str
-    against: str = "qrels"
-
-
-class RecipeRecordStats(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    confidence: float = 0.95
-    resamples: int = 10_000
-    seed: int = 0
-
-
-class RecipeRecordReport(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    cost: str | None = None
-
-
-class RecipeRecord(BaseModel):
-    """What a report reads of the recipe stored in the manifest (``config.Recipe``
-    dumped). Open (``extra="ignore"``): the recipe is validated as a recipe where it is
-    run; a report reads only these parts, and a recipe of an older evalq still reads."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    name: str | None = None
-    description: str | None = None
-    reference: RecipeRecordVariant | None = None
-    candidates: list[RecipeRecordVariant] = Field(default_factory=list)
-    metrics: list[str] = Field(default_factory=list)
-    reference_metrics: list[str] = Field(default_factory=list)
-    gates: list[RecipeRecordGate] = Field(default_factory=list)
-    stats: RecipeRecordStats = Field(default_factory=RecipeRecordStats)
-    report: RecipeRecordReport = Field(default_factory=RecipeRecordReport)
-
-    def variant(self, name: str) -> RecipeRecordVariant | None:
-        """The reference or candidate called ``name``."""
-        every = [self.reference] if self.reference is not None else []
-        return next((v for v in [*every, *self.candidates] if v.name == name), None)
 
 
 class RunManifest(Part):
@@ -545,7 +311,7 @@ def _field(error: Mapping[str, Any]) -> str:
     return ".".join(str(p) for p in error.get("loc", ()))
 
 
-def parse(model: type[Part], data: dict[str, Any], file: Path) -> Any:
+def parse(model: type[P], data: dict[str, Any], file: Path) -> P:
     """``data`` as ``model``; a wrong type, a null where a value belongs or an unknown
     key is bad input (exit 2) naming the file and the field."""
     try:
