@@ -193,3 +193,54 @@ def test_a_recipe_runs_through_a_registered_stand_in_kind(stand_in: KindSpec,
     judged = outcome.summary["datasets"]["pydocs"]["variants"]["fp32-brute"]
     assert judged["metrics"]["nDCG@10"]["value"] == pytest.approx(
         index["loss"]["nDCG@10"]["ann"])
+
+
+def _scattered(n_docs: int = 400, dim: int = 16) -> tuple[Documents, Queries]:
+    """Vectors with no cluster structure: an IVF list probed alone misses neighbours."""
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((n_docs, dim))
+    queries = rng.standard_normal((20, dim))
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    return (Documents(tuple(f"d{i}" for i in range(n_docs)), docs.astype(np.float32)),
+            Queries(tuple(f"q{i}" for i in range(20)), queries.astype(np.float32)))
+
+
+def test_one_faiss_build_serves_a_sweep_and_proves_each_setting() -> None:
+    """The protocol's search options: one HNSW build searched at two efSearch values; the
+    proof reads back what FAISS holds, not what the recipe asked for."""
+    docs, queries = _scattered()
+    exact = INDEX_KINDS.build(ExactOptions(), docs, where="index")
+    truth = exact.search(queries, 10)
+    assert exact.proof().exact and exact.proof().method == "IndexFlatIP"
+    index = INDEX_KINDS.build(FaissOptions(factory="IVF8,Flat", train_size=400), docs,
+                              where="index")
+    spec = INDEX_KINDS.get("faiss")
+    assert spec.search_options is not None
+    recalls = []
+    for nprobe in (1, 8):
+        ranking = index.search(queries, 10, spec.search_options(nprobe=nprobe))
+        proof = index.proof()
+        assert proof.params["nprobe"] == nprobe and proof.params["nlist"] == 8
+        assert proof.method == "IndexIVFFlat" and not proof.exact
+        recalls.append(float((ranking.indices[:, :, None] == truth.indices[:, None, :])
+                             .any(axis=2).mean()))
+    assert recalls[1] == 1.0 > recalls[0]  # all 8 lists probed: exhaustive; 1 list: not
+    stats = index.stats()
+    assert stats.documents == 400 and stats.bytes > 400 * 16 * 4 and stats.build_s >= 0
+    index.close()
+    exact.close()
+
+
+def test_bm25_runs_through_the_registry() -> None:
+    texts = ["python list append", "dict keys values", "list comprehension python", "zip"]
+    docs = Documents(("a", "b", "c", "d"), texts=texts)
+    index = INDEX_KINDS.build(INDEX_KINDS.get("bm25").options(stemmer=None), docs,
+                              where="first_stage.bm25")
+    ranking = index.search(Queries(("q",), texts=["python list"]), 3)
+    # documents sharing no term with the query are not returned
+    assert {ranking.doc_ids[i] for i in ranking.indices[0] if i >= 0} == {"a", "c"}
+    assert index.proof().params["vocabulary"] > 0 and index.stats().bytes > 0
+    index.add(Documents(("e",), texts=["python python list list"]))
+    ranking = index.search(Queries(("q",), texts=["python list"]), 3)
+    assert ranking.doc_ids[ranking.indices[0, 0]] == "e"
+    index.close()

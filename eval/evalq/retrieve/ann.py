@@ -1,13 +1,17 @@
-"""Approximate (ANN) search with a FAISS ``index_factory`` index, judged against exact search.
+"""The ``faiss`` retrieval kind: approximate (ANN) search with a FAISS ``index_factory``
+index, judged against exact search.
 
 A deployment rarely searches exactly: it runs HNSW, IVF-PQ or a scalar-quantized IVF.
 What a quantized model "loses" in production is therefore two losses stacked: the
 model's (its exact ranking vs the reference's) and the index's (its ANN ranking vs the
-exact ranking of the *same* vectors). :func:`ann_search` builds the variant's index over
-its document vectors and searches it; :func:`index_report` measures what it costs (build
-seconds, bytes, queries/s) and how much of the exact top-k it keeps (recall@k against
-exact search of the same vectors), and splits each metric's drop into quantization loss
-and index loss.
+exact ranking of the *same* vectors). :class:`FaissIndex` (the kind's
+:class:`~evalq.retrieve.kinds.Index`) builds the variant's index over its document vectors
+and searches it with :class:`FaissSearch` parameters (one build serves a sweep of
+``efSearch`` / ``nprobe``); its :meth:`~FaissIndex.proof` reads back the parameters in
+effect. :func:`evalq.retrieve.kinds.index_report` then records what it costs (build
+seconds, bytes, queries/s), how much of the exact top-k it keeps (recall@k against exact
+search of the same vectors), and splits each metric's drop into quantization loss and
+index loss.
 
 Tie order: FAISS returns an ANN index's candidates in its own order; rows are re-sorted
 by (score desc, document id desc), trec_eval's order, so the run file scores the same in
