@@ -93,8 +93,7 @@ def write_texts(path: Path, docs: int, queries: int = 0, depth: int = 0) -> None
     scored: list[tuple[str, str]] = []
     if queries:
         from evalq.execute.pipelines import candidate_lists
-        from evalq.retrieve.firststage import bm25
-        from evalq.retrieve.options import Bm25Options
+        from evalq.retrieve.firststage import Bm25Options, bm25
 
         qtexts, qids = list(dataset.queries.texts[:queries]), dataset.queries.ids[:queries]
         run = bm25(timed, corpus.ids[:docs], qtexts, qids, Bm25Options(), depth)

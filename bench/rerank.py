@@ -36,8 +36,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 def bm25_pairs(queries: int, depth: int) -> tuple[list[str], list[str]]:
     from evalq.data.pydocs import load_pydocs
-    from evalq.retrieve.firststage import bm25
-    from evalq.retrieve.options import Bm25Options
+    from evalq.retrieve.firststage import Bm25Options, bm25
 
     ds = load_pydocs()
     texts = ds.corpus.texts_for_encoding()

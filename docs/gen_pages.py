@@ -28,6 +28,8 @@ from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import FAMILIES
 from evalq.recipe.schema import Recipe
 from evalq.results.schema import RunManifest, RunSummary
+from evalq.retrieve.kinds import KindSpec
+from evalq.retrieve.registry import INDEX_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "reference"
@@ -261,6 +263,32 @@ def support_reference(methods: Mapping[str, Any] = METHODS,
                declared(BACKENDS.specs("reranker")))])
 
 
+# -------------------------------------------------------------------------- index kinds
+
+
+def index_kinds_reference(kinds: Iterable[KindSpec] | None = None) -> str:
+    """The retrieval kinds and each one's options, from the kinds' registry (what the
+    recipe's ``index:`` and a pipeline's first stage accept)."""
+    kinds = INDEX_KINDS.specs() if kinds is None else tuple(kinds)
+    rows = [(f"`{k.name}`", k.summary, k.inputs, "yes" if k.exhaustive else "no",
+             "yes" if k.attach is not None else "no") for k in kinds]
+    out = [HEADER, "# Index kinds\n\n",
+           "Generated from the retrieval kinds' registry (`evalq.retrieve.registry`). A "
+           "candidate's `index:` names a kind that indexes vectors with `kind:` (left out: "
+           "`faiss`); a kind that indexes texts is a pipeline's first stage. The variant is "
+           "judged on its run through the index, and the manifest's `index` entry holds its "
+           "costs, its `proof` (the index that answered, read back from it) and its loss "
+           "against exact search of the same vectors. See "
+           "[Scaling out](../scaling-out.md).\n\n",
+           _table(("kind", "what it is", "indexes", "exhaustive", "attaches"), rows)]
+    for kind in kinds:
+        schema = kind.options.model_json_schema()
+        defs = schema.get("$defs", {})
+        out.append("\n" + _model_section(f"`{kind.name}` options", schema))
+        out += ["\n" + _model_section(name, defs[name]) for name in sorted(defs)]
+    return "".join(out)
+
+
 # ------------------------------------------------------------------------------ results
 
 
@@ -434,7 +462,8 @@ def benchmarks_reference(records_dir: Path = RECORDS) -> str:
 def pages() -> dict[str, str]:
     return {"recipe-keys.md": recipe_reference(), "measures.md": measures_reference(),
             "cli.md": cli_reference(), "support.md": support_reference(),
-            "results.md": results_reference(), "contracts.md": contracts_reference(),
+            "results.md": results_reference(),
+            "index-kinds.md": index_kinds_reference(), "contracts.md": contracts_reference(),
             "benchmarks.md": benchmarks_reference()}
 
 

@@ -12,8 +12,8 @@ import pytest
 from evalq.app.cli import main
 from evalq.core.errors import InputError
 from evalq.execute.evaluate import run_recipe_file
-from evalq.retrieve.ann import ann_search, recall_at
-from evalq.retrieve.options import IndexSpec
+from evalq.retrieve.ann import FaissOptions, ann_search
+from evalq.retrieve.kinds import recall_at
 from evalq.retrieve.search import search
 from support import recipes
 
@@ -33,7 +33,7 @@ def clustered() -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
 
 def test_flat_factory_is_the_exact_search(clustered) -> None:
     docs, queries, ids, qids = clustered
-    ann = ann_search(queries, docs, ids, qids, 20, IndexSpec(factory="Flat"))
+    ann = ann_search(queries, docs, ids, qids, 20, FaissOptions(factory="Flat"))
     exact = search(queries, docs, ids, qids, 20)
     np.testing.assert_array_equal(ann.ranking.indices, exact.indices)
     assert recall_at(ann.ranking, exact, 10).min() == 1.0
@@ -44,10 +44,10 @@ def test_hnsw_and_ivfpq_record_cost_and_recall(clustered) -> None:
     docs, queries, ids, qids = clustered
     exact = search(queries, docs, ids, qids, 20)
     hnsw = ann_search(queries, docs, ids, qids, 20,
-                      IndexSpec(factory="HNSW32", search={"efSearch": 64}))
+                      FaissOptions(factory="HNSW32", search={"efSearch": 64}))
     # IVF + 8-bit scalar codes (PQ training is slow on this 2-core machine: see docs/benchmarks.md)
     pq = ann_search(queries, docs, ids, qids, 20,
-                    IndexSpec(factory="IVF32,SQ8", train_size=2000, search={"nprobe": 2}))
+                    FaissOptions(factory="IVF32,SQ8", train_size=2000, search={"nprobe": 2}))
     r_hnsw = recall_at(hnsw.ranking, exact, 10).mean()
     r_pq = recall_at(pq.ranking, exact, 10).mean()
     assert r_hnsw > 0.9
@@ -60,14 +60,14 @@ def test_hnsw_and_ivfpq_record_cost_and_recall(clustered) -> None:
         assert (np.diff(sc[~np.isnan(sc)]) <= 0).all()
     # deterministic builds: the same spec judges the same graph twice
     again = ann_search(queries, docs, ids, qids, 20,
-                       IndexSpec(factory="HNSW32", search={"efSearch": 64}))
+                       FaissOptions(factory="HNSW32", search={"efSearch": 64}))
     np.testing.assert_array_equal(again.ranking.indices, hnsw.ranking.indices)
 
 
 def test_short_ivf_lists_leave_empty_slots(clustered) -> None:
     docs, queries, ids, qids = clustered
     ann = ann_search(queries, docs[:400], ids[:400], qids, 100,
-                     IndexSpec(factory="IVF64,Flat", search={"nprobe": 1}))
+                     FaissOptions(factory="IVF64,Flat", search={"nprobe": 1}))
     assert ann.cost.missing_slots > 0
     empty = ann.ranking.indices < 0
     assert np.isnan(ann.ranking.scores[empty]).all()
@@ -76,9 +76,9 @@ def test_short_ivf_lists_leave_empty_slots(clustered) -> None:
 
 
 @pytest.mark.parametrize(("spec", "field"), [
-    (IndexSpec(factory="IVF4096,PQ16"), "index.train_size"),   # 4096 lists, 500 points
-    (IndexSpec(factory="PQ7"), "index.factory"),               # 64 not divisible by 7
-    (IndexSpec(factory="HNSW32", search={"nprobe": 8}), "index.search"),
+    (FaissOptions(factory="IVF4096,PQ16"), "index.train_size"),   # 4096 lists, 500 points
+    (FaissOptions(factory="PQ7"), "index.factory"),               # 64 not divisible by 7
+    (FaissOptions(factory="HNSW32", search={"nprobe": 8}), "index.search"),
 ])
 def test_recipe_mistakes_are_input_errors(clustered, spec, field) -> None:
     docs, queries, ids, qids = clustered

@@ -12,14 +12,15 @@ from evalq.encode.options import ExecutorSpec
 from evalq.recipe.load import CapacitySection
 from evalq.recipe.pipelines import PipelineGate
 from evalq.recipe.sensitivity import BatchSensitivity
-from evalq.retrieve.options import Bm25Options, IndexSpec
+from evalq.retrieve.ann import FaissOptions
+from evalq.retrieve.firststage import Bm25Options
 
 
 @pytest.mark.parametrize(("model", "data", "field"), [
     (PipelineGate, {"metric": "nDCG@10", "against": "qrels", "max_drop": 0.01,
                     "depth": True}, "depth"),
     (Bm25Options, {"k1": True}, "k1"),
-    (IndexSpec, {"factory": "HNSW32", "train_size": True}, "train_size"),
+    (FaissOptions, {"factory": "HNSW32", "train_size": True}, "train_size"),
     (ExecutorSpec, {"type": "ray", "replicas": True}, "replicas"),
     (BatchSensitivity, {"shuffles": True}, "shuffles"),
 ])

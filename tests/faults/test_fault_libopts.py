@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from faultkit import no_traceback, recipe_data, run_cli
 
-from evalq.retrieve.options import Bm25Options
+from evalq.retrieve.firststage import Bm25Options
 from support import recipes
 
 

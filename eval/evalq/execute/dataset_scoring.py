@@ -27,9 +27,16 @@ from evalq.measure.reference import evaluate_reference, vector_agreement
 from evalq.measure.registry import parse_measures
 from evalq.recipe.schema import Recipe, Variant
 from evalq.results.folder import RunFolder
-from evalq.retrieve.ann import AnnResult, ann_search, index_report
-from evalq.retrieve.options import IndexSpec
-from evalq.retrieve.search import search
+from evalq.retrieve.exact import ExactOptions
+from evalq.retrieve.kinds import (
+    Documents,
+    IndexProof,
+    IndexStats,
+    KindOptions,
+    Queries,
+    index_report,
+)
+from evalq.retrieve.registry import INDEX_KINDS
 from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
 
 
@@ -40,6 +47,27 @@ class ReferenceState:
     ranking: Ranking
     query_vectors: np.ndarray
     doc_vectors: Any  # an (n, dim) matrix, or the shards folder of a streamed corpus
+
+
+@dataclass(frozen=True)
+class IndexRun:
+    """A variant's run through its index kind, with what the index cost and proved."""
+
+    options: KindOptions
+    ranking: Ranking
+    stats: IndexStats
+    proof: IndexProof
+
+
+def run_index(options: KindOptions, docs: Documents, queries: Queries, depth: int, *,
+              where: str) -> IndexRun:
+    """Build ``options``' index through the registry, search it once, and close it."""
+    index = INDEX_KINDS.build(options, docs, where=where)
+    try:
+        ranking = index.search(queries, depth)
+        return IndexRun(options, ranking, index.stats(), index.proof())
+    finally:
+        index.close()
 
 
 @dataclass
@@ -66,26 +94,14 @@ def score_dataset(
         model_dim = int(docs.vectors.shape[1])
         docs, queries = (replace(e, vectors=truncate(e.vectors, variant.vectors.dims))
                          for e in (docs, queries))
-    spec = stored = None
+    spec = stored = None  # the variant's quantized vectors (vectors.quantize)
     if variant.vectors.quantize != "none":
         spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
         stored = quantize_documents(docs.vectors, spec)
-    t0 = time.perf_counter()
-    if sharded:
-        ranking = streamrun.search(queries.vectors, docs, ds.corpus.ids, ds.queries.ids,
-                                   depth)
-    else:
-        ranking = search(queries.vectors, docs.vectors, doc_ids=list(ds.corpus.ids),
-                         query_ids=list(ds.queries.ids), depth=depth, vectors=spec,
-                         quantized=stored)
-    search_s = time.perf_counter() - t0
-    exact_ranking = None
-    if variant.index is not None:  # judged on its ANN run; the exact one splits the loss
-
-        exact_ranking = ranking
-        ann = ann_search(queries.vectors, docs.vectors, ds.corpus.ids, ds.queries.ids, depth,
-                         variant.index, where=f"candidates.{variant.name}.index")
-        ranking = ann.ranking
+    searched = _search(variant, ds, docs, queries, depth, stored, sharded)
+    ranking, search_s = searched.ranking, searched.search_s
+    exact_proof, exact_ranking, indexed = searched.exact_proof, searched.exact, searched.indexed
+    if exact_ranking is not None:
         folder.write_run(ds.name, f"{variant.name}.exact", exact_ranking)
     folder.write_run(ds.name, variant.name, ranking)
     qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
@@ -109,10 +125,12 @@ def score_dataset(
                           "bytes": int(docs.vectors.nbytes),
                           **_matryoshka(variant, model_dim)}
         doc_vectors = docs.vectors
-    if exact_ranking is not None:
+    if exact_proof is not None:
+        entry["index"]["proof"] = exact_proof.model_dump()
+    if exact_ranking is not None and indexed is not None:
         ref_state = reference.get(ds.name)
         entry["index"] = judge_index(
-            ann, variant.index, exact_ranking, judged=judged, metrics=recipe.metrics,
+            indexed, exact_ranking, judged=judged, metrics=recipe.metrics,
             reference_metrics=recipe.reference_metrics,
             reference_run=ref_state.ranking if ref_state else None,
             reference_values=folder.read_per_query(ds.name, recipe.reference.name)
@@ -135,6 +153,36 @@ def score_dataset(
                             "document": asdict(d_agree.summary())}
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
+
+
+@dataclass(frozen=True)
+class _Searched:
+    ranking: Ranking  # what the variant is judged on
+    search_s: float  # the exact (or sharded) search's seconds
+    exact_proof: IndexProof | None  # None for a streamed corpus (exact float shards)
+    exact: Ranking | None = None  # the exact run, when the variant is judged on an index
+    indexed: IndexRun | None = None
+
+
+def _search(variant: Variant, ds: Any, docs: Any, queries: Any, depth: int, stored: Any,
+            sharded: bool) -> _Searched:
+    """The exact search (sharded for a streamed corpus), then the variant's index kind
+    when it has one other than exact: both through the retrieval kinds' registry."""
+    t0 = time.perf_counter()
+    if sharded:
+        ranking = streamrun.search(queries.vectors, docs, ds.corpus.ids, ds.queries.ids,
+                                   depth)
+        return _Searched(ranking, time.perf_counter() - t0, None)
+    query_in = Queries(ds.queries.ids, queries.vectors)
+    exact = run_index(ExactOptions(), Documents(ds.corpus.ids, docs.vectors, stored=stored),
+                      query_in, depth, where=f"{variant.name}.vectors")
+    search_s = time.perf_counter() - t0
+    if not variant.searches_index or variant.index is None:
+        return _Searched(exact.ranking, search_s, exact.proof)
+    # judged on its run through the index; the exact one splits the loss
+    indexed = run_index(variant.index, Documents(ds.corpus.ids, docs.vectors), query_in,
+                        depth, where=f"candidates.{variant.name}.index")
+    return _Searched(indexed.ranking, search_s, exact.proof, exact.ranking, indexed)
 
 
 def _agreement(ref: ReferenceState, ds: Any, query_vectors: np.ndarray, docs: Any,
@@ -160,18 +208,18 @@ def _matryoshka(variant: Variant, model_dim: int | None) -> dict[str, Any]:
 
 
 def judge_index(
-    ann: AnnResult, spec: IndexSpec, exact: Ranking, *, judged: Any, metrics: Sequence[str],
+    indexed: IndexRun, exact: Ranking, *, judged: Any, metrics: Sequence[str],
     reference_metrics: Sequence[str], reference_run: Ranking | None,
     reference_values: Any | None,
 ) -> dict[str, Any]:
     """:func:`index_report` for a variant: each qrels metric's mean on the reference's
-    exact run, this variant's exact run and its ANN run; each reference metric (against
-    the reference's exact run) for the exact and the ANN run. Cosine measures vectors,
-    not rankings, so it has no index loss and is skipped."""
+    exact run, this variant's exact run and its run through the index; each reference
+    metric (against the reference's exact run) for the exact and the indexed run. Cosine
+    measures vectors, not rankings, so it has no index loss and is skipped."""
 
     measures = parse_measures(list(metrics))
     exact_vals = evaluate_qrels(exact, judged, measures).values
-    ann_vals = evaluate_qrels(ann.ranking, judged, measures).values
+    ann_vals = evaluate_qrels(indexed.ranking, judged, measures).values
     table: dict[str, dict[str, float | None]] = {}
     for m in measures:
         ref = None
@@ -182,9 +230,10 @@ def judge_index(
     ref_measures = [m for m in parse_measures(list(reference_metrics)) if m.family != "cosine"]
     if reference_run is not None and ref_measures:
         ex = evaluate_reference(exact, reference_run, ref_measures).values
-        an = evaluate_reference(ann.ranking, reference_run, ref_measures).values
+        an = evaluate_reference(indexed.ranking, reference_run, ref_measures).values
         for m in ref_measures:
             # The reference agrees with itself perfectly: its value is the measure's top.
             table[m.name] = {"reference": None, "exact": float(np.mean(ex[m.name])),
                              "ann": float(np.mean(an[m.name]))}
-    return index_report(ann.cost, spec, ann.ranking, exact, table)
+    return index_report(indexed.options, indexed.stats, indexed.proof, indexed.ranking, exact,
+                        table)

@@ -70,8 +70,8 @@ from evalq.recipe.gates import gate_spec
 from evalq.recipe.pipelines import PipelineGate, PipelineSpec
 from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage
-from evalq.retrieve.firststage import FirstStageRun
-from evalq.retrieve.options import Bm25Options
+from evalq.retrieve.firststage import Bm25Options, FirstStageRun
+from evalq.retrieve.registry import INDEX_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +171,10 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
     field_base = f"pipelines.{index}.first_stage"
     texts = ds.corpus.texts_for_encoding(recipe.title_separator)
     if fs.kind == "bm25":
-        return [firststage.bm25(texts, ds.corpus.ids, list(ds.queries.texts), ds.queries.ids,
-                                fs.bm25 or Bm25Options(), spec.max_depth)]
+        return [firststage.text_first_stage(
+            INDEX_KINDS.get(fs.kind), fs.bm25 or Bm25Options(), texts, ds.corpus.ids,
+            list(ds.queries.texts), ds.queries.ids, spec.max_depth,
+            where=f"{field_base}.bm25")]
     if fs.kind == "run":
         path = Path(fs.run or "")
         if not path.is_absolute():

@@ -48,7 +48,7 @@ from evalq.engines.registry import (
 from evalq.engines.rerank_http import RerankHttpOptions
 from evalq.engines.vllm_rerank import RerankVllmOptions
 from evalq.measure.registry import parse_measure
-from evalq.retrieve.options import Bm25Options
+from evalq.retrieve.firststage import Bm25Options
 
 if TYPE_CHECKING:
     from collections.abc import Callable

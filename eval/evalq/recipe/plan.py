@@ -179,11 +179,11 @@ def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
                          "vectors, which "
                          f"needs the whole document matrix; dataset {which} is streamed and "
                          "searched as exact float shards", fix)
-        if variant.index is not None:
+        if variant.searches_index and variant.index is not None:
             problems.add((*_variant_path(i), "index"),
-                         f"variant '{variant.name}' builds an ANN index over the whole "
-                         f"corpus; dataset {which} is streamed and searched as exact float "
-                         "shards", fix)
+                         f"variant '{variant.name}' builds a '{variant.index.kind}' index over "
+                         f"the whole corpus; dataset {which} is streamed and searched as "
+                         "exact float shards", fix)
     for key in ("batch_sensitivity", "pipelines"):
         if getattr(recipe, key):
             problems.add((key,), f"`{key}` reads document texts from a loaded corpus; "

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from evalq.core.errors import InputError, RecipeValueError
 from evalq.core.locations import resolve_recipe
@@ -37,7 +44,8 @@ from evalq.recipe.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
 from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
-from evalq.retrieve.options import IndexSpec
+from evalq.retrieve.kinds import KindOptions
+from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
 
 # Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
 # bounded where measures are parsed (metrics.measures.MAX_CUTOFF).
@@ -101,7 +109,17 @@ class Variant(StrictOptions):
     http: HttpOptions | None = None
     onnx: OnnxOptions | None = None
     openvino: OpenVinoOptions | None = None
-    index: IndexSpec | None = None  # an ANN index (FAISS index_factory); unset = exact
+    # A registered retrieval kind that indexes vectors (evalq.retrieve.registry), chosen by
+    # `kind:` (left out: faiss); unset = exact search only.
+    index: SerializeAsAny[KindOptions] | None = Field(
+        default=None, description="a registered index kind's options, chosen by `kind:` "
+        "(no `kind:` = faiss); see [Index kinds](index-kinds.md)")
+
+    @field_validator("index", mode="before")
+    @classmethod
+    def _registered_index_kind(cls, value: Any) -> Any:
+        return None if value is None else INDEX_KINDS.parse(value, "vectors",
+                                                            DEFAULT_VECTOR_KIND)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -126,10 +144,16 @@ class Variant(StrictOptions):
             raise ValueError(wrong)
         if self.vectors.rescore is not None and self.vectors.quantize == "none":
             raise ValueError("vectors.rescore needs vectors.quantize int8 or binary")
-        if self.index is not None and self.vectors.quantize != "none":
+        if self.searches_index and self.vectors.quantize != "none":
             raise ValueError("'index' and 'vectors.quantize' both compress the stored vectors; "
                              "use one (a FAISS factory such as 'Flat' + SQ8 / PQ covers both)")
         return self
+
+    @property
+    def searches_index(self) -> bool:
+        """Whether the variant is judged on an index kind other than exact search (whose
+        run is then the baseline its index loss is measured against)."""
+        return self.index is not None and self.index.kind != EXACT_KIND
 
 
 class StatsOptions(StrictOptions):
@@ -220,7 +244,7 @@ class Recipe(StrictOptions):
                 if v not in names[1:]:
                     raise ValueError(f"gate names unknown candidate '{v}'; candidates: "
                                      f"{', '.join(names[1:]) or '(none)'}")
-        if self.reference.index is not None:
+        if self.reference.searches_index:
             raise ValueError("the reference searches exactly (it is what candidates are "
                              "judged against); put 'index' on a candidate, e.g. one with the "
                              "reference's settings to measure the index loss alone")
@@ -239,11 +263,12 @@ def _loc_to_path(loc: tuple[Any, ...]) -> KeyPath:
         ("function-", "union[", "list[", "dict[", "str", "literal["))))
 
 
-def _describe(err: Mapping[str, Any], model: type[BaseModel], path: KeyPath) -> tuple[str, str]:
+def _describe(err: Mapping[str, Any], model: type[BaseModel], path: KeyPath,
+              data: Any = None) -> tuple[str, str]:
     kind = err["type"]
     if kind == "extra_forbidden":
         key = str(path[-1]) if path else "?"
-        allowed = _allowed_keys(model, path[:-1])
+        allowed = _allowed_keys(model, path[:-1], data)
         guess = difflib.get_close_matches(key, allowed, n=1)
         hint = f" Did you mean '{guess[0]}'?" if guess else ""
         return f"unknown key '{key}'.{hint}", f"use one of: {', '.join(sorted(allowed))}"
@@ -254,9 +279,12 @@ def _describe(err: Mapping[str, Any], model: type[BaseModel], path: KeyPath) -> 
     return err["msg"].removeprefix("Value error, "), "see docs/recipes.md and its key reference"
 
 
-def _allowed_keys(model: type[BaseModel], path: KeyPath) -> list[str]:
+def _allowed_keys(model: type[BaseModel], path: KeyPath, data: Any = None) -> list[str]:
+    """The keys the model at ``path`` takes; an ``index:`` block's model is its kind's,
+    which ``data`` (the recipe as written) names."""
     current: Any = model
     for part in path:
+        data = _step(data, part)
         if isinstance(part, int):
             continue
         field_info = getattr(current, "model_fields", {}).get(part)
@@ -269,11 +297,27 @@ def _allowed_keys(model: type[BaseModel], path: KeyPath) -> list[str]:
             found = next(
                 (x for x in inner if isinstance(x, type) and issubclass(x, BaseModel)), None)
             if found:
-                current = found
+                current = _kind_model(found, data)
                 break
         else:
             return []
     return list(getattr(current, "model_fields", {}))
+
+
+def _step(data: Any, part: Any) -> Any:
+    if isinstance(data, Mapping) and part in data:
+        return data[part]
+    if isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+        return data[part]
+    return None
+
+
+def _kind_model(found: type[BaseModel], data: Any) -> type[BaseModel]:
+    """A registered index kind's options model in place of the kinds' base."""
+    if found is not KindOptions or not isinstance(data, Mapping):
+        return found
+    kind = data.get("kind", DEFAULT_VECTOR_KIND)
+    return INDEX_KINDS.get(kind).options if kind in INDEX_KINDS.names() else found
 
 
 def recipe_from_located(located: Located, file: Path) -> Recipe:
@@ -288,7 +332,7 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
         if named:  # raised on the model, about one of its keys: point at that key's line
             path = (*path, named.group(1))
         where_file, line = located.where(path)
-        message, fix = _describe(err, Recipe, path)
+        message, fix = _describe(err, Recipe, path, located.data)
         if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), InputError):
             inner: InputError = err["ctx"]["error"]
             message, fix = inner.message, inner.fix or fix

@@ -1,13 +1,17 @@
-"""Approximate (ANN) search with a FAISS ``index_factory`` index, judged against exact search.
+"""The ``faiss`` retrieval kind: approximate (ANN) search with a FAISS ``index_factory``
+index, judged against exact search.
 
 A deployment rarely searches exactly: it runs HNSW, IVF-PQ or a scalar-quantized IVF.
 What a quantized model "loses" in production is therefore two losses stacked: the
 model's (its exact ranking vs the reference's) and the index's (its ANN ranking vs the
-exact ranking of the *same* vectors). :func:`ann_search` builds the variant's index over
-its document vectors and searches it; :func:`index_report` measures what it costs (build
-seconds, bytes, queries/s) and how much of the exact top-k it keeps (recall@k against
-exact search of the same vectors), and splits each metric's drop into quantization loss
-and index loss.
+exact ranking of the *same* vectors). :class:`FaissIndex` (the kind's
+:class:`~evalq.retrieve.kinds.Index`) builds the variant's index over its document vectors
+and searches it with :class:`FaissSearch` parameters (one build serves a sweep of
+``efSearch`` / ``nprobe``); its :meth:`~FaissIndex.proof` reads back the parameters in
+effect. :func:`evalq.retrieve.kinds.index_report` then records what it costs (build
+seconds, bytes, queries/s), how much of the exact top-k it keeps (recall@k against exact
+search of the same vectors), and splits each metric's drop into quantization loss and
+index loss.
 
 Tie order: FAISS returns an ANN index's candidates in its own order; rows are re-sorted
 by (score desc, document id desc), trec_eval's order, so the run file scores the same in
@@ -24,22 +28,94 @@ which does not change results.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from evalq.core.errors import InputError
+from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve.options import IndexSpec
+from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
 from evalq.retrieve.search import id_ranks, order_topk
 
 # Rows of the corpus used for training when the recipe does not say: FAISS wants at
 # least 39 points per centroid and warns past 256 per centroid; 256 × 4096 lists covers
 # the IVF sizes we document while capping the k-means cost.
 _DEFAULT_TRAIN = 256 * 4096
+_INT32 = 2**31 - 1  # FAISS takes these counts as a C int
+_FACTORY = re.compile(r"^[A-Za-z0-9_,.=+\-x]+$")
+
+
+class FaissSearch(StrictOptions):
+    """FAISS search-time parameters, passed through ``ParameterSpace``
+    (``efSearch=64,nprobe=16``). Only names FAISS understands for the index families we
+    document, so a typo is refused with a did-you-mean. Lists to probe and the HNSW beam
+    width are counts of at least 1; ``max_codes`` and ``ht`` are limits where 0 means
+    none; ``k_factor`` multiplies k."""
+
+    efSearch: int | None = Field(default=None, ge=1, le=_INT32)
+    nprobe: int | None = Field(default=None, ge=1, le=_INT32)
+    max_codes: int | None = Field(default=None, ge=0, le=_INT32)
+    ht: int | None = Field(default=None, ge=0, le=_INT32)
+    k_factor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_serializer(mode="wrap")
+    def _set_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The parameters set, as the recipe wrote them (the manifest's recipe echoes it).
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def values(self) -> dict[str, int | float]:
+        """The parameters set, by name (what the manifest's ``search`` records)."""
+        return self.model_dump(exclude_none=True)
+
+    def string(self) -> str:
+        """The ParameterSpace string, in a fixed order (what the manifest records)."""
+        values = self.values()
+        return ",".join(f"{k}={values[k]}" for k in sorted(values))
+
+
+class FaissOptions(KindOptions):
+    """``index: {kind: faiss, ...}`` of a variant: the deployment's FAISS ANN index
+    (``kind`` may be left out: an ``index:`` without it is this kind).
+
+    ``factory`` is a FAISS ``index_factory`` string (``Flat``, ``HNSW32``, ``IVF1024,PQ32``,
+    ``IVF4096,SQ8``, ``OPQ16,IVF256,PQ16``); the metric is always inner product.
+    ``train_size`` rows (a seeded sample of the corpus) train the indexes that need it;
+    ``search`` sets FAISS search parameters (``efSearch``, ``nprobe``...).
+    ``deterministic`` builds with one thread: HNSW insertion in parallel depends on thread
+    timing, so two runs would otherwise judge two different graphs.
+    """
+
+    kind: Literal["faiss"] = "faiss"
+    factory: str = Field(min_length=1)
+    train_size: int | None = Field(default=None, ge=1)
+    search: FaissSearch = FaissSearch()
+    seed: int = 0
+    deterministic: bool = True
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_syntax(cls, value: str) -> str:
+        if not _FACTORY.match(value):
+            raise ValueError(f"index factory {value!r} is not a FAISS index_factory string "
+                             "(e.g. Flat, HNSW32, IVF1024,PQ32, IVF4096,SQ8)")
+        return value
+
+    def search_string(self) -> str:
+        return self.search.string()
+
+    def record(self) -> dict[str, Any]:
+        return {"factory": self.factory, "train_size": self.train_size,
+                "search": self.search.values(), "seed": self.seed,
+                "deterministic": self.deterministic}
+
+    def search_options(self) -> FaissSearch:
+        return self.search
 
 
 @dataclass(frozen=True)
@@ -65,50 +141,126 @@ class AnnResult:
     cost: IndexCost
 
 
+class FaissIndex:
+    """A FAISS ``index_factory`` index over document vectors (the ``faiss`` kind): trained
+    on a seeded sample at the first :meth:`add`, searched with ``FaissSearch`` parameters.
+    ``where`` names the recipe field in errors (a factory FAISS refuses, a corpus too small
+    to train it): those are recipe problems, exit 2."""
+
+    def __init__(self, options: FaissOptions, where: str = "index") -> None:
+        self.options, self.where = options, where
+        self._index: Any = None
+        self._ids: tuple[str, ...] = ()
+        self._train_rows, self._train_s, self._add_s = 0, 0.0, 0.0
+        self._search_s, self._queries, self._missing = 0.0, 0, 0
+        self._params = FaissSearch()
+
+    def add(self, docs: Documents) -> None:
+        if docs.vectors is None:
+            raise ValueError("a FAISS index is built from vectors; these documents have none")
+        vectors = np.ascontiguousarray(docs.vectors, dtype=np.float32)
+        if self._index is None:
+            self._index = _new_index(vectors.shape[1], self.options, self.where)
+        train_rows, (t0, t1, t2) = _train_and_add(self._index, vectors, self.options,
+                                                  self.where)
+        self._train_rows += train_rows
+        self._train_s += t1 - t0
+        self._add_s += t2 - t1
+        self._ids = (*self._ids, *docs.ids)
+
+    def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
+        if queries.vectors is None:
+            raise ValueError("a FAISS index is searched with query vectors; these have none")
+        wanted = params if params is not None else self.options.search
+        if wanted.values():
+            _set_search_parameters(self._index, self.options.factory, wanted, self.where)
+        self._params = wanted
+        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
+        k = min(depth, len(self._ids))
+        began = time.perf_counter()
+        scores, indices = self._index.search(vectors, k) if len(vectors) else (
+            np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
+        self._search_s = time.perf_counter() - began
+        self._queries = len(vectors)
+        ranked_idx, ranked_sc, self._missing = _trec_order(scores, indices, depth,
+                                                           id_ranks(self._ids))
+        return Ranking.from_search(queries.ids, self._ids, ranked_idx, ranked_sc)
+
+    def cost(self) -> IndexCost:
+        """Build and last-search costs (what the manifest's ``index`` entry records)."""
+        import faiss
+
+        size = int(faiss.serialize_index(self._index).nbytes)
+        searched = self._search_s > 0 and self._queries
+        return IndexCost(
+            factory=self.options.factory, search_params=self._params.string(),
+            train_rows=self._train_rows, train_s=self._train_s, add_s=self._add_s,
+            build_s=self._train_s + self._add_s, bytes=size,
+            bytes_per_vector=size / max(1, len(self._ids)), search_s=self._search_s,
+            queries_per_s=self._queries / self._search_s if searched else None,
+            missing_slots=self._missing)
+
+    def stats(self) -> IndexStats:
+        cost = self.cost()
+        return IndexStats(bytes=cost.bytes, build_s=cost.build_s, documents=len(self._ids),
+                          detail=asdict(cost))
+
+    def proof(self) -> IndexProof:
+        """The index's own type and the parameters it holds at search time, read back from
+        FAISS (not from the recipe)."""
+        import faiss
+
+        real = faiss.downcast_index(self._index)
+        params: dict[str, Any] = {"ntotal": int(real.ntotal), "dim": int(real.d)}
+        hnsw = getattr(real, "hnsw", None)
+        if hnsw is not None:
+            params["efSearch"] = int(hnsw.efSearch)
+        try:
+            ivf = faiss.extract_index_ivf(self._index)
+        except RuntimeError:  # not an IVF index
+            ivf = None
+        if ivf is not None:
+            params.update(nprobe=int(ivf.nprobe), nlist=int(ivf.nlist))
+        return IndexProof(kind="faiss", exact=isinstance(real, faiss.IndexFlat),
+                          method=type(real).__name__, params=params)
+
+    def close(self) -> None:
+        self._index = None
+
+
+def _build(options: FaissOptions, docs: Documents, where: str) -> FaissIndex:
+    index = FaissIndex(options, where)
+    index.add(docs)
+    return index
+
+
+KIND = KindSpec(name="faiss", summary="a FAISS index_factory index (HNSW, IVF, PQ, SQ), "
+                "built over the variant's vectors and judged against its exact search",
+                inputs="vectors", options=FaissOptions, build=_build,
+                search_options=FaissSearch)
+
+
 def ann_search(
     query_vectors: np.ndarray,
     doc_vectors: np.ndarray,
     doc_ids: Sequence[str],
     query_ids: Sequence[str],
     depth: int,
-    spec: IndexSpec,
+    spec: FaissOptions,
     *,
     where: str = "index",
 ) -> AnnResult:
-    """Build ``spec``'s index over ``doc_vectors`` and return its top ``depth`` per query.
-
-    ``where`` names the recipe field in errors (a factory FAISS refuses, a corpus too
-    small to train it): those are recipe problems, exit 2.
-    """
-    import faiss
-
-    docs = np.ascontiguousarray(doc_vectors, dtype=np.float32)
-    queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
-    doc_ids, query_ids = tuple(doc_ids), tuple(query_ids)
-    n_docs, dim = docs.shape
-    index = _new_index(dim, spec, where)
-    train_rows, (t0, t1, t2) = _train_and_add(index, docs, spec, where)
-    if spec.search:
-        _set_search_parameters(index, spec, where)
-
-    k = min(depth, n_docs)
-    t3 = time.perf_counter()
-    scores, indices = index.search(queries, k) if len(queries) else (
-        np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-    search_s = time.perf_counter() - t3
-    ranked_idx, ranked_sc, missing = _trec_order(scores, indices, depth, id_ranks(doc_ids))
-    size = int(faiss.serialize_index(index).nbytes)
-    cost = IndexCost(
-        factory=spec.factory, search_params=spec.search_string(), train_rows=train_rows,
-        train_s=t1 - t0, add_s=t2 - t1, build_s=t2 - t0, bytes=size,
-        bytes_per_vector=size / max(1, n_docs), search_s=search_s,
-        queries_per_s=len(queries) / search_s if search_s > 0 and len(queries) else None,
-        missing_slots=missing,
-    )
-    return AnnResult(Ranking.from_search(query_ids, doc_ids, ranked_idx, ranked_sc), cost)
+    """Build ``spec``'s index over ``doc_vectors`` and return its top ``depth`` per query
+    with what it cost."""
+    index = _build(spec, Documents(tuple(doc_ids), vectors=doc_vectors), where)
+    try:
+        ranking = index.search(Queries(tuple(query_ids), vectors=query_vectors), depth)
+        return AnnResult(ranking, index.cost())
+    finally:
+        index.close()
 
 
-def _new_index(dim: int, spec: IndexSpec, where: str) -> Any:
+def _new_index(dim: int, spec: FaissOptions, where: str) -> Any:
     """The empty FAISS index ``spec.factory`` names; a factory FAISS refuses is exit 2."""
     import faiss
 
@@ -124,7 +276,7 @@ def _new_index(dim: int, spec: IndexSpec, where: str) -> Any:
         ) from None
 
 
-def _train_and_add(index: Any, docs: np.ndarray, spec: IndexSpec, where: str
+def _train_and_add(index: Any, docs: np.ndarray, spec: FaissOptions, where: str
                    ) -> tuple[int, tuple[float, float, float]]:
     """Train (on a seeded sample) and fill ``index``; the training rows and the clock at
     the start, after training and after adding. With ``deterministic`` this runs on one
@@ -160,63 +312,23 @@ def _train_and_add(index: Any, docs: np.ndarray, spec: IndexSpec, where: str
     return train_rows, (t0, t1, t2)
 
 
-def _set_search_parameters(index: Any, spec: IndexSpec, where: str) -> None:
-    """Apply ``spec.search`` (efSearch, nprobe); one the index does not take is exit 2."""
+def _set_search_parameters(index: Any, factory: str, params: FaissSearch, where: str
+                           ) -> None:
+    """Apply ``params`` (efSearch, nprobe); one the index does not take is exit 2."""
     import faiss
 
     try:
-        faiss.ParameterSpace().set_index_parameters(index, spec.search_string())
+        faiss.ParameterSpace().set_index_parameters(index, params.string())
     except RuntimeError as exc:
         raise InputError(
-            message=f"index '{spec.factory}' does not take search parameters "
-                    f"'{spec.search_string()}' ({_first_line(exc)})",
+            message=f"index '{factory}' does not take search parameters "
+                    f"'{params.string()}' ({_first_line(exc)})",
             field=f"{where}.search",
             fix="efSearch applies to HNSW indexes, nprobe to IVF ones",
         ) from None
 
 
-def recall_at(ann: Ranking, exact: Ranking, k: int) -> np.ndarray:
-    """Per query: share of the exact top-``k`` that the ANN top-``k`` also returns."""
-    if ann.query_ids != exact.query_ids:
-        raise ValueError("the two rankings must cover the same queries in the same order")
-    k = min(k, exact.depth, ann.depth)
-    out = np.zeros(len(exact.query_ids), dtype=np.float64)
-    for row in range(len(out)):
-        truth = exact.indices[row, :k]
-        truth = truth[truth >= 0]
-        if len(truth) == 0:
-            out[row] = 1.0
-            continue
-        out[row] = np.isin(truth, ann.indices[row, :k]).sum() / len(truth)
-    return out
-
-
-def index_report(
-    cost: IndexCost, spec: IndexSpec, ann: Ranking, exact: Ranking,
-    metrics: dict[str, dict[str, float | None]], *, ks: Sequence[int] = (10, 100),
-) -> dict[str, Any]:
-    """The manifest's ``index`` entry of an ANN variant.
-
-    ``metrics`` maps a measure to ``{"reference": mean of the reference's exact run,
-    "exact": this variant's exact run, "ann": this variant's ANN run}``;
-    quantization loss = reference − exact, index loss = exact − ann (positive = worse,
-    for measures where higher is better).
-    """
-    recall = {f"recall@{k}": float(recall_at(ann, exact, k).mean()) if len(exact.query_ids)
-              else None for k in ks if k <= exact.depth}
-    split = {}
-    for name, m in metrics.items():
-        ref, ex, an = m.get("reference"), m.get("exact"), m.get("ann")
-        split[name] = {**m,
-                       "quantization_loss": None if ref is None or ex is None else ref - ex,
-                       "index_loss": None if ex is None or an is None else ex - an}
-    return {"type": "ann", "factory": spec.factory, "train_size": spec.train_size,
-            "search": dict(spec.search), "seed": spec.seed,
-            "deterministic": spec.deterministic, **asdict(cost), **recall,
-            "loss": split}
-
-
-def _training_sample(docs: np.ndarray, spec: IndexSpec) -> np.ndarray:
+def _training_sample(docs: np.ndarray, spec: FaissOptions) -> np.ndarray:
     n = len(docs)
     want = min(n, spec.train_size or _DEFAULT_TRAIN)
     if want >= n:
