@@ -17,8 +17,9 @@ chunk is one the dense stage wrote and no document is encoded twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,10 +169,19 @@ class CachedEmbeddings:
     """
 
     def __init__(self, cache: EmbeddingCache | None, *, batch_tokens: int,
-                 composition: Mapping[str, Any] | None, layout: DenseLayout | None) -> None:
+                 composition: Mapping[str, Any] | Callable[[], Mapping[str, Any] | None]
+                 | None,
+                 layout: DenseLayout | None) -> None:
         self.cache, self.batch_tokens, self.layout = cache, batch_tokens, layout
-        self.composition = composition
+        self._composition = composition
         self.calls: list[EncodeStats] = []  # each encode_texts call's counts, in order
+
+    @cached_property
+    def composition(self) -> Mapping[str, Any] | None:
+        """What keys this scorer's chunks besides texts (``cache_composition``), worked
+        out when it first embeds: only a builder that embeds through the run's cache asks."""
+        given = self._composition
+        return given() if callable(given) else given
 
     def shares_layout(self, encoder: Any) -> bool:
         return (self.layout is not None and self.composition is None
@@ -225,9 +235,13 @@ def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Pat
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
     backend = reranker_backend(variant.backend)
     # Batch-dependent variants key their chunks by batching, as dense variants do (a
-    # reranker variant carries the backend, dtype and quantization it is judged by).
-    embeddings = CachedEmbeddings(embedding_cache, batch_tokens=tokens, layout=layout,
-                                  composition=cache_composition(variant))  # type: ignore[arg-type]
+    # reranker variant carries the backend, dtype and quantization it is judged by). Asked
+    # lazily: only the in-process bi-encoder scorer embeds; a served or graph reranker's
+    # backend (tei, rerank-api, onnx, ...) declares no embedding composition, and asking
+    # for one ended every such run in a KeyError (issue 32).
+    embeddings = CachedEmbeddings(
+        embedding_cache, batch_tokens=tokens, layout=layout,
+        composition=lambda: cache_composition(variant))  # type: ignore[arg-type]
     ctx = RerankerContext(spec=spec, variant=variant, model_path=model_path, device=device,
                           batch_tokens=tokens, logs_dir=logs_dir, cache_dir=cache_dir,
                           embeddings=embeddings, calibration=calibration)
