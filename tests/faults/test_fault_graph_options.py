@@ -114,3 +114,54 @@ def test_graph_paths_are_relative_to_the_recipes_folder(tmp_path, capsys,
     assert loaded.candidates[0].onnx is not None
     assert Path(loaded.candidates[0].onnx.file) == graph
     assert os.getcwd() == str(elsewhere)
+
+
+# ---- a user's graph that runs but emits what no model would: built with torch ----------
+
+def _user_graph(folder: Path, case: str) -> Path:
+    import torch
+
+    class Odd(torch.nn.Module):
+        """384-wide token states (MiniLM's width) that are NaN, inf, zero or integers."""
+
+        def forward(self, input_ids, attention_mask):
+            ones = (input_ids * 0 + 1).unsqueeze(-1).expand(-1, -1, 384)
+            if case == "int64":
+                return ones * attention_mask.unsqueeze(-1)
+            states = ones.to(torch.float32)
+            fill = {"nan": float("nan"), "inf": float("inf"), "zeros": 0.0}[case]
+            return states * fill
+
+    path = folder / f"{case}.onnx"
+    ids = torch.ones((2, 5), dtype=torch.int64)
+    torch.onnx.export(Odd().eval(), (ids, ids), str(path),
+                      input_names=["input_ids", "attention_mask"],
+                      output_names=["last_hidden_state"], dynamo=False,
+                      dynamic_axes={"input_ids": {0: "b", 1: "s"},
+                                    "attention_mask": {0: "b", 1: "s"}})
+    return path
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("case", "words"), [("nan", "NaN"), ("inf", "Inf"),
+                                             ("zeros", "all-zero"), ("int64", "int64")])
+def test_a_user_graphs_unusable_output_names_the_graph(
+        minilm_path, minilm_settings, tmp_path, case, words) -> None:
+    """NaN / inf / zero vectors blamed the checkpoint folder (field 'backend'); an int64
+    output was cast silently and measured as garbage. The graph file is named now."""
+    from evalq.core.errors import InputError
+    from evalq.engines.context import BuildContext
+    from evalq.engines.onnx_backend import OnnxOptions, build
+    from evalq.recipe.schema import Variant
+
+    graph = _user_graph(tmp_path, case)
+    ctx = BuildContext(minilm_path, minilm_settings, tmp_path / "logs", "cpu", tmp_path)
+    with pytest.raises(InputError) as info:
+        encoder = build(Variant(name="u", backend="onnx",
+                                onnx=OnnxOptions(file=str(graph))), ctx)
+        try:
+            encoder.embed(["a text", "another text"])
+        finally:
+            encoder.close()
+    assert info.value.field == "onnx.file" and str(graph) in info.value.message
+    assert words in info.value.message and info.value.fix
