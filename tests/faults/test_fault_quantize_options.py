@@ -153,12 +153,14 @@ def test_the_record_counts_what_was_quantized(onnx_ctx) -> None:
     counts = dynamic.params["graph"]["quantized"]
     assert counts["int8_weights"] == LINEARS and counts["float_matmul_weights"] == 0
     assert counts["int8_bytes"] > 0 and counts["float_matmul_bytes"] == 0
+    assert dynamic.params["graph"]["nodes_named"] == LINEARS
     static = _graph_record(onnx_ctx, {"method": STATIC, "calibration_texts": 4})
     counts = static.params["graph"]["quantized"]
     # the default skip keeps the feed-forward down-projections float, as its words say
     assert counts["int8_weights"] == LINEARS - DOWN_PROJECTIONS
     assert counts["float_matmul_weights"] == DOWN_PROJECTIONS
     assert counts["float_matmul_bytes"] == DOWN_PROJECTIONS * 1536 * 384 * 4
+    assert static.params["graph"]["nodes_named"] == LINEARS - DOWN_PROJECTIONS
 
 
 @pytest.mark.model

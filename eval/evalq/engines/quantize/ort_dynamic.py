@@ -78,7 +78,9 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                              weight_type=getattr(QuantType, weight_type),
                              nodes_to_quantize=nodes)
         return {"bits": 8, "format": "QOperator", "activation_type": "QUInt8",
-                "weight_type": weight_type, "reduce_range": False}
+                "weight_type": weight_type, "reduce_range": False,
+                # the MatMul nodes named to ONNX Runtime (None: every node of operators)
+                "nodes_named": None if nodes is None else len(nodes)}
 
     graph = derived_graph(parent, ctx.cache_dir, NAME, params.model_dump(mode="json"), make)
     return counted(graph, NAME)

@@ -102,17 +102,19 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                 return next(self._batches, None)
 
         weight_type = WEIGHT_TYPES[params.config]
+        nodes = nodes_to_quantize(src, weights_only=params.nodes == "weights",
+                                  skip=params.skip)
         with ort_dynamic.quantizer_logging():
             quantize_static(
                 str(src), str(out), Reader(), quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(params.operators),
-                nodes_to_quantize=nodes_to_quantize(
-                    src, weights_only=params.nodes == "weights", skip=params.skip),
+                nodes_to_quantize=nodes,
                 per_channel=params.per_channel, reduce_range=False,
                 activation_type=QuantType.QUInt8, weight_type=getattr(QuantType, weight_type),
                 calibrate_method=getattr(CalibrationMethod,
                                          _CALIBRATION[params.calibrate_method]))
         return {"bits": 8, "format": "QDQ", "activation_type": "QUInt8",
+                "nodes_named": len(nodes),
                 "weight_type": weight_type, "calibration": {
                     "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
