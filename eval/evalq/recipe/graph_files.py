@@ -58,7 +58,9 @@ def _graph_files(data: Any) -> Iterator[tuple[KeyPath, str, dict[str, Any]]]:
             if variant.get("backend") != key:
                 continue  # another backend's options: the schema refuses them, by name
             options = variant.get(key)
-            text = options.get("file") if isinstance(options, dict) else None
+            if not isinstance(options, dict):
+                continue
+            text = options.get("file")
             if isinstance(text, str) and text.strip() and "\0" not in text:
                 yield (*path, key, "file"), key, options
 
