@@ -16,6 +16,7 @@ chunk is one the dense stage wrote and no document is encoded twice.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,11 +61,20 @@ class ScoreStats:
 def score_pairs(reranker: Reranker, queries: Sequence[str], documents: Sequence[str], *,
                 cache: ScoreCache | None = None, batch_tokens: int = 2048,
                 max_batch: int = 256, chunk_size: int = 2048,
-                self_batching: bool = False) -> tuple[np.ndarray, ScoreStats]:
-    """float64 scores of ``(queries[i], documents[i])`` and how they were obtained."""
+                self_batching: bool = False,
+                batch_dependent: bool = False) -> tuple[np.ndarray, ScoreStats]:
+    """float64 scores of ``(queries[i], documents[i])`` and how they were obtained.
+
+    ``batch_dependent`` (``composition.reranker_batch_dependent``): the reranker's scores
+    depend on which pairs share a batch, so the cache keys them by the batching too; a
+    rerun with other batching scores again instead of serving scores it would not make."""
     if len(queries) != len(documents):
         raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
     fingerprint = reranker.fingerprint()
+    if batch_dependent:
+        fingerprint += "|batching:" + json.dumps(
+            {"batch_tokens": batch_tokens, "max_batch": max_batch, "chunk_size": chunk_size,
+             "self_batching": self_batching}, sort_keys=True)
     position: dict[tuple[str, str], int] = {}
     inverse = np.fromiter((position.setdefault(p, len(position))
                            for p in zip(queries, documents)), dtype=np.int64,
