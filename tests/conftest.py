@@ -201,3 +201,33 @@ def decoder_settings(decoder_path: Path):
 # ---------------------------------------------------------------------------------------
 # End of block: the fixture decoder embedder.
 # ---------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------
+# Block: the fixture cross-encoder and the served-reranker stand-in (owned by the reranker
+# work). One checkpoint and one stand-in server per session, shared by test_rerank.py and
+# the fault suite's served-reranker runs (tests/faults/test_fault_served_rerank.py).
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cross_encoder_path(tmp_path_factory) -> Path:
+    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
+
+    return build_minilm_cross_encoder(tmp_path_factory.mktemp("fixture-models"))
+
+
+@pytest.fixture(scope="session")
+def rerank_server(cross_encoder_path):
+    """TEI cannot run here (no Docker, no Rust build): a stand-in speaking TEI's /rerank,
+    /v1/rerank and vLLM's /score, scoring with sentence-transformers' CrossEncoder on
+    the fixture checkpoint (tests/fake_rerank_server.py)."""
+    from sentence_transformers import CrossEncoder
+
+    from fake_rerank_server import FakeRerankServer, RerankState
+
+    state = RerankState(model=CrossEncoder(str(cross_encoder_path), max_length=256,
+                                           device="cpu"))
+    with FakeRerankServer(state) as server:
+        yield server
+# ---------------------------------------------------------------------------------------
+# End of block: the fixture cross-encoder and the served-reranker stand-in.
+# ---------------------------------------------------------------------------------------

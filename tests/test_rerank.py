@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,13 +27,6 @@ from evalq.measure.registry import parse_measures
 def _uncached() -> CachedEmbeddings:
     """The scorer on its own: the texts it is asked for, batched among themselves."""
     return CachedEmbeddings(None, batch_tokens=2048, composition=None, layout=None)
-
-
-@pytest.fixture(scope="session")
-def cross_encoder_path(tmp_path_factory) -> Path:
-    from evalq.engines.rerank_fixture import build_minilm_cross_encoder
-
-    return build_minilm_cross_encoder(tmp_path_factory.mktemp("fixture-models"))
 
 
 @pytest.fixture(scope="session")
@@ -382,18 +374,6 @@ def test_attribution_parts_add_up():
     assert total == pytest.approx(summed, abs=1e-12)
     assert total == pytest.approx(float(np.mean(both - ref)))
     assert parts["total"]["ci_low"] <= total <= parts["total"]["ci_high"]
-
-
-@pytest.fixture(scope="module")
-def rerank_server(cross_encoder_path):
-    from sentence_transformers import CrossEncoder
-
-    from fake_rerank_server import FakeRerankServer, RerankState
-
-    state = RerankState(model=CrossEncoder(str(cross_encoder_path), max_length=256,
-                                           device="cpu"))
-    with FakeRerankServer(state) as server:
-        yield server
 
 
 @pytest.mark.model

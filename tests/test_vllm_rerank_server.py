@@ -14,13 +14,14 @@ import pytest
 
 from evalq.core.errors import InputError
 from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
+from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
 
 
 @pytest.mark.server
 @pytest.mark.vllm
 def test_vllm_server_scores_equal_inprocess_at_fp32(vllm_engine_pool, mixed_texts,
                                                      tmp_path_factory):
-    from evalq.encode.pairs import score_pairs
+    from evalq.encode.pairs import build_reranker, score_pairs
     from evalq.engines.rerank_fixture import build_minilm_cross_encoder
     from evalq.engines.rerank_http import HttpReranker
     from evalq.engines.vllm_rerank_server import VllmServerReranker
@@ -40,9 +41,16 @@ def test_vllm_server_scores_equal_inprocess_at_fp32(vllm_engine_pool, mixed_text
             reference.close()
     assert max(lengths) == 256  # truncation is exercised, not only short pairs
     vllm_engine_pool.close()  # one vLLM process alive at a time
-    served = VllmServerReranker(model, settings=RerankSettings(), kind="cross-encoder",
-                                log_dir=tmp_path_factory.mktemp("vllm-rerank-logs"),
-                                max_batch=4)
+    # Built as a pipeline builds it (backend vllm, mode server), so the recipe path to a
+    # served reranker is driven against the real server (issue 32: every served reranker
+    # crashed in the builder before a pair was sent).
+    spec = RerankerSpec(model=str(model), max_length=256, candidates=[RerankerVariant(
+        name="srv", backend="vllm", vllm={"mode": "server", "max_batch": 4})])
+    served, _, batches_itself = build_reranker(
+        spec, spec.candidates[0], model, "cpu",
+        logs_dir=tmp_path_factory.mktemp("vllm-rerank-logs"),
+        cache_dir=tmp_path_factory.mktemp("vllm-rerank-cache"))
+    assert isinstance(served, VllmServerReranker) and batches_itself
     pid = served.server.pid
     try:
         got, stats = score_pairs(served, qs, ds, self_batching=True)

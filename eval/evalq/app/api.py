@@ -19,7 +19,7 @@ from evalq.app import console
 from evalq.core.errors import InputError
 from evalq.core.gates import stored_verdict
 from evalq.execute.evaluate import run_recipe
-from evalq.recipe.schema import load_recipe_source
+from evalq.recipe.schema import Recipe, load_recipe_source
 from evalq.report.console import print_run_table
 from evalq.report.runview import RunView
 from evalq.report.sensitivity import sensitivity_text
@@ -28,7 +28,6 @@ from evalq.results.folder import RunFolder, RunManifest, RunSummary, stored_chec
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalq.recipe.schema import Recipe
     from evalq.results.schema import GateCheck, RunManifest, RunSummary, VariantDatasetEntry
 
 # Keyword arguments of :func:`run` that steer the run rather than change the recipe.
@@ -176,6 +175,12 @@ class Results:
         """Per-query values: columns ``dataset``, ``variant``, ``query_id`` and one per
         measure; filter by dataset and/or variant."""
         pandas = _pandas()
+        for name, value, known in (("dataset", dataset, self.datasets),
+                                   ("variant", variant, self.variants)):
+            if value is not None and value not in known:  # not "the folder is incomplete"
+                raise InputError(message=f"{self.folder} has no {name} {value!r}",
+                                 file=self.folder / "summary.json", field=name,
+                                 fix=f"use one of: {', '.join(known) or '(none)'}")
         frames = []
         for ds in self.datasets if dataset is None else [dataset]:
             for name in self.variants if variant is None else [variant]:
@@ -215,10 +220,13 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     ``evalq.core.errors.InputError`` naming the file, the field and the fix.
     """
 
+    _check_recipe_argument(recipe_or_path)
     console.install()  # its progress lines show, as `evalq run`'s do
     options = {k: overrides.pop(k) for k in RUN_OPTIONS if k in overrides}
     if options.get("output") is not None:
-        options["output"] = Path(options["output"])
+        options["output"] = _output_folder(options["output"])
+    if options.get("only") is not None:
+        options["only"] = _variant_names(options["only"])
     wide = bool(options.pop("wide", False))
     loaded = load_recipe_source(recipe_or_path, overrides)
     outcome = run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **options)
@@ -231,3 +239,39 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
         if text:
             print(text)
     return Results(outcome.output)
+
+
+def _check_recipe_argument(value: Any) -> None:
+    """What :func:`run` takes, said in words: ``run(42)`` / ``run(None)`` / ``run(b"...")``
+    ended in a raw pathlib TypeError."""
+    if isinstance(value, str | Path | Mapping | Recipe):
+        return
+    got = type(value).__name__
+    hint = (" (decode the bytes: run(path.decode()))" if isinstance(value, bytes) else
+            " (a Results is what run() returns; pass the recipe that made it)"
+            if isinstance(value, Results) else "")
+    raise InputError(message=f"evalq.run() takes a recipe, not {got}{hint}",
+                     field="recipe_or_path",
+                     fix="pass a recipe file path, a built-in recipe name ('quickstart'), a "
+                     "dict of recipe keys, or a Recipe (evalq.recipe.schema.load_recipe)")
+
+
+def _output_folder(value: Any) -> Path:
+    if isinstance(value, str | Path) and str(value):
+        return Path(value)
+    raise InputError(message=f"output is a folder path, not {type(value).__name__} "
+                     f"{value!r}", field="output",
+                     fix="pass output='results/my-run' (a str or pathlib.Path)")
+
+
+def _variant_names(value: Any) -> list[str]:
+    """``only='int8'`` is one variant's name (it was iterated as characters); a list,
+    tuple or set holds names."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple | set | frozenset) and all(
+            isinstance(v, str) for v in value):
+        return list(value)
+    raise InputError(message=f"only names variants, not {type(value).__name__} {value!r}",
+                     field="only", fix="pass one name (only='int8') or a list of names "
+                     "(only=['fp32', 'int8'])")

@@ -33,14 +33,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from evalq.engines.registry import embedding_backend
+from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BatchDependence, Level
 
 if TYPE_CHECKING:
     from evalq.recipe.schema import Variant
 
 __all__ = ["NEAR_INVARIANT_TOLERANCE", "BatchDependence", "Level", "cache_composition",
-           "declared_dependence"]
+           "declared_dependence", "reranker_batch_dependent"]
 
 
 def declared_dependence(variant: Variant) -> BatchDependence:
@@ -73,3 +73,19 @@ def cache_composition(variant: Variant) -> Mapping[str, Any] | None:
         out["http"] = {"concurrency": variant.http.concurrency,
                        "max_batch": variant.http.max_batch}
     return out
+
+
+def reranker_batch_dependent(variant: Any) -> bool:
+    """Whether a reranker variant's scores depend on which pairs share a batch evalq packs,
+    so the score cache must key them by the batching (``score_pairs(batch_dependent=)``).
+
+    An in-process, ONNX or OpenVINO cross-encoder applies the quantization methods of the
+    embedding backend of its name, whose declaration says (torch and ORT dynamic int8 set
+    one activation scale per batch). A server or engine schedules its own batches, which
+    no recipe setting of evalq's decides; nothing is declared for them here."""
+    reranker = BACKENDS.get("reranker", variant.backend)
+    encoder = BACKENDS.get("embedding", variant.backend)
+    if (reranker is None or reranker.serving != "in-process" or encoder is None
+            or encoder.batch_dependence is None):
+        return False
+    return encoder.batch_dependence(variant).batch_dependent

@@ -16,9 +16,11 @@ chunk is one the dense stage wrote and no document is encoded twice.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +61,20 @@ class ScoreStats:
 def score_pairs(reranker: Reranker, queries: Sequence[str], documents: Sequence[str], *,
                 cache: ScoreCache | None = None, batch_tokens: int = 2048,
                 max_batch: int = 256, chunk_size: int = 2048,
-                self_batching: bool = False) -> tuple[np.ndarray, ScoreStats]:
-    """float64 scores of ``(queries[i], documents[i])`` and how they were obtained."""
+                self_batching: bool = False,
+                batch_dependent: bool = False) -> tuple[np.ndarray, ScoreStats]:
+    """float64 scores of ``(queries[i], documents[i])`` and how they were obtained.
+
+    ``batch_dependent`` (``composition.reranker_batch_dependent``): the reranker's scores
+    depend on which pairs share a batch, so the cache keys them by the batching too; a
+    rerun with other batching scores again instead of serving scores it would not make."""
     if len(queries) != len(documents):
         raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
     fingerprint = reranker.fingerprint()
+    if batch_dependent:
+        fingerprint += "|batching:" + json.dumps(
+            {"batch_tokens": batch_tokens, "max_batch": max_batch, "chunk_size": chunk_size,
+             "self_batching": self_batching}, sort_keys=True)
     position: dict[tuple[str, str], int] = {}
     inverse = np.fromiter((position.setdefault(p, len(position))
                            for p in zip(queries, documents)), dtype=np.int64,
@@ -168,10 +179,19 @@ class CachedEmbeddings:
     """
 
     def __init__(self, cache: EmbeddingCache | None, *, batch_tokens: int,
-                 composition: Mapping[str, Any] | None, layout: DenseLayout | None) -> None:
+                 composition: Mapping[str, Any] | Callable[[], Mapping[str, Any] | None]
+                 | None,
+                 layout: DenseLayout | None) -> None:
         self.cache, self.batch_tokens, self.layout = cache, batch_tokens, layout
-        self.composition = composition
+        self._composition = composition
         self.calls: list[EncodeStats] = []  # each encode_texts call's counts, in order
+
+    @cached_property
+    def composition(self) -> Mapping[str, Any] | None:
+        """What keys this scorer's chunks besides texts (``cache_composition``), worked
+        out when it first embeds: only a builder that embeds through the run's cache asks."""
+        given = self._composition
+        return given() if callable(given) else given
 
     def shares_layout(self, encoder: Any) -> bool:
         return (self.layout is not None and self.composition is None
@@ -225,9 +245,13 @@ def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Pat
     tokens = variant.batch_tokens or DEFAULT_BATCH_TOKENS.get(device, 2048)
     backend = reranker_backend(variant.backend)
     # Batch-dependent variants key their chunks by batching, as dense variants do (a
-    # reranker variant carries the backend, dtype and quantization it is judged by).
-    embeddings = CachedEmbeddings(embedding_cache, batch_tokens=tokens, layout=layout,
-                                  composition=cache_composition(variant))  # type: ignore[arg-type]
+    # reranker variant carries the backend, dtype and quantization it is judged by). Asked
+    # lazily: only the in-process bi-encoder scorer embeds; a served or graph reranker's
+    # backend (tei, rerank-api, onnx, ...) declares no embedding composition, and asking
+    # for one ended every such run in a KeyError (issue 32).
+    embeddings = CachedEmbeddings(
+        embedding_cache, batch_tokens=tokens, layout=layout,
+        composition=lambda: cache_composition(variant))  # type: ignore[arg-type]
     ctx = RerankerContext(spec=spec, variant=variant, model_path=model_path, device=device,
                           batch_tokens=tokens, logs_dir=logs_dir, cache_dir=cache_dir,
                           embeddings=embeddings, calibration=calibration)

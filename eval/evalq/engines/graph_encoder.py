@@ -53,13 +53,17 @@ class GraphEncoder(GraphModel):
             raise RuntimeError(f"{type(self).__name__}.embed called after close()")
         batch = self._front.batch(texts, tensors="np")
         feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
-        hidden = np.asarray(self._run(feed), dtype=np.float32)
+        hidden = self._output(feed)
         self.forward_calls += 1
         if not self._width_checked:  # a user's graph may hold another model's width
             check_width(hidden.shape[-1] if hidden.ndim == 3 else -1, self.dim,
                         self.graph.path, self._field)
             self._width_checked = True
-        return pooled_vectors(hidden, batch["attention_mask"], self.settings)
+        if not np.isfinite(hidden).all():  # before pooling, which turns inf into NaN
+            self._check_user_output(hidden.reshape(len(hidden), -1), "token states")
+        vectors = pooled_vectors(hidden, batch["attention_mask"], self.settings)
+        self._check_user_output(vectors, "embeddings")
+        return vectors
 
 
 def declared_dependence(backend: str, method: str | None,

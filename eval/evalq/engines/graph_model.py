@@ -13,10 +13,38 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from evalq.core.values import QuantizationRecord
+import numpy as np
+from pydantic import AfterValidator, Field
+
+from evalq.core.errors import InputError
+from evalq.core.values import QuantizationRecord, vector_problem
 from evalq.engines.quantize.onnx_graph import OnnxGraph
+
+# Intra-op threads a graph runtime may be given. ONNX Runtime and OpenVINO start each
+# one up front, so a million ended in a segfault after 79 s; 1024 is above the cores of
+# any machine evalq runs on (documented in docs/backends.md).
+MAX_THREADS = 1024
+Threads = Annotated[int | None, Field(default=None, ge=1, le=MAX_THREADS)]
+
+
+def _named_file(value: str | None) -> str | None:
+    """A user's graph path names a file: an empty one was silently ignored (evalq
+    exported the checkpoint instead), a NUL byte ended in an empty exit 2."""
+    if value is None:
+        return value
+    if not value.strip():
+        raise ValueError("an empty 'file' names no graph; drop it to let evalq export the "
+                         "checkpoint, or name the graph file")
+    if "\0" in value:
+        raise ValueError("the graph path holds a NUL character, which no file name can")
+    return value
+
+
+# ``onnx.file`` / ``openvino.file``: resolved against the recipe's folder and checked to
+# be a file when the recipe is read (``evalq.recipe.graph_files``).
+GraphFile = Annotated[str | None, AfterValidator(_named_file)]
 
 
 class GraphModel:
@@ -34,6 +62,32 @@ class GraphModel:
         self._field = field_name
         self._inputs: list[str] = []
         self._width_checked = False
+
+    def _output(self, feed: dict[str, Any]) -> np.ndarray:
+        """The graph's first output for one batch as float32, refused (exit 2, naming the
+        graph file) when it is no floating-point tensor: an int64 output was cast
+        silently and measured as garbage."""
+        raw = np.asarray(self._run(feed))
+        if not np.issubdtype(raw.dtype, np.floating):
+            raise InputError(
+                message=f"'{self.graph.path}': its first output is {raw.dtype}, not "
+                "floating-point (token states or logits)", file=self.graph.path,
+                field=self._field, fix="export the model's float outputs (float32) as the "
+                "graph's first output")
+        return raw.astype(np.float32, copy=False)
+
+    def _check_user_output(self, values: np.ndarray, what: str) -> None:
+        """A user's graph whose outputs come out NaN, infinite or all zero is named as
+        the cause (``onnx.file`` / ``openvino.file``), not the checkpoint folder."""
+        if self.graph.info.get("exporter") != "user file":
+            return
+        problem = vector_problem(values if values.ndim == 2 else values.reshape(-1, 1))
+        if problem is not None:
+            raise InputError(
+                message=f"'{self.graph.path}' returned unusable {what}: {problem}",
+                file=self.graph.path, field=self._field,
+                fix="check the graph (a float16 export can overflow to inf or NaN): export "
+                "the checkpoint in float32, or drop 'file' to let evalq export it")
 
     def identity(self) -> dict[str, Any]:
         """Who runs the graph: ``{"backend": ...}`` (and a reranker's ``kind``)."""
@@ -67,4 +121,4 @@ class GraphModel:
                 "fingerprint": self.fingerprint()}
 
 
-__all__ = ["GraphModel"]
+__all__ = ["MAX_THREADS", "GraphFile", "GraphModel", "Threads"]

@@ -65,12 +65,14 @@ class GraphReranker(GraphModel):
             raise RuntimeError(f"{type(self).__name__}.score called after close()")
         batch = self._front.encode(queries, documents, padding=True, return_tensors="np")
         feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self._inputs}
-        logits = np.asarray(self._run(feed), dtype=np.float32)
+        logits = self._output(feed)
         self.forward_calls += 1
         if not self._width_checked:  # a user's graph may hold another head
             check_width(logits.shape[-1] if logits.ndim == 2 else -1, self.num_labels,
                         self.graph.path, self._field, LOGITS)
             self._width_checked = True
+        if not np.isfinite(logits).all():  # zeros are legal logits; NaN and inf are not
+            self._check_user_output(logits, "logits")
         with torch.inference_mode():
             scores = apply_activation(torch.from_numpy(np.ascontiguousarray(logits)),
                                       self.settings)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field
 
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
@@ -23,7 +22,7 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
-from evalq.engines.graph_model import GraphModel
+from evalq.engines.graph_model import GraphFile, GraphModel, Threads
 from evalq.engines.graph_variant import methods_for, onnx_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.quantize import ort_dynamic, ort_optimize, ort_static
@@ -55,9 +54,9 @@ class OnnxOptions(StrictOptions):
 
     # A user's model.onnx of the recipe's checkpoint (token states as first output);
     # unset: evalq exports the checkpoint itself.
-    file: str | None = None
+    file: GraphFile = None
     # intra-op threads; None: ONNX Runtime's default (one per physical core)
-    threads: int | None = Field(default=None, ge=1)
+    threads: Threads = None
     # SessionOptions.graph_optimization_level (ONNX Runtime's default is all)
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field
 
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
@@ -23,7 +22,7 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
-from evalq.engines.graph_model import GraphModel
+from evalq.engines.graph_model import GraphFile, GraphModel, Threads
 from evalq.engines.graph_variant import ir_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
 from evalq.engines.quantize import nncf_int8
@@ -53,8 +52,8 @@ class OpenVinoOptions(StrictOptions):
 
     # A user's openvino_model.xml (its .bin beside it) of the recipe's checkpoint, token
     # states as first output; unset: evalq converts its ONNX export.
-    file: str | None = None
-    threads: int | None = Field(default=None, ge=1)  # None: the plugin's default
+    file: GraphFile = None
+    threads: Threads = None  # None: the plugin's default
 
 
 class OpenVinoModel(GraphModel):

@@ -123,10 +123,25 @@ def apply_activation(logits: Any, settings: RerankSettings) -> Any:
 
 
 def num_labels(model_path: Path) -> int:
-    """The classification head's label count, as transformers reads the config."""
+    """The classification head's label count, as transformers reads the config; a
+    checkpoint whose config names its architectures and none is a sequence classifier
+    (an embedding model's ``BertModel``) has no trained head, and transformers would
+    score with a randomly initialised one, so it is refused (exit 2) instead."""
     from transformers import AutoConfig
 
-    return int(AutoConfig.from_pretrained(str(model_path), local_files_only=True).num_labels)
+    config = AutoConfig.from_pretrained(str(model_path), local_files_only=True)
+    architectures = list(getattr(config, "architectures", None) or [])
+    if architectures and not any(a.endswith("ForSequenceClassification")
+                                 for a in architectures):
+        raise InputError(
+            message=f"{model_path} is a {', '.join(architectures)} checkpoint with no "
+            "trained classification head: a cross-encoder on it would score with a "
+            "randomly initialised head", file=Path(model_path) / "config.json",
+            field="reranker.model",
+            fix="point reranker.model at a cross-encoder (a ...ForSequenceClassification "
+            "checkpoint), or set kind: bi-encoder to score by the cosine of this embedding "
+            "model's vectors")
+    return int(config.num_labels)
 
 
 def check_head(num_labels: int, settings: RerankSettings, model_path: Path) -> None:

@@ -24,11 +24,14 @@ from typing import Any
 import numpy as np
 
 from evalq.core import atomicio
+from evalq.core.errors import BackendUnavailableError, InputError
 
 PROBE_TEXT = ("evalq cache probe: the quick brown fox jumps over the lazy dog, "
               "then reads the manual twice.")
 SAME_PROBE_COSINE = 1 - 1e-5
 _VOLATILE = frozenset({"created", "created_at", "timestamp", "uptime"})
+# The fields an HTTP client's errors name when no server answered at all (retries spent).
+_UNREACHED = frozenset({"url", "http.url"})
 
 
 def stable_report(value: Any) -> Any:
@@ -68,11 +71,22 @@ def probe_generation(store: Path, base_key: str, vector: np.ndarray) -> str:
 
 def server_identity(base_key: str, report: Callable[[], Any],
                     embed_probe: Callable[[], np.ndarray], store: Path) -> dict[str, Any]:
-    """``{"report": ..., "probe": id}``: what goes into the encoder's fingerprint."""
+    """``{"report": ..., "probe": id}``: what goes into the encoder's fingerprint.
+
+    A report that could not be read because the server did not answer (retries spent,
+    connection lost) raises: it used to become ``{"unavailable": "<ExceptionName>"}``,
+    so a transient error gave a new key and two failing servers shared one."""
     try:
         reported = stable_report(report())
-    except Exception as exc:  # an older server without the route still has an identity
-        reported = {"unavailable": type(exc).__name__}
+    except BackendUnavailableError:
+        raise  # transient: a failure that may not recur must not become part of a key
+    except InputError as exc:
+        if exc.field in _UNREACHED:
+            raise  # nothing answered: no identity is made of that either
+        # The server answered, deterministically, without a report (an older server
+        # without the route, a 4xx): that answer is its report, and its probe vector
+        # tells two such servers apart.
+        reported = {"no_report": exc.field}
     probe = probe_generation(store, base_key + json.dumps(reported, sort_keys=True),
                              embed_probe())
     return {"report": reported, "probe": probe}

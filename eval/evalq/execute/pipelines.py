@@ -49,6 +49,7 @@ from evalq.decide.summary_stats import (
     mean_entry,
     paired_entry,
 )
+from evalq.encode.composition import reranker_batch_dependent
 from evalq.encode.pairs import (
     build_reranker,
     dense_layout,
@@ -290,7 +291,8 @@ def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path,
                 reranker, [ds.queries.texts[q] for q in pairs[:, 0]],
                 [doc_texts[d] for d in pairs[:, 1]], cache=cache,
                 batch_tokens=tokens, chunk_size=spec.cache_chunk,
-                self_batching=self_batching)
+                self_batching=self_batching,
+                batch_dependent=reranker_batch_dependent(variant))
             described = reranker.describe()
         finally:
             reranker.close()

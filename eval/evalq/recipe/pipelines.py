@@ -37,7 +37,7 @@ from evalq.core.options import StrictOptions
 from evalq.core.values import FloatDtype
 from evalq.engines.onnx_backend import OnnxOptions
 from evalq.engines.openvino_backend import OpenVinoOptions
-from evalq.engines.quantize import METHODS
+from evalq.engines.quantize import METHODS, validate_quantization
 from evalq.engines.registry import (
     BACKENDS,
     allowed_backend,
@@ -296,6 +296,8 @@ def _check_reranker_methods(spec: PipelineSpec, base: KeyPath,
                        f"use one of: {', '.join(METHODS)}")
         backends = METHODS[method].backends
         if variant.backend in backends:
+            _check_reranker_params(method, variant.quantization, (*base, "reranker", *where),
+                                   fail)
             continue
         ok = [m for m, s in METHODS.items() if variant.backend in s.backends and m != "dtype"]
         fix = (f"on backend {variant.backend} use one of {', '.join(ok)}" if ok else
@@ -306,6 +308,19 @@ def _check_reranker_methods(spec: PipelineSpec, base: KeyPath,
         raise fail(key, f"reranker variant '{variant.name}': quantization method '{method}' "
                    f"is applied by backend {' or '.join(backends)}, not {variant.backend}",
                    f"{fix}; or set backend: {backends[0]}")
+
+
+def _check_reranker_params(method: str, quantization: dict[str, Any], where: KeyPath,
+                           fail: Callable[[KeyPath, str, str], InputError]) -> None:
+    """The method's parameters, checked when the recipe is read as a dense variant's are
+    (a pipeline reranker's ``calibration_texts: 0`` passed validate and was refused only
+    after the run had loaded its models)."""
+    params = {k: v for k, v in quantization.items() if k != "method"}
+    try:
+        validate_quantization(method, params)
+    except InputError as exc:
+        key = (exc.field or "quantization").split(".")[-1]
+        raise fail((*where, "quantization", key), exc.message, exc.fix or "") from None
 
 
 def _list_for(against: str) -> str:

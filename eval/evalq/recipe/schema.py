@@ -40,6 +40,7 @@ from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, opti
 from evalq.engines.vllm_build import VllmOptions
 from evalq.measure.registry import parse_measure
 from evalq.recipe.gates import gate_spec
+from evalq.recipe.graph_files import resolve_graph_files
 from evalq.recipe.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
 from evalq.recipe.sensitivity import BatchSensitivity
@@ -189,7 +190,8 @@ class GateConfig(StrictOptions):
 class ParityOptions(StrictOptions):
     enabled: bool = True
     texts: int = Field(default=32, ge=1)
-    min_cosine: float = 0.9999
+    # a cosine: NaN passed validate and then failed every check 'required >= nan'
+    min_cosine: float = Field(default=0.9999, ge=-1, le=1, allow_inf_nan=False)
 
 
 class ReportOptions(StrictOptions):
@@ -321,6 +323,7 @@ def _kind_model(found: type[BaseModel], data: Any) -> type[BaseModel]:
 
 
 def recipe_from_located(located: Located, file: Path) -> Recipe:
+    located = resolve_graph_files(located, file)  # graph paths: from the recipe's folder
     try:
         recipe = Recipe.model_validate(located.data)
     except ValidationError as exc:

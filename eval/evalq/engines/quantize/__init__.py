@@ -121,10 +121,11 @@ def validate_quantization(method: str, params: Mapping[str, Any], *,
         if err["type"] == "extra_forbidden":
             detail = f"'{loc}' is not a parameter of {method}"
         return_field = f"quantization.{loc}" if loc else "quantization"
+        own_fix = (err.get("ctx") or {}).get("fix")  # a check that knows the fix says it
         raise InputError(
             message=f"{detail} (method {method})",
             file=file, line=line, field=return_field,
-            fix=f"{method} accepts {spec.allowed_fields()}",
+            fix=own_fix or f"{method} accepts {spec.allowed_fields()}",
         ) from exc
 
 

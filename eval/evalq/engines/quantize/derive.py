@@ -13,12 +13,36 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from evalq.core.errors import InputError
 
 # (n, seed) -> up to n (doc id, text) pairs drawn from the run's corpora, seeded.
 CalibrationSource = Callable[[int, int], list[tuple[str, str]]]
+
+# How many corpus texts a static method calibrates on, and the seed that draws them.
+# Strict: YAML's ``true`` is not 1 text, and the draw's generator takes seeds in
+# [0, 2**32) only (``seed: -1`` passed validate and ended the run in exit 3).
+CalibrationCount = Annotated[int, Field(ge=1, le=100_000, strict=True)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)]
+
+
+def option_refusal(message: str, fix: str) -> PydanticCustomError:
+    """A method parameter refused with its own ``fix`` (``validate_quantization`` reads
+    the fix from the error's context), raised from that parameter's field validator."""
+    return PydanticCustomError("quantization_option", "{message}",
+                               {"message": message, "fix": fix})
+
+
+def option_error(name: str, value: Any, message: str, fix: str) -> ValidationError:
+    """:func:`option_refusal` of parameter ``name``, for the checks of a model validator
+    that needs several parameters at once (the error names ``name`` as the field)."""
+    return ValidationError.from_exception_data(
+        "quantization", [InitErrorDetails(type=option_refusal(message, fix), loc=(name,),
+                                          input=value)])
 
 
 class CalibrationFront(Protocol):
@@ -79,8 +103,9 @@ def calibration_texts(ctx: DeriveContext, count: int, seed: int, method: str,
     return ctx.front.calibration_samples(pairs)
 
 
-__all__ = ["CalibrationFront", "CalibrationSource", "DeriveContext", "calibration_texts",
-           "graph_method_load", "hidden_size"]
+__all__ = ["CalibrationCount", "CalibrationFront", "CalibrationSource", "DeriveContext", "Seed",
+           "calibration_texts", "graph_method_load", "hidden_size", "option_error",
+           "option_refusal"]
 
 
 def graph_method_load(name: str, backends: tuple[str, ...]) -> Callable[..., Any]:

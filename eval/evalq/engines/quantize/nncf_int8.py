@@ -15,7 +15,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalq.engines.quantize.derive import DeriveContext, calibration_texts, graph_method_load
+from evalq.engines.quantize.derive import (
+    CalibrationCount,
+    DeriveContext,
+    Seed,
+    calibration_texts,
+    graph_method_load,
+)
 from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph
 from evalq.engines.quantize.openvino_ir import IR_FILE
 
@@ -30,8 +36,8 @@ load = graph_method_load(NAME, BACKENDS)
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     preset: Literal["performance", "mixed"] = "mixed"
-    calibration_texts: int = Field(default=128, ge=1, le=100_000)
-    seed: int = 0
+    calibration_texts: CalibrationCount = 128
+    seed: Seed = 0
     batch_texts: int = Field(default=1, ge=1)  # texts per calibration sample
     fast_bias_correction: bool = True
 

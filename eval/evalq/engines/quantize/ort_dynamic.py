@@ -15,12 +15,18 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from evalq.engines.quantize.derive import DeriveContext, graph_method_load
-from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph, weight_matmuls
+from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph
+from evalq.engines.quantize.ort_nodes import (
+    DYNAMIC_OPERATORS,
+    check_operators,
+    counted,
+    nodes_to_quantize,
+)
 
 NAME = "ort-dynamic-int8"
 SUMMARY = "ONNX Runtime dynamic int8 (per-channel weights, per-batch activations)"
@@ -43,22 +49,41 @@ class Params(BaseModel):
     # attention products of two activations too
     nodes: Literal["weights", "all"] = "weights"
 
+    KNOWN_OPERATORS: ClassVar[tuple[str, ...]] = DYNAMIC_OPERATORS
+    ALL_NODES_FIX: ClassVar[str] = ", or nodes: all to quantize every node of those types"
+
+    def matmul_nodes_only(self) -> bool:
+        """Whether evalq names the nodes (MatMuls) rather than leaving ONNX Runtime every
+        node of ``operators`` (``nodes: all``)."""
+        return self.nodes == "weights"
+
+    @model_validator(mode="after")
+    def _quantizes_as_written(self) -> Params:
+        check_operators(self.operators, self.KNOWN_OPERATORS,
+                        matmul_nodes_only=self.matmul_nodes_only(),
+                        all_nodes_fix=self.ALL_NODES_FIX)
+        return self
+
 
 def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
     def make(src: Path, out: Path) -> dict[str, Any]:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         weight_type = WEIGHT_TYPES[params.config]
+        nodes = nodes_to_quantize(src, weights_only=True) if params.matmul_nodes_only() \
+            else None
         with quantizer_logging():
             quantize_dynamic(str(src), str(out), op_types_to_quantize=list(params.operators),
                              per_channel=params.per_channel, reduce_range=False,
                              weight_type=getattr(QuantType, weight_type),
-                             nodes_to_quantize=weight_matmuls(src)
-                             if params.nodes == "weights" else None)
+                             nodes_to_quantize=nodes)
         return {"bits": 8, "format": "QOperator", "activation_type": "QUInt8",
-                "weight_type": weight_type, "reduce_range": False}
+                "weight_type": weight_type, "reduce_range": False,
+                # the MatMul nodes named to ONNX Runtime (None: every node of operators)
+                "nodes_named": None if nodes is None else len(nodes)}
 
-    return derived_graph(parent, ctx.cache_dir, NAME, params.model_dump(mode="json"), make)
+    graph = derived_graph(parent, ctx.cache_dir, NAME, params.model_dump(mode="json"), make)
+    return counted(graph, NAME)
 
 
 # ONNX Runtime's advice to run its ``quant_pre_process`` (symbolic shape inference and

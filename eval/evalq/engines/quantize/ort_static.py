@@ -14,12 +14,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from evalq.engines.quantize import ort_dynamic
-from evalq.engines.quantize.derive import DeriveContext, calibration_texts, graph_method_load
-from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph, weight_matmuls
+from evalq.engines.quantize.derive import (
+    CalibrationCount,
+    DeriveContext,
+    Seed,
+    calibration_texts,
+    graph_method_load,
+)
+from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph
 from evalq.engines.quantize.ort_dynamic import WEIGHT_TYPES
+from evalq.engines.quantize.ort_nodes import (
+    STATIC_OPERATORS,
+    check_skip,
+    counted,
+    nodes_to_quantize,
+)
 
 NAME = "ort-static-int8"
 SUMMARY = "ONNX Runtime static int8, QDQ, calibrated on corpus texts"
@@ -38,14 +50,26 @@ class Params(ort_dynamic.Params):
     # activation scale cannot hold (with it kept float, MiniLM's cosine to fp32 is 0.9946
     # mean: record cpu_formats-20261202-1e2fb89)
     skip: tuple[str, ...] = (r"layer\.\d+/output/dense/",)
-    calibration_texts: int = Field(default=128, ge=1, le=100_000)
+    calibration_texts: CalibrationCount = 128
     calibrate_method: Literal["minmax", "entropy", "percentile"] = "minmax"
-    seed: int = 0
+    seed: Seed = 0
     # Texts per calibration batch. One: no padding tokens enter the ranges, and memory
     # stays low: the calibration session keeps every intermediate tensor of a batch, so
     # its peak grows with the batch (the cold quickstart peaked at 4,019 MiB with 16,
     # record rerun-20261201-84178cf, and 1,566 MiB with 1, rerun-20261202-1e2fb89)
     batch_texts: int = Field(default=1, ge=1)
+
+    # Static mode always names MatMul nodes (weight ones, or all with ``nodes: all``).
+    KNOWN_OPERATORS = STATIC_OPERATORS
+    ALL_NODES_FIX = ""
+
+    def matmul_nodes_only(self) -> bool:
+        return True
+
+    @field_validator("skip")
+    @classmethod
+    def _skip_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_skip(value)
 
 
 _CALIBRATION = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
@@ -78,23 +102,25 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                 return next(self._batches, None)
 
         weight_type = WEIGHT_TYPES[params.config]
+        nodes = nodes_to_quantize(src, weights_only=params.nodes == "weights",
+                                  skip=params.skip)
         with ort_dynamic.quantizer_logging():
             quantize_static(
                 str(src), str(out), Reader(), quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(params.operators),
-                nodes_to_quantize=weight_matmuls(
-                    src, weights_only=params.nodes == "weights", skip=params.skip),
+                nodes_to_quantize=nodes,
                 per_channel=params.per_channel, reduce_range=False,
                 activation_type=QuantType.QUInt8, weight_type=getattr(QuantType, weight_type),
                 calibrate_method=getattr(CalibrationMethod,
                                          _CALIBRATION[params.calibrate_method]))
         return {"bits": 8, "format": "QDQ", "activation_type": "QUInt8",
+                "nodes_named": len(nodes),
                 "weight_type": weight_type, "calibration": {
                     "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
 
     key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn}
-    return derived_graph(parent, ctx.cache_dir, NAME, key_params, make)
+    return counted(derived_graph(parent, ctx.cache_dir, NAME, key_params, make), NAME)
 
 
 def _batches(ctx: DeriveContext, texts: list[str], names: list[str],
