@@ -128,7 +128,7 @@ def cached_graph(folder: Path, make: Callable[[Path], dict[str, Any]],
         info, problem = _verified(folder, file)
         if info is not None:
             return OnnxGraph(folder / file, key, info, reused=True)
-        warnings.warn(f"cached graph {folder} is damaged ({problem}); rebuilding it",
+        warnings.warn(f"cached graph {folder} cannot be trusted ({problem}); rebuilding it",
                       RuntimeWarning, stacklevel=2)
 
     def build(work: Path) -> dict[str, Any]:
@@ -163,7 +163,8 @@ def _verified(folder: Path, file: str) -> tuple[dict[str, Any] | None, str]:
         return None, f"its record {RECORD_FILE} is unreadable: {exc}"
     files = record.get("files") if isinstance(record, dict) else None
     if not isinstance(files, dict) or file not in files:
-        return None, f"its record {RECORD_FILE} lists no checksums of its files"
+        return None, (f"its record {RECORD_FILE} lists no checksums of its files (an "
+                      "older evalq, or a damaged record)")
     for name, expected in files.items():
         path = folder / str(name)
         if not path.is_file():
