@@ -10,8 +10,9 @@ with Python branches a trace would freeze to the example's shape.
 
 Exports (and the graphs quantization methods derive from them) are cached under the
 run's cache folder, keyed by the weight fingerprint like the W8A8 checkpoints; each
-folder carries ``evalq-onnx.json`` (exporter, opset, library versions), written last, so
-a folder without it is incomplete and made again.
+folder carries ``evalq-onnx.json`` (exporter, opset, library versions, and a checksum of
+every file, verified on reuse), written last, so a folder without it, or whose files no
+longer match it, is made again.
 
 A graph is checked before it serves: a file that does not parse (corrupt, truncated), a
 graph ``onnx.checker`` refuses, one whose inputs are not a tokenizer's, one whose output
