@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -58,14 +60,56 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
+# A build's private folder: ``.<target>.build-<host>-<pid>-<random>``, so a later build
+# can tell a folder whose builder was killed (SIGKILL leaves it behind: tens of MB per
+# graph) from one still being filled, on this host or another sharing the cache.
+_BUILD_NAME = re.compile(r"\.build-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_builds(folder: Path) -> list[Path]:
+    """Remove the private build folders in ``folder`` whose builder, on this host, is no
+    longer running (a killed build); returns what was removed. Another host's builds and
+    live ones are left alone."""
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    host = _host()
+    for entry in entries:
+        match = _BUILD_NAME.search(entry.name)
+        if (match and entry.name.startswith(".") and match["host"] == host
+                and not _running(int(match["pid"])) and entry.is_dir()):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
 def built_folder(target: Path, build: Callable[[Path], T], *,
                  complete: Callable[[Path], bool]) -> T:
     """``build(work)`` fills a private folder beside ``target``, which is then renamed
     into place, so neither a reader nor an interrupted build ever sees half a folder.
     An incomplete folder already at ``target`` is replaced; one that another process
-    completed first (``complete(target)``) is kept. Returns what ``build`` returned."""
+    completed first (``complete(target)``) is kept. Returns what ``build`` returned.
+    Private folders that killed builds left beside it are removed first."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    sweep_stale_builds(target.parent)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-{_host()}-{os.getpid()}-",
+                                 dir=target.parent))
     try:
         result = build(work)
         work.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder

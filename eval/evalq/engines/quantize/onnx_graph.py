@@ -10,8 +10,9 @@ with Python branches a trace would freeze to the example's shape.
 
 Exports (and the graphs quantization methods derive from them) are cached under the
 run's cache folder, keyed by the weight fingerprint like the W8A8 checkpoints; each
-folder carries ``evalq-onnx.json`` (exporter, opset, library versions), written last, so
-a folder without it is incomplete and made again.
+folder carries ``evalq-onnx.json`` (exporter, opset, library versions, and a checksum of
+every file, verified on reuse), written last, so a folder without it, or whose files no
+longer match it, is made again.
 
 A graph is checked before it serves: a file that does not parse (corrupt, truncated), a
 graph ``onnx.checker`` refuses, one whose inputs are not a tokenizer's, one whose output
@@ -115,24 +116,63 @@ def _key(blob: dict[str, Any]) -> str:
 
 def cached_graph(folder: Path, make: Callable[[Path], dict[str, Any]],
                  file: str = GRAPH_FILE) -> OnnxGraph:
-    """The graph in ``folder`` if complete, else ``make(work_dir)`` (which writes
-    ``file`` there and returns its info) run in a temporary folder renamed into place, so
-    an interrupted build never leaves a folder that looks complete."""
+    """The graph in ``folder`` if complete and intact, else ``make(work_dir)`` (which
+    writes ``file`` there and returns its info) run in a temporary folder renamed into
+    place, so an interrupted build never leaves a folder that looks complete.
+
+    The record keeps a checksum of every file the build wrote (``files``), verified on
+    every reuse, as the embedding cache verifies its chunks: a cached graph whose bytes
+    changed, whose ``.bin`` is gone or whose record is unreadable is rebuilt with one
+    warning naming the folder (it was read as it was, or refused as a recipe field)."""
     key = folder.name.rsplit("-", 1)[-1]
-
-    def complete(f: Path) -> bool:
-        return (f / RECORD_FILE).is_file() and (f / file).is_file()
-
-    if complete(folder):
-        return OnnxGraph(folder / file, key, json.loads((folder / RECORD_FILE).read_text()),
-                         reused=True)
+    if folder.exists():
+        info, problem = _verified(folder, file)
+        if info is not None:
+            return OnnxGraph(folder / file, key, info, reused=True)
+        warnings.warn(f"cached graph {folder} cannot be trusted ({problem}); rebuilding it",
+                      RuntimeWarning, stacklevel=2)
 
     def build(work: Path) -> dict[str, Any]:
         made = make(work)
-        write_json(work / RECORD_FILE, made)
+        write_json(work / RECORD_FILE, {**made, "files": _checksums(work)})
         return made
 
-    return OnnxGraph(folder / file, key, built_folder(folder, build, complete=complete))
+    return OnnxGraph(folder / file, key, built_folder(
+        folder, build, complete=lambda f: _verified(f, file)[0] is not None))
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    """Every file a build wrote (its record aside), by relative path."""
+    return {p.relative_to(folder).as_posix(): _digest(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != RECORD_FILE}
+
+
+def _verified(folder: Path, file: str) -> tuple[dict[str, Any] | None, str]:
+    """The record of an intact cached graph (without its checksums), or None and what
+    is wrong with the folder."""
+    try:
+        record = json.loads((folder / RECORD_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"its record {RECORD_FILE} is unreadable: {exc}"
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or file not in files:
+        return None, (f"its record {RECORD_FILE} lists no checksums of its files (an "
+                      "older evalq, or a damaged record)")
+    for name, expected in files.items():
+        path = folder / str(name)
+        if not path.is_file():
+            return None, f"{name} is missing"
+        if _digest(path) != expected:
+            return None, f"{name} does not match its checksum"
+    return {k: v for k, v in record.items() if k != "files"}, ""
 
 
 def export_onnx(model_path: Path, cache_dir: Path, head: GraphHead = TOKEN_STATES,
