@@ -27,11 +27,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
-from evalq.results.open_parts import StoredRecipe
 from evalq.results.parts import (
     Attribution,
     BetweenCompositions,
@@ -259,7 +258,7 @@ class RunManifest(Part):
     versions: dict[str, str] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict)
     recipe_file: str | None = None
-    recipe: StoredRecipe = Field(default_factory=StoredRecipe)
+    recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as run (config.Recipe)
     options: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     datasets: dict[str, ManifestDataset] = Field(default_factory=dict)
@@ -276,10 +275,19 @@ class RunManifest(Part):
     crash_log: str | None = None
     stopped: str | None = None
 
+    @field_validator("recipe")
+    @classmethod
+    def _readable_recipe(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The parts of the stored recipe that reports read are checked when the file is
+        parsed: a hand-edited value of the wrong type there is a damaged file (exit 2
+        naming it), not an error met later by a report (which would be evalq's bug)."""
+        RecipeRecord.model_validate(value, strict=True)
+        return value
+
     @property
     def recipe_record(self) -> RecipeRecord:
         """The stored recipe as a report reads it (:class:`RecipeRecord`)."""
-        return RecipeRecord.model_validate(self.recipe.model_dump())
+        return RecipeRecord.model_validate(self.recipe)
 
 
 # -- versions, parsing, schema export -----------------------------------------------------
