@@ -75,6 +75,10 @@ class OpenVinoModel(GraphModel):
         self._compiled, self._inputs, self.precision = compile_cpu(
             ov, graph.path, width, self.options, field_name=field_name, head=head)
 
+    def isa_dependent(self) -> bool:
+        """Int8 graphs, and any precision below f32 (bf16 where the CPU has it)."""
+        return super().isa_dependent() or self.precision not in ("f32", "float32")
+
     def fingerprint(self) -> str:
         """Cache key: the shared part, dtype, inference precision, OpenVINO's version."""
         return self._key(dtype=self.dtype, precision=self.precision,

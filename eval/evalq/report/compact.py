@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from evalq.report.pipelines import pipeline_views, print_pipelines
-from evalq.report.runview import RunView, finite
+from evalq.report.runview import RunView, finite, host_text
 from evalq.report.verdict import candidate_verdicts, costs, recommend
 
 _STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
@@ -31,6 +31,7 @@ def print_compact(run: RunView, width: int = 100) -> None:
     console = Console(width=width)
     summary = run.summary or {}
     metric = run.headline_metric() or "—"
+    console.print(f"host: {escape(host_text(run.host))}", highlight=False)
     conf = f"{(run.recipe.get('stats') or {}).get('confidence', 0.95) * 100:g}%"
     statuses = {v.name: v.status for v in candidate_verdicts(run)}
     for ds in run.datasets:
@@ -80,6 +81,9 @@ def print_compact(run: RunView, width: int = 100) -> None:
     print_pipelines(console, pipeline_views(summary))
     rec = recommend(run)
     console.print(f"recommendation: {escape(rec.text)}", highlight=False)
+    if rec.variant and run.numerics_class:  # int8 kernels differ by instruction set
+        console.print(f"  certified on {escape(run.numerics_class)}; on other CPUs the "
+                      "verdict needs a run there", highlight=False)
     verdict = "[green]PASSED[/green]" if summary.get("passed") else "[red]FAILED[/red]"
     out_dir = escape(str(run.root))
     console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, "

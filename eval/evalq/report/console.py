@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from evalq.report.compact import print_compact
 from evalq.report.pipelines import pipeline_views, print_pipelines
-from evalq.report.runview import RunView
+from evalq.report.runview import RunView, host_text
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -59,6 +59,7 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
 
     console = Console(width=220)
     summary = run.summary or {}
+    console.print(f"host: {escape(host_text(run.host))}", highlight=False)
     recipe = run.recipe
     metrics, reference_metrics = recipe.get("metrics", []), recipe.get("reference_metrics", [])
     confidence = (recipe.get("stats") or {}).get("confidence", 0.95)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.results.hostpart import HostPart
 
 SCHEMA_VERSION = 1
 Figure = float | int | bool | str | None
@@ -289,6 +290,7 @@ class RunSummary(Part):
     variants: dict[str, VariantSummary]
     warnings: list[str] = Field(default_factory=list)
     pipelines: dict[str, PipelineSummary] | None = None
+    host: HostPart | None = None  # what the verdicts were certified on
 
     def entry(self, dataset: str, variant: str) -> VariantDatasetEntry | None:
         ds = self.datasets.get(dataset)
@@ -337,6 +339,7 @@ class RunManifest(Part):
     error_kind: str | None = None
     crash_log: str | None = None
     stopped: str | None = None
+    host: HostPart | None = None
 
 
 # -- versions, parsing, schema export -----------------------------------------------------
@@ -480,6 +483,7 @@ class LoadSummary(Part):
     stopped: str | None = None
     error: str | None = None
     replanned: str | None = None
+    host: HostPart | None = None
 
 
 def parse_load_summary(data: dict[str, Any], file: Path) -> LoadSummary:

@@ -50,7 +50,13 @@ from evalq.recipe.load import LoadSection, parity_subject
 from evalq.recipe.plan import Plan, build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe, load_recipe_source
 from evalq.recipe.yamlsource import Located
-from evalq.results.folder import environment, git_revision, now_iso, package_versions
+from evalq.results.folder import (
+    environment,
+    git_revision,
+    host_record,
+    now_iso,
+    package_versions,
+)
 from evalq.results.load import LoadFolder, quality_verdicts
 
 
@@ -271,7 +277,8 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     summary: dict[str, Any] = {
         "recipe": recipe.name, "recipe_file": str(recipe_path), "status": "running",
         "started": now_iso(), "git_revision": git_revision(), "versions": package_versions(),
-        "environment": environment(), "load": section.model_dump(mode="json"),
+        "environment": environment(), "host": host_record(),
+        "load": section.model_dump(mode="json"),
         "capacity": recipe.capacity.model_dump(mode="json") if recipe.capacity else None,
         "skipped_variants": plan.skipped, "variants": {},
     }
