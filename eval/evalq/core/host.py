@@ -89,6 +89,12 @@ class HostFacts:
     os: str = ""
     engines: dict[str, str | None] = field(default_factory=dict)
 
+    def describe(self) -> str:
+        """One line: CPU, numerics class (and any cap), cores."""
+        caps = ", ".join(f"{k}={v}" for k, v in self.isa_caps.items())
+        return (f"{self.cpu_model or 'unknown CPU'} · numerics class {self.numerics_class}"
+                + (f" (capped: {caps})" if caps else "") + f" · {self.cores or '?'} cores")
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["flags"] = list(self.flags)

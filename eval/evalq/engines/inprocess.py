@@ -219,7 +219,8 @@ def build(variant: Variant, ctx: BuildContext) -> Encoder:
 SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",
                    batch_dependence=batch_dependence, ray=True,
                    cache_key="chunks keyed by weights fingerprint, dtype, quantization, "
-                   "device, torch/transformers/bitsandbytes versions, settings, texts")
+                   "device, torch/transformers/bitsandbytes versions, numerics class (int8 and "
+                   "16-bit on CPU), settings, texts")
 
 
 __all__ = ["BACKEND_NAME", "LLM_INT8", "PADDED_FLOAT", "PADDED_HALF", "SPEC", "TORCH_DYNAMIC",
