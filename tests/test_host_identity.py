@@ -19,6 +19,7 @@ from evalq.engines.graph_model import GraphModel
 from evalq.engines.inprocess import InProcessEncoder
 from evalq.engines.openvino_backend import OpenVinoModel, OpenVinoOptions
 from evalq.engines.quantize.onnx_graph import OnnxGraph
+from evalq.engines.vllm_engine import VllmEngineEncoder
 from evalq.report.junit import host_properties, to_junit
 from evalq.report.runview import class_warning
 
@@ -53,6 +54,13 @@ def torch_encoder(record: QuantizationRecord, device: str = "cpu") -> InProcessE
     return enc
 
 
+def vllm_encoder(dtype: str, on_cpu: bool = True) -> VllmEngineEncoder:
+    enc = object.__new__(VllmEngineEncoder)
+    enc.dtype, enc.quantization, enc.on_cpu, enc.dimensions = dtype, None, on_cpu, None
+    enc.settings, enc._model_fingerprint = EncodingSettings(), "weights"
+    return enc
+
+
 def keys_under_two_classes(monkeypatch: pytest.MonkeyPatch, key: Any) -> tuple[str, str]:
     for name in host.CAPS:
         monkeypatch.delenv(name, raising=False)
@@ -70,6 +78,9 @@ def keys_under_two_classes(monkeypatch: pytest.MonkeyPatch, key: Any) -> tuple[s
     (lambda: torch_encoder(QuantizationRecord("torch-dynamic-int8", 8, 10)), True),
     (lambda: torch_encoder(FP32), False),
     (lambda: torch_encoder(QuantizationRecord("bitsandbytes", 8, 10), "cuda"), False),
+    (lambda: vllm_encoder("bfloat16"), True),  # vLLM's CPU kernels in bf16
+    (lambda: vllm_encoder("float32"), False),
+    (lambda: vllm_encoder("bfloat16", on_cpu=False), False),  # a GPU: not a CPU class
 ])
 def test_another_numerics_class_changes_int8_keys_and_not_fp32_keys(
         monkeypatch: pytest.MonkeyPatch, make: Any, isa_dependent: bool) -> None:

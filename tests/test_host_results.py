@@ -94,3 +94,14 @@ def test_compare_warns_across_classes_only(report_runs, tmp_path: Path, capsys) 
     assert main(["compare", str(run), str(other)]) == 0
     out = capsys.readouterr().out
     assert f"A on {current_class()}" in out and f"B on {OTHER}" in out
+
+
+def test_history_names_each_runs_class_and_warns_when_they_differ(report_runs,
+                                                                  tmp_path: Path) -> None:
+    from evalq.report.history import render_history
+
+    run = RunView.load(report_runs.small)
+    same = render_history([run, RunView.load(report_runs.small)])
+    assert current_class() in same and "different numerics classes" not in same
+    other = RunView.load(_with_class(report_runs.small, tmp_path / "other", OTHER))
+    assert "different numerics classes" in render_history([run, other])

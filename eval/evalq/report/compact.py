@@ -31,7 +31,7 @@ def print_compact(run: RunView, width: int = 100) -> None:
     console = Console(width=width)
     summary = run.summary or {}
     metric = run.headline_metric() or "—"
-    console.print(f"host: {escape(host_text(run.host))}", highlight=False)
+    console.print(f"host: {escape(host_text(run.host, engines=False))}", highlight=False)
     conf = f"{(run.recipe.get('stats') or {}).get('confidence', 0.95) * 100:g}%"
     statuses = {v.name: v.status for v in candidate_verdicts(run)}
     for ds in run.datasets:

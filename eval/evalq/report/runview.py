@@ -27,17 +27,17 @@ from evalq.results.schema import GateCheck, ManifestDataset, RunManifest, RunSum
 _HOST_ENGINES = ("torch", "onnxruntime", "openvino", "faiss-cpu")
 
 
-def host_text(host: dict[str, Any] | None) -> str:
-    """One line for a header: CPU, numerics class, cores, caps and engine versions
-    (``host unknown`` for a folder written before host facts)."""
+def host_text(host: dict[str, Any] | None, *, engines: bool = True) -> str:
+    """One line for a header: CPU, numerics class, cores, caps and (``engines``) engine
+    versions (``host unknown`` for a folder written before host facts)."""
     if host is None:
         return "host unknown (written before evalq recorded host facts)"
     caps = ", ".join(f"{k}={v}" for k, v in (host.get("isa_caps") or {}).items())
-    engines = ", ".join(f"{n} {v}" for n, v in (host.get("engines") or {}).items()
-                        if n in _HOST_ENGINES and v)
+    versions = ", ".join(f"{n} {v}" for n, v in (host.get("engines") or {}).items()
+                         if engines and n in _HOST_ENGINES and v)
     return (f"{host.get('cpu_model') or 'unknown CPU'} · numerics class "
             f"{host['numerics_class']}" + (f" (capped: {caps})" if caps else "")
-            + f" · {host.get('cores') or '?'} cores" + (f" · {engines}" if engines else ""))
+            + f" · {host.get('cores') or '?'} cores" + (f" · {versions}" if versions else ""))
 
 
 def class_warning(classes: dict[str, str | None]) -> str | None:

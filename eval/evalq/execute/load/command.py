@@ -306,6 +306,7 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
         raise
     summary["status"] = "finished"
     summary["finished"] = now_iso()
+    summary["host"] = host_record(engines=True)  # the engines it loaded, and their choices
     _finish(recipe, run_root, summary, folder)
     summary["broken"] = broken
     folder.write_summary(summary)
