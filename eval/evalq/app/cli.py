@@ -22,6 +22,7 @@ from evalq.app.compare_command import compare_command
 from evalq.app.gate_command import gate_command
 from evalq.app.metrics_command import metrics_report
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
+from evalq.app.verify_command import certify_command, verify_command
 from evalq.core import failure, warnformat
 from evalq.core.errors import BackendUnavailableError, InputError
 from evalq.core.redact import redact
@@ -247,6 +248,28 @@ def _gate(args: argparse.Namespace) -> int:
     passed = gate_command(args.results, junit=args.junit, markdown=args.markdown,
                           method=args.method)
     return EXIT_OK if passed else EXIT_GATE_FAILED
+
+
+def _add_certify(cert: argparse.ArgumentParser) -> None:
+    cert.add_argument("results", type=Path)
+    cert.add_argument("--probe", type=_positive_int, default=32,
+                      help="query and document texts kept with their vectors (default 32)")
+
+
+@register_command("certify", "write a certificate per certified candidate of a results "
+                  "folder (RESULTS/certificates/)", _add_certify)
+def _certify(args: argparse.Namespace) -> int:
+    return certify_command(args.results, probe=args.probe)
+
+
+def _add_verify(ver: argparse.ArgumentParser) -> None:
+    ver.add_argument("certificate", type=Path)
+
+
+@register_command("verify", "check that this machine's engine reproduces a certificate "
+                  "(exit 1 naming the cause when it does not)", _add_verify)
+def _verify(args: argparse.Namespace) -> int:
+    return verify_command(args.certificate)
 
 
 def _add_calibrate(cal: argparse.ArgumentParser) -> None:
