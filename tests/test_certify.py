@@ -74,3 +74,50 @@ def test_a_file_that_is_no_certificate_is_bad_input(tmp_path: Path, capsys) -> N
     bad.write_text(json.dumps({"certificate_version": 1}))
     assert main(["verify", str(bad)]) == 2
     assert "not an evalq certificate" in capsys.readouterr().err
+
+
+# -- against a served endpoint: an in-process stand-in serving the real MiniLM in fp32,
+# with one deployment fault at a time ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fp32_certificate(report_runs, tmp_path_factory) -> Path:
+    """int8-vectors' certificate (its encoder is MiniLM in fp32, what the stand-in
+    serves), from a copy of the small run where it passed."""
+    root = tmp_path_factory.mktemp("certified-fp32") / "small"
+    shutil.copytree(report_runs.small, root)
+    summary = json.loads((root / "summary.json").read_text())
+    summary["variants"]["int8-vectors"].update(verdict="pass", passed=True)
+    (root / "summary.json").write_text(json.dumps(summary))
+    written, _ = certify(root, probe=16)
+    assert [p.name for p in written] == ["int8-vectors.json"]
+    return written[0]
+
+
+@pytest.fixture(scope="module")
+def st_model(minilm_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu")
+
+
+@pytest.mark.parametrize(("fault", "exit_code", "cause"), [
+    ({}, 0, None),
+    ({"serve_unnormalized": True}, 1, "missing normalization"),
+    ({"serve_max_tokens": 128}, 1, "another truncation length"),
+])
+def test_an_endpoint_is_verified_and_its_fault_named(fp32_certificate: Path, st_model,
+                                                     capsys, fault, exit_code,
+                                                     cause) -> None:
+    from fake_embedding_server import FakeState, fake_server
+
+    cert = json.loads(fp32_certificate.read_text())
+    assert max(cert["probe"]["tokens"]) > 128, "the probe keeps long documents"
+    with fake_server(FakeState(st_model, **fault)) as server:
+        code = main(["verify", str(fp32_certificate), "--url", f"{server.url}/v1"])
+    out = capsys.readouterr().out
+    assert code == exit_code, out
+    if cause is None:
+        assert "MATCH" in out and "cause" not in out
+    else:
+        causes = [line for line in out.splitlines() if line.strip().startswith("cause:")]
+        assert len(causes) == 1 and cause in causes[0], out

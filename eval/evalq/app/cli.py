@@ -264,12 +264,16 @@ def _certify(args: argparse.Namespace) -> int:
 
 def _add_verify(ver: argparse.ArgumentParser) -> None:
     ver.add_argument("certificate", type=Path)
+    ver.add_argument("--url", help="an OpenAI-compatible endpoint serving the model "
+                     "(e.g. http://127.0.0.1:8000/v1) instead of this machine's engine")
+    ver.add_argument("--model", help="the model name the endpoint serves (default: the "
+                     "certified model's path)")
 
 
 @register_command("verify", "check that this machine's engine reproduces a certificate "
                   "(exit 1 naming the cause when it does not)", _add_verify)
 def _verify(args: argparse.Namespace) -> int:
-    return verify_command(args.certificate)
+    return verify_command(args.certificate, url=args.url, model=args.model)
 
 
 def _add_calibrate(cal: argparse.ArgumentParser) -> None:

@@ -19,10 +19,11 @@ def certify_command(results: Path, *, probe: int = 32) -> int:
     return 0
 
 
-def verify_command(certificate: Path) -> int:
-    """0 when this machine's engine reproduces the certificate, 1 (naming the causes it
-    can tell) when it does not."""
-    found = verify(certificate)
+def verify_command(certificate: Path, *, url: str | None = None,
+                   model: str | None = None) -> int:
+    """0 when this machine's engine (or the endpoint at ``url``) reproduces the
+    certificate, 1 (naming the causes it can tell) when it does not."""
+    found = verify(certificate, url=url, model=model)
     print(f"{found.variant}: min cosine {found.min_cosine:.7f} against the certified "
           f"vectors, tolerance 1 - cosine <= {found.tolerance:.2e}")
     for note in found.notes:

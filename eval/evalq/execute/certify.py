@@ -34,16 +34,21 @@ from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.core.host import engine_versions, host_facts
 from evalq.data.manifest import load_datasets
+from evalq.encode.parity import pick_parity_texts
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.execute.calibration_sample import corpus_calibration
+from evalq.execute.verify_causes import compare, cosines
 from evalq.recipe.plan import build_plan
-from evalq.recipe.schema import Recipe
+from evalq.recipe.schema import Recipe, Variant
 from evalq.results.folder import RunFolder, clean_json
 
 CERT_VERSION = 1
 LOCAL_BACKENDS = ("inprocess", "onnx", "openvino")
-FLOOR = 1e-5  # 1 - cosine that fp32 rounding alone may reach (float32 over ~1k dims)
+# 1 - cosine that fp32 arithmetic of another engine (a served endpoint, another kernel
+# order) stays within: float32 rounding over a model's layers, two decades above a
+# single dot product's, and two decades below what truncation or pooling moves.
+FLOOR = 1e-4
 
 
 @dataclass(frozen=True)
@@ -60,19 +65,22 @@ class Verification:
 
 
 def probe_texts(datasets: list[Any], count: int) -> list[tuple[str, str]]:
-    """``(role, text)``: the first dataset's first queries and documents, half each."""
+    """``(role, text)``: half queries, half documents of the first dataset; the documents
+    are the parity pick (the longest, where truncation shows, and an even sample)."""
     ds = datasets[0]
     half = max(1, count // 2)
     return ([("query", t) for t in ds.queries.texts[:half]]
-            + [("document", t) for t in ds.corpus.texts_for_encoding()[:half]])
+            + [("document", t) for t in pick_parity_texts(ds.corpus.texts_for_encoding(),
+                                                           half)])
 
 
 @contextmanager
 def _encoder(recipe: Recipe, recipe_path: Path, name: str, max_queries: int | None,
-             max_docs: int | None) -> Iterator[tuple[Any, Any, list[Any], str | None]]:
+             max_docs: int | None, *, served: Variant | None = None,
+             ) -> Iterator[tuple[Any, Any, list[Any], str | None]]:
     """The variant's encoder as the run built it (same calibration corpus, so a derived
-    graph is the cached one on this machine), its settings, the datasets, and the
-    weights fingerprint the plan resolved."""
+    graph is the cached one on this machine), or the client of ``served`` with the same
+    settings; its settings, the datasets, and the weights fingerprint the plan resolved."""
     plan = build_plan(recipe, recipe_path, use_cache=False, only=[name])
     vp = plan.variant(name)
     variant = next(v for v in recipe.variants if v.name == name)
@@ -81,25 +89,29 @@ def _encoder(recipe: Recipe, recipe_path: Path, name: str, max_queries: int | No
                        Path(recipe.cache_dir) / "logs", resolve_device(variant.device),
                        Path(recipe.cache_dir),
                        corpus_calibration(datasets, recipe.title_separator))
-    encoder = create_encoder(variant, ctx)
+    encoder = create_encoder(served or variant, ctx)
     try:
         yield encoder, vp.encoding_settings(), datasets, vp.model_fingerprint
     finally:
         encoder.close()
 
 
+def _prefixed(settings: Any, probe: list[tuple[str, str]]) -> list[str]:
+    return [(settings.query_prefix if role == "query" else settings.document_prefix) + t
+            for role, t in probe]
+
+
 def _embed(encoder: Any, settings: Any, probe: list[tuple[str, str]],
            one_by_one: bool = False) -> np.ndarray:
-    texts = [(settings.query_prefix if role == "query" else settings.document_prefix) + t
-             for role, t in probe]
+    """The probe's vectors, as the engine returns them (an HTTP client's raw reply: a
+    server that does not normalize must show it)."""
+    texts = _prefixed(settings, probe)
+    raw = getattr(encoder, "embed_raw", None)
+    if raw is not None:
+        return np.asarray(raw(texts), dtype=np.float32)
     if one_by_one:
         return np.concatenate([encoder.embed([t]) for t in texts])
     return np.asarray(encoder.embed(texts), dtype=np.float32)
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    na = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.sum(a * b, axis=1) / np.where(na == 0, 1.0, na)
 
 
 def _reference_distance(summary: dict[str, Any], name: str) -> float:
@@ -132,9 +144,10 @@ def certify(results: str | Path, *, probe: int = 32) -> tuple[list[Path], list[s
                       options.get("max_docs")) as (encoder, settings, datasets, weights):
             texts = probe_texts(datasets, probe)
             together = _embed(encoder, settings, texts)
+            tokens = encoder.token_lengths(_prefixed(settings, texts))
             alone = _embed(encoder, settings, texts, one_by_one=True)
             described = encoder.describe()
-        spread = float(np.max(1.0 - _cosines(together, alone)))
+        spread = float(np.max(1.0 - cosines(together, alone)))
         moved = _reference_distance(folder.read_summary_data(), name)
         cert = {"certificate_version": CERT_VERSION, "variant": name,
                 "recipe_file": str(recipe_path), "recipe": manifest["recipe"],
@@ -145,8 +158,9 @@ def certify(results: str | Path, *, probe: int = 32) -> tuple[list[Path], list[s
                 "verdict": {"verdict": info.verdict, "results": str(folder.root),
                             "numerics_class": (summary.host.numerics_class
                                                if summary.host else None)},
+                "settings": settings.as_dict(),
                 "probe": {"roles": [r for r, _ in texts], "texts": [t for _, t in texts],
-                          "vectors": together.tolist()},
+                          "tokens": list(tokens), "vectors": together.tolist()},
                 "tolerance": {"composition_spread": spread,
                               "candidate_vs_reference": moved,
                               "max_one_minus_cosine": max(FLOOR, 0.1 * moved)}}
@@ -173,26 +187,18 @@ def read_certificate(path: str | Path) -> dict[str, Any]:
     return dict(cert)
 
 
-def verify(path: str | Path) -> Verification:
-    """Encode the certificate's probe set with this machine's engine and compare."""
-    cert = read_certificate(path)
-    recipe = Recipe.model_validate(cert["recipe"])
-    name, identity = cert["variant"], cert["identity"]
-    options = (cert.get("options") or {}).get("max_queries"), \
-        (cert.get("options") or {}).get("max_docs")
-    probe = list(zip(cert["probe"]["roles"], cert["probe"]["texts"], strict=True))
-    with _encoder(recipe, Path(cert["recipe_file"]), name, *options) as (
-            encoder, settings, _, weights):
-        vectors = _embed(encoder, settings, probe)
-    stored = np.asarray(cert["probe"]["vectors"], dtype=np.float32)
-    tolerance = float(cert["tolerance"]["max_one_minus_cosine"])
-    worst = float(np.min(_cosines(vectors, stored))) if len(stored) else 1.0
-    matched = stored.shape == vectors.shape and 1.0 - worst <= tolerance
-    now = host_facts()
+def _identity_differences(identity: dict[str, Any], weights: str | None,
+                          url: str | None) -> list[str]:
+    """What the certificate's identity tells apart here: weights, class, versions (for a
+    served endpoint only the weights evalq resolved locally are comparable: the server's
+    host and engines are not visible)."""
     differs = []
     if weights != identity.get("model_fingerprint"):
         differs.append(f"a different model (weights {str(weights)[:12]}, certified "
                        f"{str(identity.get('model_fingerprint'))[:12]})")
+    if url is not None:
+        return differs
+    now = host_facts()
     then_class = (identity.get("host") or {}).get("numerics_class")
     if then_class != now.numerics_class:
         differs.append(f"another numerics class ({now.numerics_class}, certified on "
@@ -201,12 +207,35 @@ def verify(path: str | Path) -> Verification:
         if now.engines.get(engine) != version:
             differs.append(f"another {engine} version ({now.engines.get(engine)}, "
                            f"certified with {version})")
-    causes = () if matched else tuple(differs) or (
-        "the vectors differ and no recorded identity does (another build of the same "
-        "engine, or a change the certificate does not record)",)
-    return Verification(variant=name, matched=matched, min_cosine=worst,
-                        tolerance=tolerance, causes=causes,
-                        notes=tuple(differs) if matched else ())
+    return differs
+
+
+def verify(path: str | Path, *, url: str | None = None,
+           model: str | None = None) -> Verification:
+    """Encode the certificate's probe set with this machine's engine, or with the
+    OpenAI-compatible endpoint at ``url`` (serving ``model``; default: the certified
+    model's folder name, as the recipe's ``http.model`` would), and compare."""
+    cert = read_certificate(path)
+    recipe = Recipe.model_validate(cert["recipe"])
+    name, identity, probe_part = cert["variant"], cert["identity"], cert["probe"]
+    options = cert.get("options") or {}
+    probe = list(zip(probe_part["roles"], probe_part["texts"], strict=True))
+    served = None if url is None else Variant(
+        name=f"{name}-served", backend="openai",
+        http={"url": url, **({"model": model} if model else {})})
+    with _encoder(recipe, Path(cert["recipe_file"]), name, options.get("max_queries"),
+                  options.get("max_docs"), served=served) as (encoder, settings, _, weights):
+        vectors = _embed(encoder, settings, probe)
+    stored = np.asarray(probe_part["vectors"], dtype=np.float32)
+    tolerance = float(cert["tolerance"]["max_one_minus_cosine"])
+    found = compare(vectors, stored, probe_part["roles"],
+                    probe_part.get("tokens") or [0] * len(probe),
+                    cert.get("settings") or settings.as_dict(), tolerance)
+    differs = _identity_differences(identity, weights, url)
+    return Verification(variant=name, matched=found.matched, min_cosine=found.min_cosine,
+                        tolerance=tolerance,
+                        causes=() if found.matched else (*found.causes, *differs),
+                        notes=tuple(differs) if found.matched else ())
 
 
 __all__ = ["CERT_VERSION", "Verification", "certify", "probe_texts", "read_certificate",
