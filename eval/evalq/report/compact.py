@@ -82,8 +82,10 @@ def print_compact(run: RunView, width: int = 100) -> None:
     rec = recommend(run)
     console.print(f"recommendation: {escape(rec.text)}", highlight=False)
     if rec.variant and run.numerics_class:  # int8 kernels differ by instruction set
-        console.print(f"  certified on {escape(run.numerics_class)}; on other CPUs the "
-                      "verdict needs a run there", highlight=False)
+        cert = escape(str(run.root / "certificates" / f"{rec.variant}.json"))
+        console.print(f"  certified on {escape(run.numerics_class)}; for other CPUs run "
+                      f"evalq certify {escape(str(run.root))} here, then evalq verify "
+                      f"{cert} on them", highlight=False)
     verdict = "[green]PASSED[/green]" if summary.get("passed") else "[red]FAILED[/red]"
     out_dir = escape(str(run.root))
     console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, "
