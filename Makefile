@@ -92,6 +92,7 @@ demo: install
 	$(BIN)/evalq gate results/quickstart --junit results/quickstart/junit.xml \
 	  --markdown results/quickstart/summary.md || true
 	$(BIN)/evalq report results/quickstart -o results/quickstart/report.html
+	$(BIN)/evalq certify results/quickstart
 
 bench: install llmcompressor-venv
 	$(BIN)/python bench/metrics.py

@@ -7,7 +7,9 @@ commit (and whether the tree was dirty), the package versions, the command line,
 figures, the ratios and what the peer was.
 
 Standard library only, plus numpy for the matmul peak when it is importable: the GPU check
-runs this on a machine without evalq's dependencies.
+runs this on a machine without evalq's dependencies. The host facts (CPU flags, numerics
+class, engine versions and the engines' own choices) come from ``evalq.core.host``, which
+is standard library only too, read from this checkout when evalq is not installed.
 
     from record import host, write_record          # bench/ is sys.path[0] for a bench script
     write_record("metrics", figures, ratios, peer="pytrec_eval (dicts)")
@@ -29,6 +31,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+try:
+    from evalq.core import host as host_facts
+except ImportError:  # a copy of the tree without evalq installed (the GPU machine)
+    sys.path.insert(0, str(ROOT / "eval"))
+    from evalq.core import host as host_facts
 RESULTS = ROOT / "bench" / "results"
 # The packages whose versions decide a figure (missing ones are recorded as absent).
 PACKAGES = ("evalq", "numpy", "torch", "transformers", "sentence-transformers", "vllm",
@@ -83,8 +90,12 @@ def host(peak: bool = True) -> dict[str, Any]:
         load = list(os.getloadavg())
     except OSError:
         load = None
+    facts = host_facts.host_facts()
     return {"cpu": cpu_model(), "logical_cores": os.cpu_count(),
             "machine": platform.machine(), "system": platform.platform(),
+            "numerics_class": facts.numerics_class, "cpu_vendor": facts.cpu_vendor,
+            "isa_flags": list(facts.flags), "isa_caps": facts.isa_caps,
+            "engines": facts.engines,
             "matmul_fp32_gflops": round(matmul_peak_gflops(), 1) if peak else None,
             "matmul_method": "numpy float32 2048x2048 @ 2048x2048, best of 5",
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -126,8 +137,11 @@ def write_record(name: str, figures: Mapping[str, Any], ratios: Mapping[str, Any
     """
     now = dt.datetime.now(dt.UTC)
     git = commit()
+    machine = dict(host_info) if host_info is not None else host()
+    # Asked now, when the script has loaded the engines it measured.
+    machine.setdefault("engine_choices", host_facts.engine_choices())
     record = {"bench": name, "date": now.isoformat(timespec="seconds"),
-              "git": git, "host": dict(host_info) if host_info is not None else host(),
+              "git": git, "host": machine,
               "peer": peer, "ratios": dict(ratios), "figures": dict(figures),
               "command": [Path(sys.executable).name, *sys.argv], "notes": notes}
     out = Path(out_dir or os.environ.get("EVALQ_BENCH_RESULTS") or RESULTS)

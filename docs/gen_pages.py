@@ -373,7 +373,10 @@ def _ratio(value: object) -> str:
 def _host(host: Mapping[str, Any]) -> str:
     peak = host.get("matmul_fp32_gflops")
     threads = host.get("omp_num_threads")
-    return (f"{host.get('cpu', 'unknown CPU')}, {host.get('logical_cores', '?')} cores; "
+    klass = host.get("numerics_class")
+    return (f"{host.get('cpu', 'unknown CPU')}"
+            + (f" ({klass})" if klass else "")
+            + f", {host.get('logical_cores', '?')} cores; "
             f"matmul peak {f'{peak:g} GFLOP/s' if peak else 'not measured'}"
             + (f" (OMP_NUM_THREADS={threads})" if threads else "")
             + (f"; {host['gpu']}" if host.get("gpu") else ""))

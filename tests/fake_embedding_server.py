@@ -45,6 +45,11 @@ class FakeState:
     # OpenAI `dimensions`: a Matryoshka model truncates then normalizes; any other model
     # answers 400 with vLLM's wording
     matryoshka: bool = True
+    # Deployment faults `evalq verify` must name: OpenAI replies without normalization,
+    # inputs truncated at this many tokens, a query instruction dropped from the inputs.
+    serve_unnormalized: bool = False
+    serve_max_tokens: int | None = None
+    drop_prefix: str | None = None
     requests: list[Recorded] = field(default_factory=list)
     answered: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -79,18 +84,30 @@ class FakeEmbeddingServer:
         self.httpd.server_close()
         self._closed.set()
 
-    def embed(self, texts: list[str], *, normalize: bool, direction: str) -> np.ndarray:
-        """Real MiniLM embeddings with TEI's truncation semantics (special tokens kept)."""
+    def embed(self, texts: list[str], *, normalize: bool, direction: str,
+              drop_normalize_layer: bool = False) -> np.ndarray:
+        """Real MiniLM embeddings with TEI's truncation semantics (special tokens kept).
+        ``drop_normalize_layer``: without the model's own Normalize module too (a server
+        that does not normalize at all)."""
+        model = self.state.model
+        if drop_normalize_layer and type(model[-1]).__name__ == "Normalize":
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(modules=list(model)[:-1], device="cpu")
         tokenizer = self.state.model.tokenizer
         with self.state.lock:  # the truncation side is tokenizer state
             previous = tokenizer.truncation_side
+            longest = self.state.model.max_seq_length
             tokenizer.truncation_side = direction.lower()
+            if self.state.serve_max_tokens is not None:
+                self.state.model.max_seq_length = self.state.serve_max_tokens
             try:
-                return self.state.model.encode(
+                return model.encode(
                     texts, normalize_embeddings=normalize, convert_to_numpy=True
                 ).astype(np.float32)
             finally:
                 tokenizer.truncation_side = previous
+                self.state.model.max_seq_length = longest
 
     def token_count(self, text: str) -> int:
         return len(self.state.model.tokenizer(text)["input_ids"])
@@ -197,6 +214,8 @@ def _make_handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
         def _openai_embed(self, payload: dict[str, Any]) -> None:
             inputs = payload["input"]
             inputs = [inputs] if isinstance(inputs, str) else inputs
+            if state.drop_prefix:
+                inputs = [t.removeprefix(state.drop_prefix) for t in inputs]
             dims = payload.get("dimensions")
             if dims is not None and not state.matryoshka:
                 self._send(400, {"error": {
@@ -209,7 +228,9 @@ def _make_handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
                 raw = server.embed(inputs, normalize=False, direction="Right")[:, :dims]
                 vectors = raw / np.linalg.norm(raw, axis=1, keepdims=True)
             else:
-                vectors = server.embed(inputs, normalize=True, direction="Right")
+                vectors = server.embed(inputs, normalize=not state.serve_unnormalized,
+                                       direction="Right",
+                                       drop_normalize_layer=state.serve_unnormalized)
             fmt = payload.get("encoding_format", "float")
             data = []
             for i, vec in enumerate(vectors):

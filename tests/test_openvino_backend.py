@@ -113,3 +113,26 @@ def test_parity_command_covers_onnx_and_openvino(tmp_path: Path, ov_ctx):
                          candidates=[{"name": "onnx-fp32", "backend": "onnx"},
                                      {"name": "ov-fp32", "backend": "openvino"}])
     assert main(["parity", str(recipes.write(tmp_path / "r.yaml", cfg))]) == 0
+
+
+def test_the_engine_default_precision_is_what_the_plan_says(ov_ctx, ov_fp32, reference,
+                                                           mixed_texts):
+    """``openvino: {precision: default}`` runs what the CPU plugin chooses when nothing
+    pins it (bf16 on a CPU with native bf16, f32 on an AVX2-only one), the plan's flag-based
+    prediction names the same, and the cache key differs from the pinned f32 one."""
+    from evalq.core.host import host_facts
+    from evalq.recipe.arithmetic import openvino_default
+
+    variant = Variant(name="ov-default", backend="openvino",
+                      openvino={"precision": "default"})
+    encoder = build(variant, ov_ctx)
+    try:
+        vectors = encoder.embed(mixed_texts)
+        described = encoder.describe()
+    finally:
+        encoder.close()
+    assert described["inference_precision"] == openvino_default(host_facts())
+    cosine = np.sum(vectors * reference, axis=1)
+    assert cosine.min() > 0.99, cosine.min()  # bf16 arithmetic stays close, not exact
+    if described["inference_precision"] != "f32":
+        assert encoder.fingerprint() != ov_fp32.fingerprint()

@@ -24,6 +24,7 @@ from evalq.app.gate_command import gate_command
 from evalq.app.metrics_command import metrics_report
 from evalq.app.plan_command import print_plan, validate_files
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
+from evalq.app.verify_command import certify_command, verify_command
 from evalq.core import failure, warnformat
 from evalq.core.errors import BackendUnavailableError, InputError
 from evalq.core.redact import redact
@@ -249,6 +250,32 @@ def _gate(args: argparse.Namespace) -> int:
     passed = gate_command(args.results, junit=args.junit, markdown=args.markdown,
                           method=args.method)
     return EXIT_OK if passed else EXIT_GATE_FAILED
+
+
+def _add_certify(cert: argparse.ArgumentParser) -> None:
+    cert.add_argument("results", type=Path)
+    cert.add_argument("--probe", type=_positive_int, default=32,
+                      help="query and document texts kept with their vectors (default 32)")
+
+
+@register_command("certify", "write a certificate per certified candidate of a results "
+                  "folder (RESULTS/certificates/)", _add_certify)
+def _certify(args: argparse.Namespace) -> int:
+    return certify_command(args.results, probe=args.probe)
+
+
+def _add_verify(ver: argparse.ArgumentParser) -> None:
+    ver.add_argument("certificate", type=Path)
+    ver.add_argument("--url", help="an OpenAI-compatible endpoint serving the model "
+                     "(e.g. http://127.0.0.1:8000/v1) instead of this machine's engine")
+    ver.add_argument("--model", help="the model name the endpoint serves (default: the "
+                     "certified model's path)")
+
+
+@register_command("verify", "check that this machine's engine reproduces a certificate "
+                  "(exit 1 naming the cause when it does not)", _add_verify)
+def _verify(args: argparse.Namespace) -> int:
+    return verify_command(args.certificate, url=args.url, model=args.model)
 
 
 def _add_calibrate(cal: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from evalq.report.compare import (
     render_text,
     stats_settings,
 )
+from evalq.report.runview import class_warning
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
@@ -28,4 +29,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
 def compare_command(path_a: Path, path_b: Path, *, markdown: bool = False) -> int:
     c = compare_runs(path_a, path_b)
     print(render_markdown(c) if markdown else render_text(c), end="")
+    warning = class_warning({"A": c.a.numerics_class, "B": c.b.numerics_class})
+    if warning is not None:
+        print(warning)
     return 0

@@ -5,12 +5,15 @@ this prints them and writes the reports (the app alone prints for a command)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.core.host import current_class
 from evalq.execute.regate import Regated, regate
 from evalq.report.junit import to_junit
 from evalq.report.markdown import job_summary
+from evalq.report.runview import class_warning
 
 
 def gate_command(results: str | Path, *, junit: str | Path | None = None,
@@ -23,7 +26,8 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
         try:
             atomicio.write_text(junit, to_junit(done.verdicts,
                                                 suite_name=f"evalq.{done.recipe_name}",
-                                                pipelines=done.pipeline_verdicts))
+                                                pipelines=done.pipeline_verdicts,
+                                                host=done.manifest.get("host")))
         except OSError as exc:
             raise InputError(message=f"cannot write the JUnit report ({exc.strerror})",
                              file=junit, field="--junit",
@@ -39,6 +43,18 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
     return done.passed
 
 
+def print_host(host: dict[str, Any] | None) -> None:
+    """Which numerics class the verdicts were decided on, and a warning when this machine
+    is of another class: re-deciding reads stored values, so the verdicts still hold for
+    the class that measured them, not for this machine."""
+    stored = None if host is None else host.get("numerics_class")
+    unknown = "an unrecorded numerics class (folder written before host facts)"
+    print(f"certified on: {stored or unknown}")
+    warning = class_warning({"the folder": stored, "this machine": current_class()})
+    if stored is not None and warning is not None:
+        print(warning)
+
+
 def print_verdicts(done: Regated) -> None:
     """The verdict lines: a note per re-decided pipeline verdict that differs from the
     run's, each candidate and pipeline combination with its checks, the interval method,
@@ -51,6 +67,7 @@ def print_verdicts(done: Regated) -> None:
         print(f"{gate.verdict.upper()}  {name}")
         for check in gate.checks:
             print(f"      [{check.verdict}] {check.gate}: {check.reason}")
+    print_host(done.manifest.get("host"))
     stats = done.summary["stats"]
     print(f"interval method: {stats['method']} (min_nonzero {stats['min_nonzero']})")
     if done.stored_passed != done.summary["passed"]:

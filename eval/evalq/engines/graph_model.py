@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import AfterValidator, Field
 
 from evalq.core.errors import InputError
+from evalq.core.host import numerics_key
 from evalq.core.values import QuantizationRecord, vector_problem
 from evalq.engines.quantize.onnx_graph import OnnxGraph
 
@@ -100,13 +101,24 @@ class GraphModel:
     def _ready(self) -> bool:
         raise NotImplementedError
 
+    def isa_dependent(self) -> bool:
+        """Whether the numbers depend on the CPU's instruction set beyond fp32 rounding:
+        an int8 graph runs integer kernels chosen by ISA (VNNI or not, AVX-512 or AVX2,
+        AMX), which round differently, so its vectors belong to one numerics class. An
+        fp32 graph keeps its key: its kernels differ only in summation order (last
+        digits, within every tolerance evalq applies), and a cache shared between
+        machines stays useful."""
+        return self.record.bits is not None and self.record.bits <= 8
+
     def _key(self, **extra: Any) -> str:
         """Cache key: identity, graph content, quantization, settings, plus the runtime's
-        own parts (``extra``: version, session options)."""
+        own parts (``extra``: version, session options); for an ISA-dependent model, the
+        numerics class (``core.host``), so a cache copied to another CPU recomputes."""
+        numerics = {"numerics": numerics_key()} if self.isa_dependent() else {}
         blob = json.dumps({
             **self.identity(), "graph": self.graph.key,
             "quantization": {"method": self.record.method, "params": self.record.params},
-            "settings": self.settings.fingerprint(), **extra,
+            "settings": self.settings.fingerprint(), **extra, **numerics,
         }, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

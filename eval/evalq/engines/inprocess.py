@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evalq.core.host import numerics_key
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
@@ -83,8 +84,15 @@ class InProcessEncoder:
             # transformers or bitsandbytes are not these vectors.
             "device": self.device,
             "versions": _library_versions(),
+            # int8 (and reduced-precision) CPU kernels are chosen by instruction set: such
+            # vectors belong to one numerics class. fp32 keeps its key (see GraphModel).
+            **({"numerics": numerics_key()} if self._isa_dependent() else {}),
         }, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    def _isa_dependent(self) -> bool:
+        return self.device == "cpu" and (self.record.method != "none"
+                                         or self.dtype != "float32")
 
     def describe(self) -> dict[str, Any]:
         import torch
@@ -211,7 +219,8 @@ def build(variant: Variant, ctx: BuildContext) -> Encoder:
 SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by="evalq",
                    batch_dependence=batch_dependence, ray=True,
                    cache_key="chunks keyed by weights fingerprint, dtype, quantization, "
-                   "device, torch/transformers/bitsandbytes versions, settings, texts")
+                   "device, torch/transformers/bitsandbytes versions, numerics class (int8 and "
+                   "16-bit on CPU), settings, texts")
 
 
 __all__ = ["BACKEND_NAME", "LLM_INT8", "PADDED_FLOAT", "PADDED_HALF", "SPEC", "TORCH_DYNAMIC",

@@ -188,7 +188,7 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by=
                    devices=("cpu",), dtypes=("float32",), batch_dependence=batch_dependence,
                    cache_key="chunks keyed by the graph's content (weights fingerprint and "
                    "export, or the user file's hash), quantization, session optimization, "
-                   "onnxruntime version, settings, texts")
+                   "onnxruntime version, numerics class (int8), settings, texts")
 
 __all__ = [
     "BACKEND_NAME",

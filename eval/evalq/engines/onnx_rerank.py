@@ -76,6 +76,7 @@ SPEC = BackendSpec(BACKEND_NAME, "reranker", "in-process", build, quantized_by="
                    model_kinds=("cross-encoder",), devices=("cpu",), dtypes=("float32",),
                    cache_key="scores keyed by the graph's content (weights fingerprint and "
                    "logits export, or the user file's hash), quantization, session "
-                   "optimization, onnxruntime version, score settings, pair")
+                   "optimization, onnxruntime version, numerics class (int8), score settings, "
+                   "pair")
 
 __all__ = ["SPEC", "OnnxReranker", "base_graph", "build"]

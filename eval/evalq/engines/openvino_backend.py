@@ -12,7 +12,7 @@ are ``textfront``'s, as in-process.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -54,6 +54,10 @@ class OpenVinoOptions(StrictOptions):
     # states as first output; unset: evalq converts its ONNX export.
     file: GraphFile = None
     threads: Threads = None  # None: the plugin's default
+    # f32: evalq pins the CPU plugin's arithmetic. default: the plugin's own choice, what
+    # a deployment without a config serves (bf16 on a CPU with AVX512-BF16 or AMX), so
+    # that is what gets certified; the manifest and the cache key record what it chose.
+    precision: Literal["f32", "default"] = "f32"
 
 
 class OpenVinoModel(GraphModel):
@@ -73,6 +77,10 @@ class OpenVinoModel(GraphModel):
         self.options = options or OpenVinoOptions()
         self._compiled, self._inputs, self.precision = compile_cpu(
             ov, graph.path, width, self.options, field_name=field_name, head=head)
+
+    def isa_dependent(self) -> bool:
+        """Int8 graphs, and any precision below f32 (bf16 where the CPU has it)."""
+        return super().isa_dependent() or self.precision not in ("f32", "float32")
 
     def fingerprint(self) -> str:
         """Cache key: the shared part, dtype, inference precision, OpenVINO's version."""
@@ -137,13 +145,15 @@ def base_ir(options: OpenVinoOptions | None, model_path: Path, cache_dir: Path, 
 def compile_cpu(ov: Any, path: Path, width: int, options: OpenVinoOptions, *,
                 field_name: str, head: GraphHead = TOKEN_STATES,
                 ) -> tuple[Any, list[str], str]:
-    """The IR at ``path`` compiled for the CPU plugin in float32 (its first output checked
-    against ``head`` and ``width``): the compiled model, the token inputs it takes, and
-    the inference precision the plugin reports."""
+    """The IR at ``path`` compiled for the CPU plugin in float32, or in the plugin's own
+    default precision (``precision: default``), its first output checked against
+    ``head`` and ``width``: the compiled model, the token inputs it takes, and the
+    inference precision the plugin reports."""
     core = ov.Core()
     model = read_ir(core, path, width, field_name=field_name, head=head)
     inputs = [n for n in TOKEN_INPUTS if any(n in i.get_names() for i in model.inputs)]
-    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+    config: dict[str, Any] = ({"INFERENCE_PRECISION_HINT": "f32"}
+                              if options.precision == "f32" else {})
     if options.threads is not None:
         config["INFERENCE_NUM_THREADS"] = options.threads
     try:
@@ -180,8 +190,16 @@ FP16_WEIGHTS = BatchDependence(
     "only change padding", NEAR_INVARIANT_TOLERANCE)
 
 
+ENGINE_DEFAULT = BatchDependence(
+    "near-invariant", "the plugin's default precision (bf16 where the CPU has it): "
+    "masked attention, neighbours change only padding, but a differently shaped matmul "
+    "rounds its bf16 inputs' products in another order", 1e-2)
+
+
 def batch_dependence(variant: Variant) -> BatchDependence:
-    unquantized = PADDED_FLOAT if variant.dtype == "float32" else FP16_WEIGHTS
+    options = getattr(variant, BACKEND_NAME, None)
+    unquantized = (ENGINE_DEFAULT if options is not None and options.precision == "default"
+                   else PADDED_FLOAT if variant.dtype == "float32" else FP16_WEIGHTS)
     return declared_dependence(BACKEND_NAME, (variant.quantization or {}).get("method"),
                                DECLARED, unquantized)
 
@@ -192,7 +210,7 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "in-process", build, quantized_by=
                    batch_dependence=batch_dependence,
                    cache_key="chunks keyed by the IR's content (weights fingerprint, export "
                    "and conversion, or the user file's hash), dtype, quantization, "
-                   "OpenVINO version, settings, texts")
+                   "OpenVINO version, numerics class (int8, bf16), settings, texts")
 
 __all__ = ["BACKEND_NAME", "SPEC", "OpenVinoEncoder", "OpenVinoModel", "OpenVinoOptions",
            "base_ir", "build", "compile_cpu", "graph_for"]

@@ -64,6 +64,6 @@ SPEC = BackendSpec(BACKEND_NAME, "reranker", "in-process", build, quantized_by="
                    model_kinds=("cross-encoder",), devices=("cpu",), dtypes=DTYPES,
                    cache_key="scores keyed by the IR's content (weights fingerprint, logits "
                    "export and conversion, or the user file's hash), dtype, quantization, "
-                   "OpenVINO version, score settings, pair")
+                   "OpenVINO version, numerics class (int8, bf16), score settings, pair")
 
 __all__ = ["DTYPES", "SPEC", "OpenVinoReranker", "build"]

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.host import numerics_key
 from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
 from evalq.engines.devices import check_current_vllm
@@ -168,8 +169,9 @@ class VllmEngineEncoder:
     # -- Encoder protocol --------------------------------------------------------------------
 
     def fingerprint(self) -> str:
-        """Cache key: backend, weights, dtype, quantization, settings (not the vLLM version:
-        a new engine with the same settings should agree; the parity preflight checks it)."""
+        """Cache key: backend, weights, dtype, quantization, settings, and on a CPU host
+        below fp32 the numerics class (not the vLLM version: a new engine with the same
+        settings should agree; the parity preflight checks it)."""
         blob = json.dumps(
             {
                 "backend": BACKEND_NAME,
@@ -178,6 +180,10 @@ class VllmEngineEncoder:
                 "quantization": self.quantization,
                 "settings": self.settings.fingerprint(),
                 **({"dimensions": self.dimensions} if self.dimensions is not None else {}),
+                # On a CPU host, 16-bit and quantized kernels are chosen by instruction
+                # set (core.host): such vectors belong to one numerics class.
+                **({"numerics": numerics_key()} if self.on_cpu and (
+                    self.dtype != "float32" or self.quantization) else {}),
             },
             sort_keys=True,
         ).encode()

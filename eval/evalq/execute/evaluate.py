@@ -53,7 +53,14 @@ from evalq.recipe.load import parity_subject
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe_source
 from evalq.results import rundir
-from evalq.results.folder import RunFolder, environment, git_revision, now_iso, package_versions
+from evalq.results.folder import (
+    RunFolder,
+    environment,
+    git_revision,
+    host_record,
+    now_iso,
+    package_versions,
+)
 from evalq.results.snippets import write_snippets
 
 log = logging.getLogger(__name__)
@@ -175,6 +182,7 @@ def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
         "git_revision": git_revision(),
         "versions": package_versions(),
         "environment": environment(),
+        "host": host_record(),
         "recipe_file": str(recipe_path),
         "recipe": recipe.model_dump(mode="json"),
         "options": {"max_queries": max_queries, "max_docs": max_docs, "only": only,
@@ -257,6 +265,9 @@ def _finish(run: _Run) -> dict[str, Any]:
                    words=recipe.report.snippet_words, title_separator=recipe.title_separator)
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
+    # The engines are loaded now: what they chose joins the host facts, and the summary
+    # says which host (numerics class) its verdicts were certified on.
+    manifest["host"] = summary["host"] = host_record(engines=True)
     folder.write_manifest(manifest)
     written = folder.write_summary(summary)
     # The reference's shards of streamed corpora: the embedding cache holds the same.

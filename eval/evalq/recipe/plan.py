@@ -29,12 +29,14 @@ from typing import Any
 
 from evalq.core.atomicio import check_output_location
 from evalq.core.errors import InputError
+from evalq.core.host import host_facts
 from evalq.core.values import EncodingSettings
 from evalq.engines.capability import detect_device
 from evalq.engines.lasttoken import token_summary
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
+from evalq.recipe.arithmetic import planned_arithmetic
 from evalq.recipe.loadbudget import load_budget
 from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
@@ -92,6 +94,8 @@ class VariantPlan:
     gates: tuple[str, ...]
     # Pooling, padding side, EOS and instructions in words (engines.lasttoken)
     tokens: str | None = None
+    # The arithmetic it will run at on this machine (recipe.arithmetic)
+    arithmetic: str | None = None
 
     def encoding_settings(self) -> EncodingSettings:
         """The settings the plan resolved (model defaults + recipe overrides): what every
@@ -355,7 +359,8 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         endpoint=endpoint,
         cached=cache_text(support, endpoint, use_cache), gates=gates,
         tokens=token_summary(model_path, EncodingSettings(**settings))
-        if model_path and settings else None)
+        if model_path and settings else None,
+        arithmetic=planned_arithmetic(variant, device, host_facts()))
 
 
 def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,
@@ -382,7 +387,8 @@ def describe_plan(plan: Plan) -> str:
              + ", ".join(f"{k}={v}" for k, v in plan.limits.items()),
              f"  measures: {', '.join(plan.metrics)} vs qrels; "
              f"{', '.join(plan.reference_metrics)} vs reference",
-             f"  results: {plan.output}; cache: {plan.cache_dir or 'off'}"]
+             f"  results: {plan.output}; cache: {plan.cache_dir or 'off'}",
+             f"  host: {host_facts().describe()}"]
     for v in plan.variants:
         quant = v.quantization["method"] if v.quantization else "none"
         lines.append(f"  {v.role} {v.name}: load {v.model_path or v.endpoint} "
@@ -396,6 +402,8 @@ def describe_plan(plan: Plan) -> str:
                                                           for k in v.settings))
         if v.tokens:
             lines.append(f"      tokens: {v.tokens}")
+        if v.arithmetic:
+            lines.append(f"      arithmetic: {v.arithmetic}")
         lines.append(f"      cache: {v.cached}")
         for g in v.gates:
             lines.append(f"      gate: {g}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from evalq.report.pipelines import pipeline_views, print_pipelines
-from evalq.report.runview import RunView, finite
+from evalq.report.runview import RunView, finite, host_text
 from evalq.report.verdict import candidate_verdicts, costs, recommend
 
 _STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
@@ -34,6 +34,7 @@ def print_compact(run: RunView, width: int = 100) -> None:
         console.print(f"no summary: the run did not finish; results in {escape(str(run.root))}")
         return
     metric = run.headline_metric() or "—"
+    console.print(f"host: {escape(host_text(run.host, engines=False))}", highlight=False)
     conf = f"{run.confidence * 100:g}%"
     statuses = {v.name: v.status for v in candidate_verdicts(run)}
     for ds in run.datasets:
@@ -84,6 +85,11 @@ def print_compact(run: RunView, width: int = 100) -> None:
     print_pipelines(console, pipeline_views(summary))
     rec = recommend(run)
     console.print(f"recommendation: {escape(rec.text)}", highlight=False)
+    if rec.variant and run.numerics_class:  # int8 kernels differ by instruction set
+        cert = escape(str(run.root / "certificates" / f"{rec.variant}.json"))
+        console.print(f"  certified on {escape(run.numerics_class)}; for other CPUs run "
+                      f"evalq certify {escape(str(run.root))} here, then evalq verify "
+                      f"{cert} on them", highlight=False)
     verdict = "[green]PASSED[/green]" if summary.passed else "[red]FAILED[/red]"
     out_dir = escape(str(run.root))
     console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, "

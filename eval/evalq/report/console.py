@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from evalq.report.compact import print_compact
 from evalq.report.pipelines import pipeline_views, print_pipelines
-from evalq.report.runview import RunView
+from evalq.report.runview import RunView, host_text
 from evalq.results.schema import EncodeSection, GateCheck, MetricEntry
 
 
@@ -73,6 +73,7 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
     if summary is None:  # an unfinished run has no aggregates
         console.print(f"no summary: the run did not finish; results in {escape(str(run.root))}")
         return
+    console.print(f"host: {escape(host_text(run.host))}", highlight=False)
     metrics, reference_metrics = run.recipe.metrics, run.recipe.reference_metrics
     confidence = run.confidence
     variants_info = summary.variants

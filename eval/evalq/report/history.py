@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from evalq.core.errors import InputError
 from evalq.report.html import Page, note, plot_text, table
-from evalq.report.runview import RunView, finite
+from evalq.report.runview import RunView, class_warning, finite
 from evalq.report.verdict import candidate_verdicts, costs
 
 _STATUS_CSS = {"ship": "pass", "fail": "fail", "inconclusive": "inconclusive"}
@@ -78,6 +78,9 @@ def render_history(runs_in: Sequence[RunView]) -> str:
         return palette[variants.index(name) % len(palette)] if name in variants else "#333"
 
     notes = [note(f"{r.root}: {n}") for r in runs for n in r.notes]
+    mixed = class_warning({f"run {i}": r.numerics_class for i, r in enumerate(runs, 1)})
+    if mixed is not None:  # points of different classes differ by CPU as well as by change
+        notes.append(note(mixed))
     gate_parts = [page.figure(_gate_figure(ds, label, by_variant, labels, colour))
                   for (ds, label), by_variant in _gate_series(runs).items()]
     if not gate_parts:
@@ -100,15 +103,18 @@ def render_history(runs_in: Sequence[RunView]) -> str:
 
 
 def _runs_table(runs: list[RunView]) -> Markup:
-    """One row per run: its label, revision, evalq version, gate outcome and folder."""
+    """One row per run: its label, revision, evalq version, numerics class, gate outcome
+    and folder."""
     rows = []
     for r in runs:
         s = r.summary
         passed = ("no summary", "muted") if s is None else (
             ("passed", "pass") if s.passed else ("failed", "fail"))
         rows.append([r.label, r.git_revision, r.manifest.evalq_version or "?",
-                     passed, str(len(s.failed_gates if s is not None else [])), str(r.root)])
-    return table(["run", "git revision", "evalq", "gates", "failed gates", "folder"], rows)
+                     r.numerics_class or "unrecorded", passed,
+                     str(len(s.failed_gates if s is not None else [])), str(r.root)])
+    return table(["run", "git revision", "evalq", "numerics class", "gates", "failed gates",
+                  "folder"], rows)
 
 
 def _gate_figure(ds: str, label: str, by_variant: dict[str, list[Any]], labels: list[str],

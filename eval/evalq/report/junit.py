@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Check(Protocol):
@@ -29,11 +29,33 @@ def _figure(value: object) -> object:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict]) -> tuple[int, int]:
+def host_properties(host: Mapping[str, Any] | None) -> dict[str, str]:
+    """The host facts a CI's test view shows beside the verdicts (``evalq.host.*``): a
+    verdict holds for the numerics class it was decided on."""
+    if not host:
+        return {}
+    props = {"evalq.host.numerics_class": host.get("numerics_class"),
+             "evalq.host.cpu_model": host.get("cpu_model"),
+             "evalq.host.cpu_vendor": host.get("cpu_vendor"),
+             "evalq.host.flags": " ".join(host.get("flags") or ()),
+             "evalq.host.cores": host.get("cores"), "evalq.host.os": host.get("os")}
+    for engine, version in (host.get("engines") or {}).items():
+        props[f"evalq.host.engines.{engine}"] = version
+    for cap, value in (host.get("isa_caps") or {}).items():
+        props[f"evalq.host.isa_caps.{cap}"] = value
+    return {k: str(v) for k, v in props.items() if v not in (None, "")}
+
+
+def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict],
+           properties: Mapping[str, str]) -> tuple[int, int]:
     cases = [(label, check) for label, gate in verdicts.items() for check in gate.checks]
     failures = sum(1 for _, check in cases if not check.passed)
     suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(cases)),
                           failures=str(failures), errors="0", skipped="0")
+    if properties:
+        props = ET.SubElement(suite, "properties")
+        for key, value in properties.items():
+            ET.SubElement(props, "property", name=key, value=value)
     for label, check in cases:
         # pipeline labels are "pipeline NAME DATASET COMBINATION": dotted like a class
         dotted = label.removeprefix("pipeline ").replace(" ", ".")
@@ -48,13 +70,16 @@ def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict]) -> tupl
 
 
 def to_junit(verdicts: Mapping[str, Verdict], suite_name: str = "evalq",
-             pipelines: Mapping[str, Verdict] | None = None) -> str:
+             pipelines: Mapping[str, Verdict] | None = None,
+             host: Mapping[str, Any] | None = None) -> str:
     """``verdicts`` by variant; ``pipelines`` by the label `evalq gate` prints
-    (``pipeline dense-ce pydocs fp32+dyn-int8@5``), written as ``<suite_name>.pipelines``."""
+    (``pipeline dense-ce pydocs fp32+dyn-int8@5``), written as ``<suite_name>.pipelines``;
+    ``host`` (a results folder's host facts) as each suite's properties."""
     root = ET.Element("testsuites", name=suite_name)
-    tests, failures = _suite(root, suite_name, verdicts)
+    properties = host_properties(host)
+    tests, failures = _suite(root, suite_name, verdicts, properties)
     if pipelines:
-        more, failed = _suite(root, f"{suite_name}.pipelines", pipelines)
+        more, failed = _suite(root, f"{suite_name}.pipelines", pipelines, properties)
         tests, failures = tests + more, failures + failed
     root.set("tests", str(tests))
     root.set("failures", str(failures))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalq.report.pipelines import PipelineView, attribution_text, pipeline_views, verdict_text
-from evalq.report.runview import RunView, finite
+from evalq.report.runview import RunView, finite, host_text
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
 
 ICON = {"ship": "✅ may ship", "fail": "❌ failed", "inconclusive": "⚠️ inconclusive",
@@ -40,7 +40,7 @@ def run_summary_markdown(run: RunView) -> str:
     lines = [f"## evalq · {md(run.name)}: {head}", "",
              f"reference `{md(run.reference)}` · {datasets} · git "
              f"`{md(run.git_revision[:12])}` · evalq {md(run.manifest.evalq_version)}",
-             ""]
+             "", md(host_text(run.host)), ""]
     verdicts = candidate_verdicts(run)
     rec = recommend(run, verdicts)
     lines += [f"**Recommendation** (cheapest by {COST_LABELS.get(rec.cost_key, rec.cost_key)}"

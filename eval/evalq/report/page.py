@@ -17,7 +17,7 @@ from evalq.core.errors import InputError
 from evalq.report.contents import sections_for
 from evalq.report.history import render_history
 from evalq.report.html import Page
-from evalq.report.runview import RunView
+from evalq.report.runview import RunView, host_text
 
 
 def _header(run: RunView) -> Markup:
@@ -35,8 +35,9 @@ def _header(run: RunView) -> Markup:
     return Markup(
         "<header><h1>evalq · {name}</h1><p>{desc}</p><p><span class=\"{css}\">{verdict}"
         "</span> · reference {ref} · {datasets}</p><p>started {started} · git {rev} · "
-        "evalq {version}</p></header>"
+        "evalq {version}</p><p>{host}</p></header>"
     ).format(name=run.name, desc=run.recipe.description or "", css=css,
+             host=host_text(run.host),
              verdict=verdict, ref=run.reference, datasets=datasets, started=run.started,
              rev=run.git_revision, version=run.manifest.evalq_version or "?")
 

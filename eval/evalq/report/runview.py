@@ -34,6 +34,35 @@ from evalq.results.schema import (
     VariantSummary,
 )
 
+_HOST_ENGINES = ("torch", "onnxruntime", "openvino", "faiss-cpu")
+
+
+def host_text(host: dict[str, Any] | None, *, engines: bool = True) -> str:
+    """One line for a header: CPU, numerics class, cores, caps and (``engines``) engine
+    versions (``host unknown`` for a folder written before host facts)."""
+    if host is None:
+        return "host unknown (written before evalq recorded host facts)"
+    caps = ", ".join(f"{k}={v}" for k, v in (host.get("isa_caps") or {}).items())
+    versions = ", ".join(f"{n} {v}" for n, v in (host.get("engines") or {}).items()
+                         if engines and n in _HOST_ENGINES and v)
+    return (f"{host.get('cpu_model') or 'unknown CPU'} · numerics class "
+            f"{host['numerics_class']}" + (f" (capped: {caps})" if caps else "")
+            + f" · {host.get('cores') or '?'} cores" + (f" · {versions}" if versions else ""))
+
+
+def class_warning(classes: dict[str, str | None]) -> str | None:
+    """A warning when the folders (``{label: numerics class}``) were measured on
+    different numerics classes: int8 and bf16 kernels differ by instruction set, so a
+    difference between them may be the CPU's, not the change's. None when they agree
+    (folders written before host facts count as unknown, and are named)."""
+    if len(set(classes.values())) <= 1:
+        return None
+    named = ", ".join(f"{label} on {cls or 'an unrecorded class'}"
+                      for label, cls in classes.items())
+    return (f"warning: measured on different numerics classes ({named}); integer and "
+            "reduced-precision kernels differ by instruction set, so differences may "
+            "come from the CPU, and a verdict holds for the class it was decided on")
+
 
 @dataclass
 class RunView:
@@ -102,6 +131,19 @@ class RunView:
     @property
     def git_revision(self) -> str:
         return self.manifest.git_revision or "unknown"
+
+    @property
+    def host(self) -> dict[str, Any] | None:
+        """The host the numbers were measured on: the summary's (with the engines'
+        choices), else the manifest's; None for folders written before host facts."""
+        for model in (self.summary, self.manifest):
+            if model is not None and model.host is not None:
+                return model.host.model_dump()
+        return None
+
+    @property
+    def numerics_class(self) -> str | None:
+        return None if self.host is None else str(self.host["numerics_class"])
 
     @property
     def label(self) -> str:

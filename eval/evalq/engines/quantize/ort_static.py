@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from evalq.core.host import numerics_key
 from evalq.engines.quantize import ort_dynamic
 from evalq.engines.quantize.derive import (
     CalibrationCount,
@@ -119,7 +120,11 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                     "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
 
-    key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn}
+    # The ranges come from running the float graph on this CPU, and the graph is meant
+    # for its integer kernels: a calibrated graph belongs to the numerics class it was
+    # made on (core.host), so a cache copied to another CPU calibrates again.
+    key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn,
+                  **numerics_key()}
     return counted(derived_graph(parent, ctx.cache_dir, NAME, key_params, make), NAME)
 
 

@@ -51,7 +51,13 @@ from evalq.recipe.load import LoadSection, parity_subject
 from evalq.recipe.plan import Plan, build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe, load_recipe_source
 from evalq.recipe.yamlsource import Located
-from evalq.results.folder import environment, git_revision, now_iso, package_versions
+from evalq.results.folder import (
+    environment,
+    git_revision,
+    host_record,
+    now_iso,
+    package_versions,
+)
 from evalq.results.load import LoadFolder, quality_verdicts
 
 log = logging.getLogger(__name__)
@@ -274,7 +280,8 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     summary: dict[str, Any] = {
         "recipe": recipe.name, "recipe_file": str(recipe_path), "status": "running",
         "started": now_iso(), "git_revision": git_revision(), "versions": package_versions(),
-        "environment": environment(), "load": section.model_dump(mode="json"),
+        "environment": environment(), "host": host_record(),
+        "load": section.model_dump(mode="json"),
         "capacity": recipe.capacity.model_dump(mode="json") if recipe.capacity else None,
         "skipped_variants": plan.skipped, "variants": {},
     }
@@ -302,6 +309,7 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
         raise
     summary["status"] = "finished"
     summary["finished"] = now_iso()
+    summary["host"] = host_record(engines=True)  # the engines it loaded, and their choices
     _finish(recipe, run_root, summary, folder)
     summary["broken"] = broken
     folder.write_summary(summary)

@@ -1,0 +1,242 @@
+"""Certificates of certified candidates, and ``evalq verify`` against this machine's engines.
+
+A verdict holds for the numerics class it was decided on (``evalq.core.host``). A
+certificate carries what a deployment must reproduce to inherit it: the candidate's
+identity (its recipe section, the weights fingerprint, engine versions, the numerics
+class) and a probe set (a few dozen query and document texts of the run, with the
+vectors the candidate gave them). ``verify`` encodes the probe set again and compares.
+
+The tolerance comes from the run itself: a tenth of how far the candidate's vectors were
+from the reference's (1 − the mean cosine the summary stored), with a floor for fp32
+rounding. A deployment that moves the vectors by a tenth of what quantization moved them
+is no longer what was gated. ``verify`` encodes the probe set in the certified order and
+batch, so batch composition (which moves torch's dynamic int8 by percents) is not part of
+the difference; the spread between encoding all texts together and one at a time is
+recorded beside it. A deployment inside the tolerance matches; outside it, the checks
+name what differs (the class, an engine version, the weights).
+
+Only in-process engines (``inprocess``, ``onnx``, ``openvino``) are certified here; a
+served variant is left out with a note.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.core import atomicio
+from evalq.core.errors import InputError
+from evalq.core.host import engine_versions, host_facts
+from evalq.data.manifest import load_datasets
+from evalq.encode.parity import pick_parity_texts
+from evalq.engines.context import BuildContext
+from evalq.engines.factory import create_encoder, resolve_device
+from evalq.execute.calibration_sample import corpus_calibration
+from evalq.execute.verify_causes import compare, cosines
+from evalq.recipe.plan import build_plan
+from evalq.recipe.schema import Recipe, Variant
+from evalq.results.folder import RunFolder, clean_json
+
+CERT_VERSION = 1
+LOCAL_BACKENDS = ("inprocess", "onnx", "openvino")
+# 1 - cosine that fp32 arithmetic of another engine (a served endpoint, another kernel
+# order) stays within: float32 rounding over a model's layers, two decades above a
+# single dot product's, and two decades below what truncation or pooling moves.
+FLOOR = 1e-4
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify`` found: ``matched``, the worst cosine, the tolerance, and the
+    causes it can name (empty when matched)."""
+
+    variant: str
+    matched: bool
+    min_cosine: float
+    tolerance: float
+    causes: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def probe_texts(datasets: list[Any], count: int) -> list[tuple[str, str]]:
+    """``(role, text)``: half queries, half documents of the first dataset; the documents
+    are the parity pick (the longest, where truncation shows, and an even sample)."""
+    ds = datasets[0]
+    half = max(1, count // 2)
+    return ([("query", t) for t in ds.queries.texts[:half]]
+            + [("document", t) for t in pick_parity_texts(ds.corpus.texts_for_encoding(),
+                                                           half)])
+
+
+@contextmanager
+def _encoder(recipe: Recipe, recipe_path: Path, name: str, max_queries: int | None,
+             max_docs: int | None, *, served: Variant | None = None,
+             ) -> Iterator[tuple[Any, Any, list[Any], str | None]]:
+    """The variant's encoder as the run built it (same calibration corpus, so a derived
+    graph is the cached one on this machine), or the client of ``served`` with the same
+    settings; its settings, the datasets, and the weights fingerprint the plan resolved."""
+    plan = build_plan(recipe, recipe_path, use_cache=False, only=[name])
+    vp = plan.variant(name)
+    variant = next(v for v in recipe.variants if v.name == name)
+    datasets = load_datasets(recipe.datasets, recipe_path, max_queries, max_docs)
+    ctx = BuildContext(vp.model_folder(), vp.encoding_settings(),
+                       Path(recipe.cache_dir) / "logs", resolve_device(variant.device),
+                       Path(recipe.cache_dir),
+                       corpus_calibration(datasets, recipe.title_separator))
+    encoder = create_encoder(served or variant, ctx)
+    try:
+        yield encoder, vp.encoding_settings(), datasets, vp.model_fingerprint
+    finally:
+        encoder.close()
+
+
+def _prefixed(settings: Any, probe: list[tuple[str, str]]) -> list[str]:
+    return [(settings.query_prefix if role == "query" else settings.document_prefix) + t
+            for role, t in probe]
+
+
+def _embed(encoder: Any, settings: Any, probe: list[tuple[str, str]],
+           one_by_one: bool = False) -> np.ndarray:
+    """The probe's vectors, as the engine returns them (an HTTP client's raw reply: a
+    server that does not normalize must show it)."""
+    texts = _prefixed(settings, probe)
+    raw = getattr(encoder, "embed_raw", None)
+    if raw is not None:
+        return np.asarray(raw(texts), dtype=np.float32)
+    if one_by_one:
+        return np.concatenate([encoder.embed([t]) for t in texts])
+    return np.asarray(encoder.embed(texts), dtype=np.float32)
+
+
+def _reference_distance(summary: dict[str, Any], name: str) -> float:
+    """1 − the smallest mean cosine to the reference the run stored for ``name``
+    (queries and documents, every dataset); 0 when none was stored."""
+    means = [float(side["mean"]) for ds in summary["datasets"].values()
+             for side in ((ds["variants"].get(name) or {}).get("vectors") or {}).values()
+             if isinstance(side, dict) and side.get("mean") is not None]
+    return max(0.0, 1.0 - min(means)) if means else 0.0
+
+
+def certify(results: str | Path, *, probe: int = 32) -> tuple[list[Path], list[str]]:
+    """Write ``certificates/<variant>.json`` for every candidate of a finished run whose
+    verdict is ``pass`` and whose engine runs in-process; returns the files and notes."""
+    folder = RunFolder(results)
+    manifest, summary = folder.read_manifest_data(), folder.read_summary()
+    recipe = Recipe.model_validate(manifest["recipe"])
+    recipe_path = Path(str(manifest.get("recipe_file") or ""))
+    options = manifest.get("options") or {}
+    written, notes = [], []
+    for name, info in summary.variants.items():
+        if info.role != "candidate" or info.verdict != "pass":
+            continue
+        variant = next(v for v in recipe.variants if v.name == name)
+        if variant.backend not in LOCAL_BACKENDS:
+            notes.append(f"{name}: backend {variant.backend} is served; certificates "
+                         f"cover in-process engines ({', '.join(LOCAL_BACKENDS)})")
+            continue
+        with _encoder(recipe, recipe_path, name, options.get("max_queries"),
+                      options.get("max_docs")) as (encoder, settings, datasets, weights):
+            texts = probe_texts(datasets, probe)
+            together = _embed(encoder, settings, texts)
+            tokens = encoder.token_lengths(_prefixed(settings, texts))
+            alone = _embed(encoder, settings, texts, one_by_one=True)
+            described = encoder.describe()
+        spread = float(np.max(1.0 - cosines(together, alone)))
+        moved = _reference_distance(folder.read_summary_data(), name)
+        cert = {"certificate_version": CERT_VERSION, "variant": name,
+                "recipe_file": str(recipe_path), "recipe": manifest["recipe"],
+                "options": {"max_queries": options.get("max_queries"),
+                            "max_docs": options.get("max_docs")},
+                "identity": {"model_fingerprint": weights, "backend": described,
+                             "engines": engine_versions(), "host": host_facts().as_dict()},
+                "verdict": {"verdict": info.verdict, "results": str(folder.root),
+                            "numerics_class": (summary.host.numerics_class
+                                               if summary.host else None)},
+                "settings": settings.as_dict(),
+                "probe": {"roles": [r for r, _ in texts], "texts": [t for _, t in texts],
+                          "tokens": list(tokens), "vectors": together.tolist()},
+                "tolerance": {"composition_spread": spread,
+                              "candidate_vs_reference": moved,
+                              "max_one_minus_cosine": max(FLOOR, 0.1 * moved)}}
+        path = folder.root / "certificates" / f"{name}.json"
+        atomicio.write_json(path, clean_json(cert))
+        written.append(path)
+    return written, notes
+
+
+def read_certificate(path: str | Path) -> dict[str, Any]:
+    file = Path(path)
+    try:
+        cert = json.loads(file.read_text(encoding="utf-8"))
+        if cert["certificate_version"] != CERT_VERSION:
+            raise ValueError(f"certificate_version {cert['certificate_version']}")
+        missing = [k for k in ("variant", "recipe", "identity", "probe", "tolerance")
+                   if k not in cert]
+        if missing:
+            raise KeyError(", ".join(missing))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(message=f"not an evalq certificate ({type(exc).__name__}: {exc})",
+                         file=file, fix="pass a file that 'evalq certify' wrote under "
+                         "RESULTS/certificates/") from None
+    return dict(cert)
+
+
+def _identity_differences(identity: dict[str, Any], weights: str | None,
+                          url: str | None) -> list[str]:
+    """What the certificate's identity tells apart here: weights, class, versions (for a
+    served endpoint only the weights evalq resolved locally are comparable: the server's
+    host and engines are not visible)."""
+    differs = []
+    if weights != identity.get("model_fingerprint"):
+        differs.append(f"a different model (weights {str(weights)[:12]}, certified "
+                       f"{str(identity.get('model_fingerprint'))[:12]})")
+    if url is not None:
+        return differs
+    now = host_facts()
+    then_class = (identity.get("host") or {}).get("numerics_class")
+    if then_class != now.numerics_class:
+        differs.append(f"another numerics class ({now.numerics_class}, certified on "
+                       f"{then_class})")
+    for engine, version in (identity.get("engines") or {}).items():
+        if now.engines.get(engine) != version:
+            differs.append(f"another {engine} version ({now.engines.get(engine)}, "
+                           f"certified with {version})")
+    return differs
+
+
+def verify(path: str | Path, *, url: str | None = None,
+           model: str | None = None) -> Verification:
+    """Encode the certificate's probe set with this machine's engine, or with the
+    OpenAI-compatible endpoint at ``url`` (serving ``model``; default: the certified
+    model's folder name, as the recipe's ``http.model`` would), and compare."""
+    cert = read_certificate(path)
+    recipe = Recipe.model_validate(cert["recipe"])
+    name, identity, probe_part = cert["variant"], cert["identity"], cert["probe"]
+    options = cert.get("options") or {}
+    probe = list(zip(probe_part["roles"], probe_part["texts"], strict=True))
+    served = None if url is None else Variant(
+        name=f"{name}-served", backend="openai",
+        http={"url": url, **({"model": model} if model else {})})
+    with _encoder(recipe, Path(cert["recipe_file"]), name, options.get("max_queries"),
+                  options.get("max_docs"), served=served) as (encoder, settings, _, weights):
+        vectors = _embed(encoder, settings, probe)
+    stored = np.asarray(probe_part["vectors"], dtype=np.float32)
+    tolerance = float(cert["tolerance"]["max_one_minus_cosine"])
+    found = compare(vectors, stored, probe_part["roles"],
+                    probe_part.get("tokens") or [0] * len(probe),
+                    cert.get("settings") or settings.as_dict(), tolerance)
+    differs = _identity_differences(identity, weights, url)
+    return Verification(variant=name, matched=found.matched, min_cosine=found.min_cosine,
+                        tolerance=tolerance,
+                        causes=() if found.matched else (*found.causes, *differs),
+                        notes=tuple(differs) if found.matched else ())
+
+
+__all__ = ["CERT_VERSION", "Verification", "certify", "probe_texts", "read_certificate",
+           "verify"]
