@@ -132,3 +132,55 @@ def test_private_and_length_checks_see_a_planted_violation(tmp_path: Path) -> No
                       encoding="utf-8")
     assert len(private_imports(sample)) == 1
     assert len(long_functions(sample)) == 1
+
+
+# What the recipe may import of the parts below it. The recipe composes what the other
+# parts declare; it never imports their implementations. Core is shared by every part.
+DECLARATIONS = frozenset({
+    "evalq.engines.options",  # backend option models, EncoderVariant, RerankerModel
+    "evalq.engines.spec",  # BackendSpec and what a backend declares about itself
+    "evalq.encode.options",  # ExecutorSpec
+    "evalq.retrieve.options",  # IndexSpec, Bm25Options
+})
+# Registries: the names and declarations of one kind of extension (recipe choices and
+# checks are read from them, never from a list of their own).
+REGISTRIES = frozenset({
+    "evalq.engines.registry", "evalq.engines.quantize", "evalq.measure.registry",
+    "evalq.measure.measures",
+})
+# What the plan (recipe/plan*.py) reads before any model loads: a model folder's config
+# and tokenizer files, the machine's device, dataset manifests. Only the plan may.
+PLAN_INSPECTIONS = frozenset({
+    "evalq.engines.modelinfo", "evalq.engines.capability", "evalq.engines.lasttoken",
+    "evalq.data.manifest",
+})
+
+
+def recipe_imports_beyond_declarations(paths: list[Path]) -> list[str]:
+    """Imports of recipe modules that reach a lower part's implementation."""
+    found = []
+    for path in paths:
+        allowed = DECLARATIONS | REGISTRIES
+        if path.name.startswith("plan"):
+            allowed |= PLAN_INSPECTIONS
+        for node, module, _ in _evalq_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if module.startswith(("evalq.recipe", "evalq.core")) or module in allowed:
+                continue
+            found.append(f"{_rel(path)}:{node.lineno} {module}")
+    return found
+
+
+def test_the_recipe_imports_only_declarations_of_lower_parts() -> None:
+    assert recipe_imports_beyond_declarations(
+        sorted((PACKAGE / "recipe").rglob("*.py"))) == []
+
+
+def test_the_declaration_check_sees_an_implementation_import(tmp_path: Path) -> None:
+    schema = tmp_path / "schema.py"
+    schema.write_text("from evalq.engines.options import OnnxOptions\n"
+                      "from evalq.engines.onnx_backend import build\n"
+                      "from evalq.engines.modelinfo import resolve_settings\n", encoding="utf-8")
+    plan = tmp_path / "plan.py"
+    plan.write_text("from evalq.engines.modelinfo import resolve_settings\n", encoding="utf-8")
+    assert recipe_imports_beyond_declarations([schema, plan]) == [
+        "schema.py:2 evalq.engines.onnx_backend", "schema.py:3 evalq.engines.modelinfo"]

@@ -30,6 +30,7 @@ from evalq.core.errors import InputError
 from evalq.engines.launch import LaunchedServer, start_launch
 from evalq.engines.onnx_serve import serving_folder
 from evalq.execute.served_graph import served_graph
+from evalq.recipe.load import launch_spec
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import load_recipe_source
 from support import recipes
@@ -84,8 +85,9 @@ def _start(tmp: Path, data: dict[str, Any]) -> tuple[LaunchedServer, Any]:
     plan = build_plan(loaded.recipe, path, use_cache=False, located=loaded.located)
     variant = next(v for v in loaded.recipe.variants if v.name == "served")
     graph = served_graph(loaded.recipe, variant, plan.variant)
-    server = start_launch(loaded.recipe, variant, plan.variant("served").model_folder(),
-                          tmp / "logs", onnx_dir=graph.onnx_dir, served=graph.record)
+    server = start_launch(launch_spec(loaded.recipe.load, "served"), variant,
+                          plan.variant("served").model_folder(), tmp / "logs",
+                          onnx_dir=graph.onnx_dir, served=graph.record)
     assert server is not None
     return server, graph
 
@@ -239,7 +241,7 @@ def test_a_served_graph_file_that_does_not_exist_is_exit_2_naming_it(
 
 
 def test_every_launch_placeholder_is_documented() -> None:
-    from evalq.engines.launch import PLACEHOLDERS
+    from evalq.engines.options import PLACEHOLDERS
 
     page = (REPO / "docs" / "load-testing.md").read_text(encoding="utf-8")
     assert [n for n in PLACEHOLDERS if "{" + n + "}" not in page] == []

@@ -264,7 +264,8 @@ def test_dense_layout_names_the_batch_invariant_variants_that_ran():
                "int8-vectors": {"backend": {"fingerprint": "a"}}}  # fp16: did not run
     corpus = SimpleNamespace(texts_for_encoding=lambda sep: [f"title{sep}body"])
     dataset = SimpleNamespace(corpus=corpus, queries=SimpleNamespace(texts=("q",)))
-    layout = dense_layout(recipe, records, dataset)
+    layout = dense_layout(recipe.variants, records, dataset, recipe.title_separator,
+                          recipe.cache_chunk)
     assert layout.fingerprints == {"a"} and layout.chunk_size == 64
     assert layout.texts == {"document": ["title body"], "query": ["q"]}
 

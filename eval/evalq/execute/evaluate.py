@@ -16,7 +16,7 @@ import contextlib
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,9 @@ from evalq.encode.executors import open_executor
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import batching, create_encoder, resolve_device
-from evalq.engines.http_probe import launched_by_recipe, probe_http_variants, probe_one
+from evalq.engines.http_probe import ProbeTarget, probe_http_variants, probe_one
 from evalq.engines.launch import start_launch
+from evalq.engines.registry import embedding_backend
 from evalq.execute import sensitivity, sensitivity_measure
 from evalq.execute import streamed as streamrun
 from evalq.execute.calibration_sample import corpus_calibration
@@ -48,8 +49,8 @@ from evalq.execute.pipelines import run_pipelines
 from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.measure.judged import JudgedIndex
-from evalq.recipe.load import parity_subject
-from evalq.recipe.plan import build_plan
+from evalq.recipe.load import launch_spec, parity_subject
+from evalq.recipe.plan import Plan, build_plan
 from evalq.recipe.schema import Recipe, Variant, load_recipe_source
 from evalq.results import rundir
 from evalq.results.folder import RunFolder, environment, git_revision, now_iso, package_versions
@@ -123,6 +124,7 @@ class _Run:
     cache: Any
     ray_exec: Any
     http_probe: dict[str, Any]
+    probes: dict[str, ProbeTarget]
     model_paths: dict[str, Path]
     manifest: dict[str, Any]
     show_progress: bool
@@ -150,8 +152,9 @@ def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
     planned = {vp.name: vp for vp in plan.variants}
     variants = [v for v in recipe.variants if v.name in planned]
 
-    http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
-    ray_exec = open_executor(recipe, recipe_path, executor, address)
+    targets = probe_targets(recipe, plan, variants)
+    http_probe = probe_http_variants(targets, recipe_path)  # before any encoding
+    ray_exec = open_executor(recipe.executor, recipe_path, executor, address)
     max_queries = max_queries or recipe.max_queries
     max_docs = max_docs or recipe.max_docs
     datasets = load_datasets(recipe.datasets, recipe_path, max_queries, max_docs)
@@ -188,7 +191,8 @@ def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
     folder.write_manifest(manifest)
     return _Run(recipe=recipe, recipe_path=recipe_path, planned=planned, variants=variants,
                 datasets=datasets, depth=depth, folder=folder, lock=lock, cache=cache,
-                ray_exec=ray_exec, http_probe=http_probe, model_paths=model_paths,
+                ray_exec=ray_exec, http_probe=http_probe,
+                probes={t.variant.name: t for t in targets}, model_paths=model_paths,
                 manifest=manifest, show_progress=show_progress,
                 judged={d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets},
                 parity_texts=parity_sample(datasets, recipe.parity.texts))
@@ -215,7 +219,8 @@ def _run_variants(run: _Run) -> None:
         graph = served_graph(recipe, variant, run.planned.__getitem__,
                              corpus_calibration(run.datasets, recipe.title_separator))
         with PeakRss() as memory, _launched(recipe, variant, model_path, run.folder,
-                                            run.recipe_path, run.http_probe, manifest, graph):
+                                            run.recipe_path, run.http_probe, manifest, graph,
+                                            run.probes.get(variant.name)):
             record, parity_vectors = _run_variant(
                 recipe, variant, role, settings, model_path, run.datasets,
                 run.depth, run.folder, run.cache, run.reference, run.judged, run.parity_texts,
@@ -336,19 +341,36 @@ def _run_variant(
     return record, parity_vectors
 
 
+def probe_targets(recipe: Recipe, plan: Plan, variants: Sequence[Variant]
+                  ) -> list[ProbeTarget]:
+    """The HTTP variants among ``variants``, as the probe takes them: model folder and
+    settings as the plan resolved them, and where each sits in the recipe."""
+    names = [v.name for v in recipe.variants]
+    targets = []
+    for variant in variants:
+        if not embedding_backend(variant.backend).http_probe:
+            continue
+        i, planned = names.index(variant.name), plan.variant(variant.name)
+        targets.append(ProbeTarget(
+            variant, "reference" if i == 0 else f"candidates.{i - 1}",
+            planned.model_folder(), planned.encoding_settings(), Path(recipe.cache_dir),
+            launched=launch_spec(recipe.load, variant.name) is not None))
+    return targets
+
+
 @contextlib.contextmanager
 def _launched(recipe: Recipe, variant: Variant, model_path: Path, folder: RunFolder,
               recipe_path: Path, http_probe: dict[str, Any], manifest: dict[str, Any],
-              graph: ServedGraph) -> Iterator[None]:
+              graph: ServedGraph, probe: ProbeTarget | None) -> Iterator[None]:
     """The server the recipe's ``load.launch`` names for this variant, alive while the
     variant runs; probed as soon as it answers, since the start-of-run probe could not
     reach it yet (its report replaces the "deferred" note in the manifest)."""
 
-    launched = start_launch(recipe, variant, model_path, folder.logs, onnx_dir=graph.onnx_dir)
+    launched = start_launch(launch_spec(recipe.load, variant.name), variant, model_path,
+                            folder.logs, onnx_dir=graph.onnx_dir)
     try:
-        if launched is not None and launched_by_recipe(recipe, variant) \
-                and variant.name in http_probe:
-            http_probe[variant.name] = probe_one(recipe, variant, recipe_path)
+        if launched is not None and probe is not None and variant.name in http_probe:
+            http_probe[variant.name] = probe_one(probe, recipe_path)
             manifest["http_probe"] = http_probe
         yield
     finally:
@@ -398,7 +420,8 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
                            corpus_calibration(datasets, recipe.title_separator))
 
         graph = served_graph(recipe, variant, plan.variant, ctx.calibration)
-        launched = start_launch(recipe, variant, model_path, ctx.logs_dir,
+        launched = start_launch(launch_spec(recipe.load, variant.name), variant, model_path,
+                                ctx.logs_dir,
                                 onnx_dir=graph.onnx_dir)
         encoder = create_encoder(variant, ctx)
         try:

@@ -278,7 +278,8 @@ def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path,
             spec.reranker, variant, model_path, device,
             logs_dir=out_dir / "logs", cache_dir=Path(recipe.cache_dir),
             embedding_cache=embedding_cache,
-            layout=dense_layout(recipe, variant_records, ds),
+            layout=dense_layout(recipe.variants, variant_records, ds,
+                                recipe.title_separator, recipe.cache_chunk),
             calibration=corpus_calibration([ds], recipe.title_separator))
         try:
             startup_s = time.perf_counter() - began

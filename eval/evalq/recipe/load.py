@@ -7,7 +7,7 @@ exists, a URL on loopback, a rerank route) is checked by :func:`evalq.execute.lo
 before any server starts.
 
 It imports only evalq's core, the schedule bounds and the launch placeholders
-(:data:`evalq.engines.launch.PLACEHOLDERS`), so ``evalq.recipe.schema`` can import it.
+(:data:`evalq.engines.options.PLACEHOLDERS`), so ``evalq.recipe.schema`` can import it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import Field, field_validator, model_validator
 from evalq.core.errors import RecipeValueError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
-from evalq.engines.launch import PLACEHOLDERS, used_placeholders
+from evalq.engines.options import PLACEHOLDERS, used_placeholders
 from evalq.recipe.loadbudget import (
     MAX_DURATION_S,
     MAX_IN_FLIGHT,
@@ -128,7 +128,7 @@ class Workload(StrictOptions):
 
 class Launch(StrictOptions):
     """A server evalq starts for an ``openai`` / ``tei`` variant (e.g. Infinity) and stops
-    afterwards. The placeholders of :data:`evalq.engines.launch.PLACEHOLDERS` in the
+    afterwards. The placeholders of :data:`evalq.engines.options.PLACEHOLDERS` in the
     command and ``cwd`` are filled from the variant (its model folder, its ``http.url``)
     and, for ``{onnx_dir}``, from the ``onnx`` variant ``onnx_from`` names, so the server
     runs the very graph that variant's verdict judged."""
@@ -213,12 +213,16 @@ def check_launch_sources(section: LoadSection | None, backends: dict[str, str],
                 "ort-dynamic-int8}}")
 
 
+def launch_spec(section: LoadSection | None, name: str) -> Launch | None:
+    """The ``load.launch`` entry of variant ``name``: the server evalq starts for it."""
+    return section.launch.get(name) if section is not None else None
+
+
 def parity_subject(recipe: Recipe, variant: Variant) -> Variant:
     """The variant whose quantization decides whether ``variant`` must match the reference
     exactly: a served evalq graph (``onnx_from``) is held to what its source is (fp32
     exactly; a quantized graph's cosine is reported, as in-process)."""
-    section = recipe.load
-    spec = section.launch.get(variant.name) if section is not None else None
+    spec = launch_spec(recipe.load, variant.name)
     if spec is None or spec.onnx_from is None:
         return variant
     return next((v for v in recipe.variants if v.name == spec.onnx_from), variant)

@@ -34,8 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from evalq.core.errors import InputError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
-from evalq.engines.onnx_backend import OnnxOptions
-from evalq.engines.openvino_backend import OpenVinoOptions
+from evalq.engines.options import RerankerModel, RerankerVariantOptions
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import (
     BACKENDS,
@@ -44,8 +43,6 @@ from evalq.engines.registry import (
     options_misplaced,
     reranker_backend,
 )
-from evalq.engines.rerank_http import RerankHttpOptions
-from evalq.engines.vllm_rerank import RerankVllmOptions
 from evalq.measure.registry import parse_measure
 from evalq.retrieve.options import Bm25Options
 
@@ -83,19 +80,13 @@ class FirstStageSpec(StrictOptions):
         return self.name or self.kind
 
 
-class RerankerVariant(StrictOptions):
-    name: PathName
-    # a registered reranker backend (backends/registry.py); the schema lists them
+class RerankerVariant(RerankerVariantOptions):
+    """A reranker variant: what its backend builds (declared by the engines,
+    :class:`evalq.engines.options.RerankerVariantOptions`) and the checks that need the
+    backend registry."""
+
+    # a registered reranker backend (engines/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("reranker"))
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    device: Literal["cpu", "cuda", "auto"] = "auto"
-    model: str | None = None  # another checkpoint of the same reranker
-    quantization: dict[str, Any] | None = None
-    batch_tokens: int | None = Field(default=None, ge=16)
-    http: RerankHttpOptions | None = None
-    vllm: RerankVllmOptions | None = None
-    onnx: OnnxOptions | None = None  # a user's model.onnx of the cross-encoder (logits)
-    openvino: OpenVinoOptions | None = None  # a user's openvino_model.xml (logits)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -123,13 +114,10 @@ class RerankerVariant(StrictOptions):
         return self
 
 
-class RerankerSpec(StrictOptions):
-    model: str  # folder | pkg:<module> | fixture:minilm-cross-encoder | cached HF id
-    kind: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
-    activation: Literal["sigmoid", "none", "softmax"] = "sigmoid"
-    label: int = Field(default=0, ge=0)
-    max_length: int | None = Field(default=None, ge=8)
-    truncation: Literal["longest_first", "only_second"] = "longest_first"
+class RerankerSpec(RerankerModel):
+    """A pipeline's reranker: the model as every reranker backend reads it
+    (:class:`evalq.engines.options.RerankerModel`) and its variants."""
+
     reference: RerankerVariant = RerankerVariant(name="fp32")
     candidates: list[RerankerVariant] = Field(default_factory=list)
 

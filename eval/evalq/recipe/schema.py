@@ -22,14 +22,9 @@ from evalq.core.locations import resolve_recipe
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
-from evalq.engines.modelinfo import SettingsOverrides
-from evalq.engines.onnx_backend import BACKEND_NAME as ONNX_BACKEND
-from evalq.engines.onnx_backend import OnnxOptions
-from evalq.engines.openai_http import HttpOptions
-from evalq.engines.openvino_backend import OpenVinoOptions
+from evalq.engines.options import ONNX_BACKEND, EncoderVariant, SettingsOverrides
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
-from evalq.engines.vllm_build import VllmOptions
 from evalq.measure.registry import parse_measure
 from evalq.recipe.gates import gate_spec
 from evalq.recipe.load import CapacitySection, LoadSection, check_launch_sources
@@ -67,39 +62,21 @@ class ModelSpec(StrictOptions):
 
 class EncodingOverrides(SettingsOverrides):
     """Encoding settings; unset fields come from the model's sentence-transformers config
-    (the fields and their checks are ``modelinfo.SettingsOverrides``)."""
+    (the fields and their checks are ``evalq.engines.options.SettingsOverrides``)."""
 
     def merged(self, over: EncodingOverrides) -> EncodingOverrides:
         return EncodingOverrides(**{**self.model_dump(exclude_none=True),
                                     **over.model_dump(exclude_none=True)})
 
 
-class VectorSpec(StrictOptions):
-    """Quantization of the output vectors (what the index stores), with optional rescoring
-    of the top ``depth × rescore`` candidates with the float query; ``dims`` keeps the
-    first N Matryoshka dimensions (truncated, then renormalized: encode.matryoshka) before
-    anything is quantized or searched."""
+class Variant(EncoderVariant):
+    """A recipe variant: what its engine builds (:class:`evalq.engines.options.EncoderVariant`,
+    declared by the engines), the ANN index its search builds, and the checks that need the
+    backend registry."""
 
-    quantize: Literal["none", "int8", "binary"] = "none"
-    rescore: int | None = Field(default=None, ge=1)
-    dims: int | None = Field(default=None, ge=1)
-
-
-class Variant(StrictOptions):
-    name: PathName
-    # a registered embedding backend (backends/registry.py); the schema lists them
+    # a registered embedding backend (engines/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    device: Literal["cpu", "cuda", "auto"] = "auto"
-    model: str | None = None  # a different checkpoint (e.g. a pre-quantized W8A8 folder)
-    quantization: dict[str, Any] | None = None
-    vectors: VectorSpec = VectorSpec()
     encoding: EncodingOverrides = EncodingOverrides()
-    batch_tokens: int | None = Field(default=None, ge=16)
-    vllm: VllmOptions | None = None
-    http: HttpOptions | None = None
-    onnx: OnnxOptions | None = None
-    openvino: OpenVinoOptions | None = None
     index: IndexSpec | None = None  # an ANN index (FAISS index_factory); unset = exact
 
     @field_validator("backend", mode="before")

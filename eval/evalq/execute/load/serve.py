@@ -16,15 +16,16 @@ from typing import Any
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.launch import start_launch
+from evalq.engines.options import VllmOptions
 from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import embedding_backend
 from evalq.engines.vllm_build import build_vllm_encoder
 from evalq.engines.vllm_server import vllm_request_fields
 from evalq.execute.load.sweep import Endpoint
 from evalq.execute.served_graph import served_graph
-from evalq.recipe.load import LoadSection
+from evalq.recipe.load import LoadSection, launch_spec
 from evalq.recipe.plan import Plan
-from evalq.recipe.schema import Recipe, Variant, VllmOptions
+from evalq.recipe.schema import Recipe, Variant
 from evalq.results.load import LoadFolder
 
 
@@ -67,8 +68,8 @@ def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
                             alive=server.alive if server is not None else None)
     else:
         graph = served_graph(recipe, variant, resolved.variant, calibration)
-        launched = start_launch(recipe, variant, model_path, folder.logs,
-                                onnx_dir=graph.onnx_dir, served=graph.record)
+        launched = start_launch(launch_spec(recipe.load, variant.name), variant, model_path,
+                                folder.logs, onnx_dir=graph.onnx_dir, served=graph.record)
         http = variant.http
         assert http is not None
         # The client (and its tokenizer: transformers takes ~1 min to import on a busy
