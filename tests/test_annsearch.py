@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.core.errors import InputError
-from evalq.execute.evaluate import run_recipe_file
 from evalq.retrieve.ann import ann_search, recall_at
 from evalq.retrieve.options import IndexSpec
 from evalq.retrieve.search import search

@@ -141,6 +141,7 @@ DECLARATIONS = frozenset({
     "evalq.engines.spec",  # BackendSpec and what a backend declares about itself
     "evalq.encode.options",  # ExecutorSpec
     "evalq.retrieve.options",  # IndexSpec, Bm25Options
+    "evalq.plan.types",  # the Plan the recipe's plan builder fills in
 })
 # Registries: the names and declarations of one kind of extension (recipe choices and
 # checks are read from them, never from a list of their own).

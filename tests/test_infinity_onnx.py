@@ -30,7 +30,6 @@ from evalq.core.errors import InputError
 from evalq.engines.launch import LaunchedServer, start_launch
 from evalq.engines.onnx_serve import serving_folder
 from evalq.execute.served_graph import served_graph
-from evalq.recipe.load import launch_spec
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import load_recipe_source
 from support import recipes
@@ -83,10 +82,9 @@ def _start(tmp: Path, data: dict[str, Any]) -> tuple[LaunchedServer, Any]:
     path = recipes.write(tmp / "recipe.yaml", data)
     loaded = load_recipe_source(path)
     plan = build_plan(loaded.recipe, path, use_cache=False, located=loaded.located)
-    variant = next(v for v in loaded.recipe.variants if v.name == "served")
-    graph = served_graph(loaded.recipe, variant, plan.variant)
-    server = start_launch(launch_spec(loaded.recipe.load, "served"), variant,
-                          plan.variant("served").model_folder(), tmp / "logs",
+    served = plan.variant("served")
+    graph = served_graph(plan, served)
+    server = start_launch(served.launch, served.options, served.model_folder(), tmp / "logs",
                           onnx_dir=graph.onnx_dir, served=graph.record)
     assert server is not None
     return server, graph
@@ -273,10 +271,12 @@ def test_a_run_that_leaves_out_the_source_of_a_served_graph_names_the_fix(
         tmp_path: Path) -> None:
     path = recipes.write(tmp_path / "recipe.yaml",
                          _recipe(tmp_path, {**LAUNCH, "onnx_from": "ort-fp32"}))
-    recipe = load_recipe_source(path).recipe
-    served = next(v for v in recipe.variants if v.name == "served")
-    with pytest.raises(InputError) as caught:  # `evalq run --only served` plans no ort-fp32
-        served_graph(recipe, served, {}.__getitem__)
+    loaded = load_recipe_source(path)
+    # `evalq run --only served` plans no ort-fp32
+    plan = build_plan(loaded.recipe, path, use_cache=False, only=["served"],
+                      located=loaded.located)
+    with pytest.raises(InputError) as caught:
+        served_graph(plan, plan.variant("served"))
     assert caught.value.field == "--only"
     assert caught.value.fix == "add it: --only ort-fp32 --only served"
 

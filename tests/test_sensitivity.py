@@ -38,7 +38,7 @@ def _recipe(folder: Path, **extra: Any) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     base = tmp_path_factory.mktemp("sens")
     outcome = run_recipe_file(_recipe(base), output=base / "out", progress=False)
@@ -119,7 +119,7 @@ def test_stored_values_regate_to_the_same_verdicts(run, capsys):
 @pytest.mark.slow
 @pytest.mark.model
 def test_rerun_reuses_every_composition_from_the_cache(run):
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     again = run_recipe_file(_recipe(run["base"]), output=run["base"] / "again", progress=False)
     first = run["outcome"].summary["datasets"]["pydocs"]["variants"]["dyn-int8"]

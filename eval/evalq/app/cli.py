@@ -30,8 +30,9 @@ from evalq.data.manifest import list_datasets
 from evalq.engines.registry import BACKENDS
 from evalq.execute.calibrate import calibrate_command
 from evalq.execute.evaluate import parity_only
-from evalq.execute.load.command import run_load_cli
-from evalq.recipe.plan import print_plan, validate_files
+from evalq.execute.load.command import check_plan, replan, run_load_cli
+from evalq.recipe.plan import build_plan, print_plan, validate_files
+from evalq.recipe.schema import load_recipe_source
 from evalq.report.page import write_report
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -348,7 +349,9 @@ def _add_parity(par: argparse.ArgumentParser) -> None:
 
 @register_command("parity", "compare every variant's backend against the reference", _add_parity)
 def _parity(args: argparse.Namespace) -> int:
-    return EXIT_OK if parity_only(args.recipe, texts=args.texts) else EXIT_GATE_FAILED
+    loaded = load_recipe_source(args.recipe)  # a file, or a built-in recipe's name
+    plan = build_plan(loaded.recipe, loaded.path, use_cache=False, located=loaded.located)
+    return EXIT_OK if parity_only(plan, loaded.recipe, texts=args.texts) else EXIT_GATE_FAILED
 
 
 def _add_load(load: argparse.ArgumentParser) -> None:
@@ -362,8 +365,13 @@ def _add_load(load: argparse.ArgumentParser) -> None:
 
 @register_command("load", "load-test the served variants and plan capacity", _add_load)
 def _load(args: argparse.Namespace) -> int:
-    return run_load_cli(args.recipe, output=args.output, only=args.only,
-                        plan_only=args.plan_only)
+    if args.plan_only:
+        return replan(args.recipe, output=args.output)
+    loaded = load_recipe_source(args.recipe)  # a file, or a built-in name, as `evalq run`
+    chosen = check_plan(loaded.recipe, loaded.located, loaded.path, args.only)
+    resolved = build_plan(loaded.recipe, loaded.path, output=args.output,
+                          located=loaded.located, use_cache=False)
+    return run_load_cli(loaded.recipe, resolved, chosen)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,11 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from evalq.core.errors import InputError
-from evalq.engines.options import EncoderVariant, used_placeholders
+from evalq.engines.options import EncoderVariant, LaunchCommand, used_placeholders
 from evalq.engines.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
 
 _LIVE: weakref.WeakSet[LaunchedServer] = weakref.WeakSet()
@@ -161,16 +161,6 @@ class LaunchedServer:
         if process is None:
             return
         stop_group(process, timeout_s, linger_s=3.0)
-
-
-class LaunchCommand(Protocol):
-    """What starting a server needs of a recipe's ``load.launch.<variant>`` entry."""
-
-    command: list[str]
-    health: str
-    startup_timeout_s: float
-    env: dict[str, str]
-    cwd: str | None
 
 
 def start_launch(spec: LaunchCommand | None, variant: EncoderVariant, model_path: Path,

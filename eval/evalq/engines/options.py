@@ -6,7 +6,7 @@ search needs; a pipeline's reranker is a :class:`RerankerModel` with
 below the recipe is typed with them. So engines, encode and retrieve never import the
 recipe, and the recipe imports this declaration instead of the backend modules.
 
-This module holds declarations only: pydantic models and constants, no implementation,
+This module holds declarations only: pydantic models, a protocol and constants, no implementation,
 no heavy import, nothing of evalq but ``core``. Which backend names exist is the
 registry's (``evalq.engines.registry``), which is why ``backend`` is a plain string here
 and the recipe checks it against the registry.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -206,6 +206,17 @@ def used_placeholders(args: Sequence[str]) -> list[str]:
             if name is not None]
 
 
+class LaunchCommand(Protocol):
+    """What starting a server needs of a recipe's ``load.launch.<variant>`` entry."""
+
+    command: list[str]
+    health: str
+    startup_timeout_s: float
+    env: dict[str, str]
+    cwd: str | None
+    onnx_from: str | None  # the onnx variant whose graph ``{onnx_dir}`` serves
+
+
 __all__ = [
     "ONNX_BACKEND",
     "PLACEHOLDERS",
@@ -213,6 +224,7 @@ __all__ = [
     "Dtype",
     "EncoderVariant",
     "HttpOptions",
+    "LaunchCommand",
     "OnnxOptions",
     "OpenVinoOptions",
     "RerankHttpOptions",

@@ -46,9 +46,9 @@ from evalq.execute.load.formats import decision_lines, served_format
 from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
 from evalq.execute.load.sweep import TextPool, run_workload
+from evalq.plan.types import Plan
 from evalq.recipe.load import LoadSection, parity_subject
-from evalq.recipe.plan import Plan, build_plan
-from evalq.recipe.schema import Recipe, Variant, load_recipe, load_recipe_source
+from evalq.recipe.schema import Recipe, Variant, load_recipe
 from evalq.recipe.yamlsource import Located
 from evalq.results.folder import environment, git_revision, now_iso, package_versions
 from evalq.results.load import LoadFolder, quality_verdicts
@@ -183,30 +183,29 @@ def token_counter(model_path: Path, settings: Any) -> Any:
     return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
 
 
-def _texts(recipe: Recipe, recipe_path: Path, resolved: Plan
-           ) -> tuple[TextPool, list[str], CalibrationSource]:
+def _texts(resolved: Plan) -> tuple[TextPool, list[str], CalibrationSource]:
     """The sweep's texts, the parity sample, and the corpus a static quantization whose
     graph a launched server serves (``onnx_from``) calibrates on."""
-    datasets = load_datasets(recipe.datasets, recipe_path, recipe.max_queries, recipe.max_docs)
+    datasets = load_datasets(list(resolved.dataset_specs), resolved.recipe_file,
+                             resolved.limits.max_queries, resolved.limits.max_docs)
     ds = datasets[0]
-    model_path = resolved.variant(recipe.reference.name).model_folder()
-    settings = resolved.variant(recipe.reference.name).encoding_settings()
+    model_path = resolved.reference.model_folder()
+    settings = resolved.reference.encoding_settings()
     queries = [settings.query_prefix + q for q in ds.queries.texts]
     documents = [settings.document_prefix + d
-                 for d in sample_texts(ds, recipe.title_separator)]
+                 for d in sample_texts(ds, resolved.title_separator)]
     counter = token_counter(model_path, settings)
     pool = TextPool(queries, counter(queries), documents, counter(documents))
-    calibration = corpus_calibration(datasets, recipe.title_separator)
-    return pool, parity_sample(datasets, recipe.parity.texts), calibration
+    calibration = corpus_calibration(datasets, resolved.title_separator)
+    return pool, parity_sample(datasets, resolved.parity.texts), calibration
 
 
-def _reference_vectors(recipe: Recipe, resolved: Plan, texts: list[str]) -> Any:
-    ref = recipe.reference
-    model_path = resolved.variant(ref.name).model_folder()
-    settings = resolved.variant(ref.name).encoding_settings()
-    ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
-                       resolve_device(ref.device), Path(recipe.cache_dir))
-    encoder = create_encoder(ref, ctx)
+def _reference_vectors(resolved: Plan, texts: list[str]) -> Any:
+    ref = resolved.reference
+    model_path, settings = ref.model_folder(), ref.encoding_settings()
+    ctx = BuildContext(model_path, settings, resolved.work_dir / "logs",
+                       resolve_device(ref.options.device), resolved.work_dir)
+    encoder = create_encoder(ref.options, ctx)
     try:
         return encoder.embed(texts), settings
     finally:
@@ -254,18 +253,12 @@ def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
     return 1 if summary.get("broken") else 0
 
 
-def run_load(recipe_path: str | Path, *, output: Path | None = None,
-             only: list[str] | None = None) -> int:
-    """The whole command; returns the exit code (0 or 1; errors raise)."""
-    loaded = load_recipe_source(recipe_path)  # a file, or a built-in name, as `evalq run`
-    recipe, recipe_path, located = loaded.recipe, loaded.path, loaded.located
-    plan = check_plan(recipe, located, recipe_path, only)
-    section = plan.section
-
-    # The recipe's plan (capabilities of the vLLM variants on this machine, paths, outputs),
-    # every problem at once, before any server starts.
-    resolved = build_plan(recipe, recipe_path, output=output, located=located, use_cache=False)
-    run_root = Path(output or recipe.output or Path("results") / recipe.name)
+def run_load(recipe: Recipe, resolved: Plan, plan: LoadPlan) -> int:
+    """The whole command; returns the exit code (0 or 1; errors raise). The app checked
+    the load section (:func:`check_plan`, which chose the variants) and planned the
+    recipe (``resolved``: capabilities of the vLLM variants on this machine, paths,
+    outputs, every problem at once) before any server starts."""
+    section, recipe_path, run_root = plan.section, resolved.recipe_file, resolved.output
     folder = LoadFolder(run_root)
     folder.prepare()
     summary: dict[str, Any] = {
@@ -278,11 +271,11 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     folder.write_summary(summary)
     broken: list[str] = []
     try:
-        pool, parity_texts, calibration = _texts(recipe, recipe_path, resolved)
+        pool, parity_texts, calibration = _texts(resolved)
         ref = None
         if section.parity:
             _log(f"parity texts through the reference '{recipe.reference.name}'")
-            ref = _reference_vectors(recipe, resolved, parity_texts)
+            ref = _reference_vectors(resolved, parity_texts)
         for variant in plan.variants:
             broken += _drive_variant(recipe, variant, resolved, folder, section, pool,
                                      parity_texts, ref, summary, calibration)
@@ -318,7 +311,7 @@ def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: Loa
     t0 = time.perf_counter()
     if embedding_backend(variant.backend).serving != "engine" and variant.name in section.launch:
         _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
-    with serve(recipe, variant, resolved, folder, section, calibration) as served:
+    with serve(variant, resolved, folder, section, calibration) as served:
         entry["startup_s"] = round(time.perf_counter() - t0, 2)
         entry["server"] = served.describe
         entry["url"] = served.endpoint.url
@@ -448,12 +441,9 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
         print(f"  => {summary['recommendation']}")
 
 
-def run_load_cli(recipe_path: Path, *, output: Path | None, only: list[str] | None,
-                 plan_only: bool = False) -> int:
-    if plan_only:
-        return replan(recipe_path, output=output)
+def run_load_cli(recipe: Recipe, resolved: Plan, plan: LoadPlan) -> int:
     try:
-        return run_load(recipe_path, output=output, only=only)
+        return run_load(recipe, resolved, plan)
     except KeyboardInterrupt:
         print("evalq: interrupted; the finished steps are in the results' load/ folder.",
               file=sys.stderr)
