@@ -142,6 +142,8 @@ DECLARATIONS = frozenset({
     "evalq.encode.options",  # ExecutorSpec
     "evalq.retrieve.options",  # IndexSpec, Bm25Options
     "evalq.plan.types",  # the Plan the recipe's plan builder fills in
+    "evalq.plan.load",  # the load: and capacity: sections, LoadPlan
+    "evalq.plan.loadbudget",  # the load schedule's bounds
 })
 # Registries: the names and declarations of one kind of extension (recipe choices and
 # checks are read from them, never from a list of their own).

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from evalq.encode.options import ExecutorSpec
-from evalq.recipe.load import CapacitySection
+from evalq.plan.load import CapacitySection
 from evalq.recipe.pipelines import PipelineGate
 from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.retrieve.options import Bm25Options, IndexSpec

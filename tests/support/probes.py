@@ -7,7 +7,7 @@ from pathlib import Path
 
 from evalq.engines.http_probe import ProbeTarget
 from evalq.engines.modelinfo import resolve_model_path, resolve_settings
-from evalq.recipe.load import launch_spec
+from evalq.plan.load import launch_spec
 from evalq.recipe.schema import Recipe
 
 

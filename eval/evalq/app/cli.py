@@ -30,8 +30,9 @@ from evalq.data.manifest import list_datasets
 from evalq.engines.registry import BACKENDS
 from evalq.execute.calibrate import calibrate_command
 from evalq.execute.evaluate import parity_only
-from evalq.execute.load.command import check_plan, replan, run_load_cli
-from evalq.recipe.plan import build_plan, print_plan, validate_files
+from evalq.execute.load.command import replan, run_load_cli
+from evalq.recipe.plan import build_plan, print_plan, results_folder, validate_files
+from evalq.recipe.plan_load import check_load
 from evalq.recipe.schema import load_recipe_source
 from evalq.report.page import write_report
 
@@ -365,13 +366,13 @@ def _add_load(load: argparse.ArgumentParser) -> None:
 
 @register_command("load", "load-test the served variants and plan capacity", _add_load)
 def _load(args: argparse.Namespace) -> int:
-    if args.plan_only:
-        return replan(args.recipe, output=args.output)
     loaded = load_recipe_source(args.recipe)  # a file, or a built-in name, as `evalq run`
-    chosen = check_plan(loaded.recipe, loaded.located, loaded.path, args.only)
+    if args.plan_only:
+        return replan(loaded.recipe.capacity, results_folder(loaded.recipe, args.output))
+    chosen = check_load(loaded.recipe, loaded.located, loaded.path, args.only)
     resolved = build_plan(loaded.recipe, loaded.path, output=args.output,
                           located=loaded.located, use_cache=False)
-    return run_load_cli(loaded.recipe, resolved, chosen)
+    return run_load_cli(resolved, chosen)
 
 
 if __name__ == "__main__":

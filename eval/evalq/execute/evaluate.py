@@ -49,8 +49,7 @@ from evalq.execute.pipelines import run_pipelines
 from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import add_pipeline_gates, build_summary
 from evalq.measure.judged import JudgedIndex
-from evalq.plan.types import Plan, VariantPlan
-from evalq.recipe.load import parity_subject
+from evalq.plan.types import ParityPlan, Plan, VariantPlan
 from evalq.recipe.schema import Recipe, Variant
 from evalq.results import rundir
 from evalq.results.folder import RunFolder, environment, git_revision, now_iso, package_versions
@@ -284,8 +283,8 @@ def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSetti
             # Through the cache like everything else: a rerun recomputes nothing.
             parity_vectors = encode_texts(encoder, run.parity_texts, role="document",
                                           progress=False, **options).vectors
-            record.parity = _parity_entry(parity_vectors, settings, run.parity_ref, variant,
-                                          recipe)
+            record.parity = _parity_entry(parity_vectors, settings, run.parity_ref,
+                                          run.planned[variant.name], plan.parity)
         for ds in datasets:
             docs: Any
             if is_streamed(ds):  # block by block into shards (evalq.execute.streamed)
@@ -342,8 +341,8 @@ def _launched(run: _Run, variant: Variant, model_path: Path, graph: ServedGraph
 
 
 def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
-                  ref: tuple[np.ndarray, EncodingSettings] | None, variant: Variant,
-                  recipe: Recipe) -> dict[str, Any]:
+                  ref: tuple[np.ndarray, EncodingSettings] | None, variant: VariantPlan,
+                  parity: ParityPlan) -> dict[str, Any]:
     """Parity preflight: the same texts through this backend and the reference's.
 
     A checked variant (:func:`_parity_checked`) must reach ``parity.min_cosine``; a miss
@@ -354,10 +353,10 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
         return {"texts": len(vectors), "role": "reference",
                 "settings_fingerprint": settings.fingerprint()}
     result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
-                             recipe.parity.min_cosine)
-    checked = exact_parity_required(parity_subject(recipe, variant))
+                             parity.min_cosine)
+    checked = exact_parity_required(variant.parity_subject)
     return {"texts": len(vectors), "checked": checked,
-            "min_cosine": recipe.parity.min_cosine, "cosine_mean": result.mean_cosine,
+            "min_cosine": parity.min_cosine, "cosine_mean": result.mean_cosine,
             "cosine_min": result.min_cosine, "passed": result.passed if checked else None,
             "reason": result.reason, "settings_fingerprint": result.settings_fingerprint,
             "differences": {k: list(v) for k, v in result.differences.items()}}
@@ -396,7 +395,7 @@ def parity_only(plan: Plan, recipe: Recipe, *, texts: int = 32) -> bool:
             continue
         result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
                                  plan.parity.min_cosine)
-        exact = exact_parity_required(parity_subject(recipe, variant))
+        exact = exact_parity_required(planned.parity_subject)
         verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
         ok = ok and (result.passed or not exact)
         print(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "

@@ -18,6 +18,7 @@ from typing import Any
 from evalq.core.values import EncodingSettings
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.options import EncoderVariant, LaunchCommand
+from evalq.plan.load import CapacitySection, LoadSection
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class VariantPlan:
     gates: tuple[str, ...]
     options: EncoderVariant
     where: str
+    # Whose quantization decides whether this variant must match the reference exactly:
+    # itself, or the onnx variant whose graph its launched server serves (onnx_from).
+    parity_subject: EncoderVariant
     launch: LaunchCommand | None = None
     # Pooling, padding side, EOS and instructions in words (engines.lasttoken)
     tokens: str | None = None
@@ -128,6 +132,8 @@ class Plan:
     executor: ExecutorSpec
     parity: ParityPlan
     only: tuple[str, ...] | None = None  # --only, as given
+    load: LoadSection | None = None  # the recipe's load test (``evalq load``)
+    capacity: CapacitySection | None = None  # its demand and prices
     # Problems of this machine, not of the recipe (device, capability), when the plan was
     # built with ``machine=False`` (``evalq validate`` of a GPU recipe on a laptop).
     machine_notes: tuple[str, ...] = ()

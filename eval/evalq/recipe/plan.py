@@ -34,9 +34,9 @@ from evalq.engines.lasttoken import token_summary
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
+from evalq.plan.load import launch_spec
+from evalq.plan.loadbudget import load_budget
 from evalq.plan.types import GatePlan, Limits, ParityPlan, Plan, VariantPlan
-from evalq.recipe.load import launch_spec
-from evalq.recipe.loadbudget import load_budget
 from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
 from evalq.recipe.plan_variants import (
@@ -170,7 +170,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         batch_tokens=recipe.batch_tokens, executor=recipe.executor,
         parity=ParityPlan(recipe.parity.enabled, recipe.parity.texts,
                           recipe.parity.min_cosine),
-        only=tuple(only) if only else None,
+        only=tuple(only) if only else None, load=recipe.load, capacity=recipe.capacity,
         machine_notes=tuple(problems.notes),
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
         sensitivity=recipe.batch_sensitivity is not None,
@@ -245,7 +245,7 @@ def _plan_variants(recipe: Any, selected: Sequence[Any], problems: Problems, det
 def _plan_outputs(recipe: Any, output: str | Path | None, use_cache: bool,
                   problems: Problems) -> tuple[Path, Path | None]:
     """Where things go: the results folder and the cache folder (None with --no-cache)."""
-    out = Path(output or recipe.output or Path("results") / recipe.name)
+    out = results_folder(recipe, output)
     _check_writable_dir(out, ("output",) if recipe.output else (), problems,
                         "--output" if output else ("output" if recipe.output else "output "
                                                    "(default results/<name>)"))
@@ -253,6 +253,12 @@ def _plan_outputs(recipe: Any, output: str | Path | None, use_cache: bool,
     if cache_dir is not None:
         _check_writable_dir(cache_dir, ("cache_dir",), problems, "cache_dir")
     return out, cache_dir
+
+
+def results_folder(recipe: Any, output: str | Path | None = None) -> Path:
+    """Where a run of ``recipe`` writes: ``--output``, else the recipe's ``output``, else
+    ``results/<name>``."""
+    return Path(output or recipe.output or Path("results") / recipe.name)
 
 
 def _pipeline_gate_texts(recipe: Any) -> list[str]:
@@ -288,8 +294,19 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         endpoint=endpoint,
         cached=cache_text(support, endpoint, use_cache), gates=gates, options=variant,
         where=".".join(map(str, vpath)), launch=launch_spec(recipe.load, variant.name),
+        parity_subject=parity_subject(recipe, variant),
         tokens=token_summary(model_path, EncodingSettings(**settings))
         if model_path and settings else None)
+
+
+def parity_subject(recipe: Any, variant: Any) -> Any:
+    """The variant whose quantization decides whether ``variant`` must match the reference
+    exactly: a served evalq graph (``onnx_from``) is held to what its source is (fp32
+    exactly; a quantized graph's cosine is reported, as in-process)."""
+    spec = launch_spec(recipe.load, variant.name)
+    if spec is None or spec.onnx_from is None:
+        return variant
+    return next((v for v in recipe.variants if v.name == spec.onnx_from), variant)
 
 
 def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,

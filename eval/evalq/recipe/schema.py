@@ -26,8 +26,8 @@ from evalq.engines.options import ONNX_BACKEND, EncoderVariant, SettingsOverride
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.measure.registry import parse_measure
+from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.recipe.gates import gate_spec
-from evalq.recipe.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
 from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml

@@ -15,16 +15,15 @@ from typing import Any
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.launch import start_launch
-from evalq.engines.options import VllmOptions
+from evalq.engines.options import EncoderVariant, VllmOptions
 from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import embedding_backend
 from evalq.engines.vllm_build import build_vllm_encoder
 from evalq.engines.vllm_server import vllm_request_fields
 from evalq.execute.load.sweep import Endpoint
 from evalq.execute.served_graph import served_graph
+from evalq.plan.load import LoadSection
 from evalq.plan.types import Plan
-from evalq.recipe.load import LoadSection
-from evalq.recipe.schema import Variant
 from evalq.results.load import LoadFolder
 
 
@@ -36,7 +35,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(variant: Variant, resolved: Plan, folder: LoadFolder,
+def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
           section: LoadSection, calibration: CalibrationSource | None = None,
           ) -> Iterator[Served]:
     """Start (or attach to) one variant's server; stop it on the way out. ``calibration``
