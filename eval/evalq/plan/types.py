@@ -2,9 +2,9 @@
 
 :func:`evalq.recipe.plan.build_plan` makes a :class:`Plan` from a recipe, once, before
 any model loads; the app hands it to the executors (``evalq.execute``), which read the
-datasets, limits, batching, cache folders, encoding executor, parity texts and each
-variant's resolved model, settings and engine options from it. This module declares
-them: frozen dataclasses over the options the lower parts declare
+datasets, limits, batching, cache folders, encoding executor, parity texts, the load
+test's sections and each variant's resolved model, settings and engine options from it.
+This module declares them: frozen dataclasses over the options the lower parts declare
 (:class:`evalq.engines.options.EncoderVariant`, :class:`evalq.encode.options.ExecutorSpec`),
 no implementation, so an executor imports it and not the recipe.
 """
@@ -107,9 +107,10 @@ class VariantPlan:
 @dataclass(frozen=True)
 class Plan:
     """A recipe resolved for one run: the executors' input for datasets, limits, batching,
-    cache folders, the encoding executor, parity and the variants (the recipe still
-    supplies pipelines, gate configs, batch sensitivity, report options and the load
-    test: docs/development/architecture.md says what is left)."""
+    cache folders, the encoding executor, parity, the variants and the load test (the
+    recipe still supplies `evalq run`'s pipelines, gate configs and statistics options,
+    batch sensitivity, report options and measure lists:
+    docs/development/architecture.md says what is left)."""
 
     recipe: str
     recipe_file: Path
