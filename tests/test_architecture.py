@@ -187,3 +187,34 @@ def test_the_declaration_check_sees_an_implementation_import(tmp_path: Path) -> 
     plan.write_text("from evalq.engines.modelinfo import resolve_settings\n", encoding="utf-8")
     assert recipe_imports_beyond_declarations([schema, plan]) == [
         "schema.py:2 evalq.engines.onnx_backend", "schema.py:3 evalq.engines.modelinfo"]
+
+
+# Parts that take their own options and the plan, never a recipe object (issue 28).
+RECIPE_FREE = ("engines", "encode", "retrieve", "plan", "execute/load")
+
+
+def recipe_parameters(paths: list[Path]) -> list[str]:
+    """Functions with a parameter named ``recipe`` or annotated with a recipe type."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            for arg in args:
+                note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if arg.arg == "recipe" or "Recipe" in note.replace("RecipeSource", ""):
+                    found.append(f"{_rel(path)}:{node.lineno} {node.name}({arg.arg})")
+    return found
+
+
+def test_engines_encode_search_and_the_load_test_take_no_recipe() -> None:
+    paths = sorted(p for part in RECIPE_FREE for p in (PACKAGE / part).rglob("*.py"))
+    assert paths and recipe_parameters(paths) == []
+
+
+def test_the_recipe_parameter_check_sees_one(tmp_path: Path) -> None:
+    sample = tmp_path / "probe.py"
+    sample.write_text("def f(recipe, x):\n    pass\ndef g(r: 'Recipe'):\n    pass\n"
+                      "def h(plan: Plan):\n    pass\n", encoding="utf-8")
+    assert recipe_parameters([sample]) == ["probe.py:1 f(recipe)", "probe.py:3 g(r)"]
