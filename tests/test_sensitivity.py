@@ -17,8 +17,8 @@ from evalq.core.errors import InputError
 from evalq.core.gates import GateCheck, VariantGate
 from evalq.core.values import PerQuery
 from evalq.execute.sensitivity import apply_sensitivity, compositions
+from evalq.plan.sensitivity import BatchSensitivity
 from evalq.recipe.schema import load_recipe
-from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.results.folder import RunFolder
 from support import recipes
 

@@ -27,9 +27,9 @@ from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.measure.registry import parse_measure
 from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
+from evalq.plan.sensitivity import BatchSensitivity
 from evalq.recipe.gates import gate_spec
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
-from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
 from evalq.retrieve.options import IndexSpec
 
@@ -282,7 +282,7 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
     if recipe.pipelines:
         check_pipelines(recipe, located, file)
     if recipe.batch_sensitivity is not None:
-        recipe.batch_sensitivity.check_variants(recipe, located, file)
+        _check_sensitivity_variants(recipe, located, file)
     return recipe
 
 
@@ -300,6 +300,20 @@ def _check_quantization_methods(recipe: Recipe, located: Located, file: Path) ->
             raise InputError(message=exc.message, file=where_file or file, line=line,
                              field=f"{'.'.join(map(str, path))}.quantization.{key}",
                              fix=exc.fix) from None
+
+
+def _check_sensitivity_variants(recipe: Recipe, located: Located, file: Path) -> None:
+    """``batch_sensitivity.variants`` names candidates only."""
+    candidates = [c.name for c in recipe.candidates]
+    for i, name in enumerate((recipe.batch_sensitivity and recipe.batch_sensitivity.variants)
+                             or []):
+        if name not in candidates:
+            where_file, line = located.where(("batch_sensitivity", "variants", i))
+            raise InputError(
+                message=f"batch_sensitivity.variants names '{name}', which is not a "
+                "candidate", file=where_file or file, line=line,
+                field=f"batch_sensitivity.variants.{i}",
+                fix=f"name one of: {', '.join(candidates) or '(no candidates)'}")
 
 
 def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:
