@@ -145,6 +145,7 @@ DECLARATIONS = frozenset({
     "evalq.plan.load",  # the load: and capacity: sections, LoadPlan
     "evalq.plan.loadbudget",  # the load schedule's bounds
     "evalq.plan.sensitivity",  # the batch_sensitivity: block
+    "evalq.plan.gates",  # GateConfig, StatsOptions, gate_spec
 })
 # Registries: the names and declarations of one kind of extension (recipe choices and
 # checks are read from them, never from a list of their own).

@@ -372,7 +372,7 @@ def test_fidelity_measures_against_scipy():
 
 
 def test_attribution_parts_add_up():
-    from evalq.recipe.schema import StatsOptions
+    from evalq.plan.gates import StatsOptions
 
     rng = np.random.default_rng(1)
     ref, retr, rer, both = (rng.random(60) for _ in range(4))

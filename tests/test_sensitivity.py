@@ -140,7 +140,7 @@ def _write(folder: RunFolder, name: str, ndcg: list[float]) -> None:
 
 
 def test_one_failing_composition_fails_the_candidate(tmp_path):
-    from evalq.recipe.gates import gate_spec
+    from evalq.plan.gates import gate_spec
 
     recipe = load_recipe(_recipe(tmp_path))
     folder = RunFolder(tmp_path / "res")
@@ -174,7 +174,7 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
 def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys):
     """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
     is inconclusive, the candidate does not pass, and nothing calls it a failure."""
-    from evalq.recipe.gates import gate_spec
+    from evalq.plan.gates import gate_spec
     from evalq.report.sensitivity import print_sensitivity
 
     recipe = load_recipe(_recipe(tmp_path))

@@ -24,7 +24,7 @@ from evalq.decide.calibration import (
 )
 from evalq.decide.gate import paired_values
 from evalq.execute.regate import stored_recipe
-from evalq.recipe.gates import gate_spec
+from evalq.plan.gates import gate_spec
 from evalq.recipe.schema import Recipe
 from evalq.results.damage import damaged_folder_is_input
 from evalq.results.folder import RunFolder

@@ -66,7 +66,7 @@ from evalq.measure.fidelity import ScorePair, evaluate_fidelity, pooled_drift
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference
 from evalq.measure.registry import parse_measure, parse_measures
-from evalq.recipe.gates import gate_spec
+from evalq.plan.gates import gate_spec
 from evalq.recipe.pipelines import PipelineGate, PipelineSpec
 from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage

@@ -26,16 +26,12 @@ from evalq.engines.options import ONNX_BACKEND, EncoderVariant, SettingsOverride
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.measure.registry import parse_measure
+from evalq.plan.gates import GateConfig, StatsOptions, gate_spec
 from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.plan.sensitivity import BatchSensitivity
-from evalq.recipe.gates import gate_spec
 from evalq.recipe.pipelines import PipelineSpec, check_pipelines
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
 from evalq.retrieve.options import IndexSpec
-
-# Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
-# bounded where measures are parsed (metrics.measures.MAX_CUTOFF).
-MAX_RESAMPLES = 1_000_000
 
 
 class ModelSpec(StrictOptions):
@@ -105,36 +101,6 @@ class Variant(EncoderVariant):
         if self.index is not None and self.vectors.quantize != "none":
             raise ValueError("'index' and 'vectors.quantize' both compress the stored vectors; "
                              "use one (a FAISS factory such as 'Flat' + SQ8 / PQ covers both)")
-        return self
-
-
-class StatsOptions(StrictOptions):
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
-    seed: int = 0
-    # Interval method and sparse-data rule of the gates (evalq.decide.intervals;
-    # docs/benchmarks.md "Gate calibration"). Results written before these keys existed
-    # are re-decided with method percentile, min_nonzero 0: what decided them then.
-    method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
-        "t-and-bootstrap-t"
-    min_nonzero: int = Field(default=10, ge=0)
-
-
-class GateConfig(StrictOptions):
-    metric: str
-    against: Literal["qrels", "reference"] = "qrels"
-    max_drop: str | float | None = None
-    min: float | None = None
-    stat: Literal["mean", "p1", "min"] = "mean"
-    confidence: float | None = Field(default=None, gt=0.5, lt=1)
-    variants: list[str] | None = None  # default: every candidate
-    # Several datasets: each must pass (per_dataset) or one macro-averaged verdict (pooled).
-    over: Literal["per_dataset", "pooled"] = "per_dataset"
-
-    @model_validator(mode="after")
-    def _one_rule(self) -> GateConfig:
-        if (self.max_drop is None) == (self.min is None):
-            raise ValueError("a gate needs exactly one of 'max_drop' (e.g. 1% or 0.01) or 'min'")
         return self
 
 
