@@ -146,6 +146,7 @@ DECLARATIONS = frozenset({
     "evalq.plan.loadbudget",  # the load schedule's bounds
     "evalq.plan.sensitivity",  # the batch_sensitivity: block
     "evalq.plan.gates",  # GateConfig, StatsOptions, gate_spec
+    "evalq.plan.pipelines",  # the pipelines: models
 })
 # Registries: the names and declarations of one kind of extension (recipe choices and
 # checks are read from them, never from a list of their own).

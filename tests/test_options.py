@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from evalq.encode.options import ExecutorSpec
 from evalq.plan.load import CapacitySection
+from evalq.plan.pipelines import PipelineGate
 from evalq.plan.sensitivity import BatchSensitivity
-from evalq.recipe.pipelines import PipelineGate
 from evalq.retrieve.options import Bm25Options, IndexSpec
 
 

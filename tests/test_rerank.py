@@ -177,7 +177,7 @@ def _dense_stage_cache(minilm_path, texts, root, chunk_size):
 
 def _bi_encoder(minilm_path, variant, cache, layout):
     from evalq.encode.pairs import build_reranker
-    from evalq.recipe.pipelines import RerankerSpec
+    from evalq.plan.pipelines import RerankerSpec
 
     spec = RerankerSpec(model=str(minilm_path), kind="bi-encoder")
     scorer, _, _ = build_reranker(spec, variant, minilm_path, "cpu", embedding_cache=cache,
@@ -196,7 +196,7 @@ def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_se
                                                          tmp_path):
     from evalq.encode.composition import NEAR_INVARIANT_TOLERANCE
     from evalq.encode.pairs import DenseLayout
-    from evalq.recipe.pipelines import RerankerVariant
+    from evalq.plan.pipelines import RerankerVariant
 
     qs, ds = pairs
     texts = {"document": [*dict.fromkeys(ds), "a document no query proposed"],
@@ -224,7 +224,7 @@ def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_se
 def test_a_batch_dependent_bi_encoder_keeps_its_own_batches_and_caches_them(
         minilm_path, minilm_settings, pairs, tmp_path):
     from evalq.encode.pairs import DenseLayout
-    from evalq.recipe.pipelines import RerankerVariant
+    from evalq.plan.pipelines import RerankerVariant
 
     qs, ds = pairs
     quant = {"method": "torch-dynamic-int8"}

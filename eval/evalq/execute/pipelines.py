@@ -67,7 +67,7 @@ from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference
 from evalq.measure.registry import parse_measure, parse_measures
 from evalq.plan.gates import gate_spec
-from evalq.recipe.pipelines import PipelineGate, PipelineSpec
+from evalq.plan.pipelines import PipelineGate, PipelineSpec
 from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage
 from evalq.retrieve.firststage import FirstStageRun

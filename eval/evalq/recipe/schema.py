@@ -28,8 +28,9 @@ from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, opti
 from evalq.measure.registry import parse_measure
 from evalq.plan.gates import GateConfig, StatsOptions, gate_spec
 from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
+from evalq.plan.pipelines import PipelineSpec
 from evalq.plan.sensitivity import BatchSensitivity
-from evalq.recipe.pipelines import PipelineSpec, check_pipelines
+from evalq.recipe.pipeline_checks import check_pipelines
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
 from evalq.retrieve.options import IndexSpec
 
