@@ -121,7 +121,7 @@ def context(cache: Path, texts_file: Path) -> Any:
 
 
 def variant(name: str, threads: int, kind: str = "embedding") -> Any:
-    from evalq.recipe.pipelines import RerankerVariant
+    from evalq.plan.pipelines import RerankerVariant
     from evalq.recipe.schema import Variant
 
     spec = dict(KINDS[kind][name])
@@ -134,7 +134,7 @@ def variant(name: str, threads: int, kind: str = "embedding") -> Any:
 def reranker(name: str, cache: Path, threads: int, texts_file: Path) -> Any:
     """The cross-encoder in format ``name``, built as a pipeline builds its reranker."""
     from evalq.encode.pairs import build_reranker, resolve_reranker_model
-    from evalq.recipe.pipelines import RerankerSpec
+    from evalq.plan.pipelines import RerankerSpec
 
     path = resolve_reranker_model(CROSS_ENCODER, cache, Path.cwd() / "bench.yaml",
                                   "reranker.model")

@@ -166,7 +166,7 @@ def run_child(n: int, work: Path, block: int, shard_rows: int) -> dict:
     documents; its kernel peak RSS covers imports, both variants and the report."""
     import resource
 
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     _write_corpus(work / "corpus.jsonl", n)
     lines = (work / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:50]
@@ -222,7 +222,7 @@ stats: {{resamples: 200}}
 
 
 def ray_part(max_docs: int, max_queries: int, order: str = "local,ray") -> dict[str, float]:
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     cpus = len(os.sched_getaffinity(0))
     walls = {}

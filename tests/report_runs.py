@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from evalq.execute.evaluate import run_recipe_file
+from evalq.app.api import run_recipe_file
 from support import recipes
 
 

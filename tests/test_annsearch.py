@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.core.errors import InputError
-from evalq.execute.evaluate import run_recipe_file
 from evalq.retrieve.ann import FaissOptions, ann_search
 from evalq.retrieve.kinds import recall_at
 from evalq.retrieve.search import search

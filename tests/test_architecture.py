@@ -343,3 +343,92 @@ def test_the_exit_code_check_sees_a_planted_mapping(tmp_path: Path, source: str,
     sample = tmp_path / "probe.py"
     sample.write_text(source, encoding="utf-8")
     assert len(exit_code_mappings(sample)) == expected, exit_code_mappings(sample)
+
+
+# What the recipe may import of the parts below it. The recipe composes what the other
+# parts declare; it never imports their implementations. Core is shared by every part.
+DECLARATIONS = frozenset({
+    "evalq.engines.options",  # backend option models, EncoderVariant, RerankerModel
+    "evalq.engines.spec",  # BackendSpec and what a backend declares about itself
+    "evalq.encode.options",  # ExecutorSpec
+    "evalq.retrieve.kinds",  # the index protocol and the options base of a kind
+    "evalq.plan.types",  # the Plan the recipe's plan builder fills in
+    "evalq.plan.load",  # the load: and capacity: sections, LoadPlan
+    "evalq.plan.loadbudget",  # the load schedule's bounds
+    "evalq.plan.sensitivity",  # the batch_sensitivity: block
+    "evalq.plan.gates",  # GateConfig, StatsOptions, gate_spec
+    "evalq.plan.pipelines",  # the pipelines: models
+})
+# Registries: the names and declarations of one kind of extension (recipe choices and
+# checks are read from them, never from a list of their own).
+REGISTRIES = frozenset({
+    "evalq.engines.registry", "evalq.engines.quantize", "evalq.measure.registry",
+    "evalq.measure.measures", "evalq.retrieve.registry",
+})
+# What the plan (recipe/plan*.py) reads before any model loads: a model folder's config
+# and tokenizer files, the machine's device, dataset manifests. Only the plan may.
+PLAN_INSPECTIONS = frozenset({
+    "evalq.engines.modelinfo", "evalq.engines.capability", "evalq.engines.lasttoken",
+    "evalq.data.manifest",
+})
+
+
+def recipe_imports_beyond_declarations(paths: list[Path]) -> list[str]:
+    """Imports of recipe modules that reach a lower part's implementation."""
+    found = []
+    for path in paths:
+        allowed = DECLARATIONS | REGISTRIES
+        if path.name.startswith("plan"):
+            allowed |= PLAN_INSPECTIONS
+        for node, module, _ in _evalq_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if module.startswith(("evalq.recipe", "evalq.core")) or module in allowed:
+                continue
+            found.append(f"{_rel(path)}:{node.lineno} {module}")
+    return found
+
+
+def test_the_recipe_imports_only_declarations_of_lower_parts() -> None:
+    assert recipe_imports_beyond_declarations(
+        sorted((PACKAGE / "recipe").rglob("*.py"))) == []
+
+
+def test_the_declaration_check_sees_an_implementation_import(tmp_path: Path) -> None:
+    schema = tmp_path / "schema.py"
+    schema.write_text("from evalq.engines.options import OnnxOptions\n"
+                      "from evalq.engines.onnx_backend import build\n"
+                      "from evalq.engines.modelinfo import resolve_settings\n", encoding="utf-8")
+    plan = tmp_path / "plan.py"
+    plan.write_text("from evalq.engines.modelinfo import resolve_settings\n", encoding="utf-8")
+    assert recipe_imports_beyond_declarations([schema, plan]) == [
+        "schema.py:2 evalq.engines.onnx_backend", "schema.py:3 evalq.engines.modelinfo"]
+
+
+# Parts that take their own options and the plan, never a recipe object (issue 28).
+RECIPE_FREE = ("engines", "encode", "retrieve", "plan", "execute/load")
+
+
+def recipe_parameters(paths: list[Path]) -> list[str]:
+    """Functions with a parameter named ``recipe`` or annotated with a recipe type."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            for arg in args:
+                note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if arg.arg == "recipe" or "Recipe" in note.replace("RecipeSource", ""):
+                    found.append(f"{_rel(path)}:{node.lineno} {node.name}({arg.arg})")
+    return found
+
+
+def test_engines_encode_search_and_the_load_test_take_no_recipe() -> None:
+    paths = sorted(p for part in RECIPE_FREE for p in (PACKAGE / part).rglob("*.py"))
+    assert paths and recipe_parameters(paths) == []
+
+
+def test_the_recipe_parameter_check_sees_one(tmp_path: Path) -> None:
+    sample = tmp_path / "probe.py"
+    sample.write_text("def f(recipe, x):\n    pass\ndef g(r: 'Recipe'):\n    pass\n"
+                      "def h(plan: Plan):\n    pass\n", encoding="utf-8")
+    assert recipe_parameters([sample]) == ["probe.py:1 f(recipe)", "probe.py:3 g(r)"]

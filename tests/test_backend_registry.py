@@ -15,12 +15,12 @@ import pytest
 from evalq.app import scaffold
 from evalq.app.cli import main
 from evalq.core.errors import InputError
-from evalq.engines.openai_http import HttpOptions
+from evalq.engines.options import HttpOptions
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS, embedding_backend, register_backend
 from evalq.engines.spec import BackendSpec
 from evalq.execute.load.sweep import Api
-from evalq.recipe.pipelines import RerankerVariant
+from evalq.plan.pipelines import RerankerVariant
 from evalq.recipe.schema import Variant, recipe_from_located
 from evalq.recipe.yamlsource import Located
 

@@ -114,8 +114,8 @@ def test_a_run_whose_queries_are_stopwords_gates_nothing_as_passed(
     """BM25 finds nothing for stopword-only queries: no pair is scored, the stored
     fidelity is null, and the score_tau floor is inconclusive in the run and in
     ``evalq gate`` (exit 1 "gates FAILED", never exit 0)."""
+    from evalq.app.api import run_recipe_file
     from evalq.app.gate_command import gate_command
-    from evalq.execute.evaluate import run_recipe_file
 
     data = tmp_path / "stopwords"
     shutil.copytree(TINY, data)

@@ -13,8 +13,7 @@ from evalq.core.gates import GateCheck, GateSpec, parse_max_drop
 from evalq.core.values import PerQuery
 from evalq.decide.drop_evidence import MIN_QUERIES
 from evalq.decide.gate import decide, decide_gates, decide_variant
-from evalq.recipe.gates import gate_spec, validate_gate
-from evalq.recipe.schema import GateConfig
+from evalq.plan.gates import GateConfig, gate_spec, validate_gate
 from evalq.report.junit import to_junit
 
 

@@ -19,6 +19,7 @@ from evalq.engines.http_probe import probe_http_variants
 from evalq.recipe.schema import Recipe
 from fake_embedding_server import FakeState, fake_server
 from support import recipes
+from support.probes import probe_targets
 
 pytestmark = [pytest.mark.model]
 
@@ -38,9 +39,9 @@ def _recipe(http: dict[str, Any], backend: str = "openai", **extra: Any) -> Reci
 def test_probe_reports_route_dimensions_and_norm(st_model) -> None:
     with fake_server(FakeState(st_model)) as server:
         recipe = _recipe({"url": server.url, "model": "m"})
-        reports = probe_http_variants(recipe, recipe.variants, Path("r.yaml"))
+        reports = probe_http_variants(probe_targets(recipe), Path("r.yaml"))
         tei = _recipe({"url": server.url}, backend="tei")
-        tei_reports = probe_http_variants(tei, tei.variants, Path("r.yaml"))
+        tei_reports = probe_http_variants(probe_targets(tei), Path("r.yaml"))
     report = reports["remote"]
     assert report["endpoint"] == f"{server.url}/v1/embeddings"
     assert report["dimensions"] == 384
@@ -54,7 +55,7 @@ def test_wrong_route_names_the_field_and_what_the_server_answers(st_model) -> No
     with fake_server(FakeState(st_model)) as server:
         recipe = _recipe({"url": server.url, "model": "m", "route": "/embeddings"})
         with pytest.raises(InputError) as caught:
-            probe_http_variants(recipe, recipe.variants, Path("r.yaml"))
+            probe_http_variants(probe_targets(recipe), Path("r.yaml"))
     text = str(caught.value)
     assert "404" in text and "no route /embeddings" in text
     assert caught.value.field == "candidates.0.http.route"
@@ -68,7 +69,7 @@ def test_server_that_normalizes_against_a_recipe_that_does_not(st_model) -> None
         recipe = _recipe({"url": server.url, "model": "m"},
                          encoding={"normalize": False})
         with pytest.raises(InputError) as caught:
-            probe_http_variants(recipe, recipe.variants, Path("r.yaml"))
+            probe_http_variants(probe_targets(recipe), Path("r.yaml"))
     assert "normalize: false" in str(caught.value)
     assert caught.value.field == "candidates.0.encoding.normalize"
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from pydantic import Field
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.core.errors import InputError
 from evalq.core.ranking import Ranking
-from evalq.execute.evaluate import run_recipe_file
 from evalq.recipe.schema import load_recipe
 from evalq.retrieve.ann import FaissOptions
 from evalq.retrieve.exact import ExactOptions

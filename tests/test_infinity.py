@@ -26,6 +26,7 @@ from evalq.core.errors import InputError
 from evalq.engines.http_probe import probe_http_variants
 from evalq.recipe.schema import Recipe
 from support import recipes
+from support.probes import probe_targets
 
 pytestmark = [pytest.mark.process, pytest.mark.server, pytest.mark.model]
 
@@ -112,7 +113,7 @@ def test_infinity_reproduces_the_inprocess_fp32_run(
 def test_wrong_route_and_model_are_named_from_infinitys_own_listing(infinity_url: str) -> None:
     def probe(http: dict[str, Any]) -> None:
         recipe = Recipe.model_validate(_recipe(http))
-        probe_http_variants(recipe, recipe.variants, Path("infinity.yaml"))
+        probe_http_variants(probe_targets(recipe), Path("infinity.yaml"))
 
     # Infinity without --url-prefix serves /embeddings; this one was started with /v1.
     with pytest.raises(InputError) as caught:

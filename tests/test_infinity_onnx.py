@@ -82,10 +82,10 @@ def _start(tmp: Path, data: dict[str, Any]) -> tuple[LaunchedServer, Any]:
     path = recipes.write(tmp / "recipe.yaml", data)
     loaded = load_recipe_source(path)
     plan = build_plan(loaded.recipe, path, use_cache=False, located=loaded.located)
-    variant = next(v for v in loaded.recipe.variants if v.name == "served")
-    graph = served_graph(loaded.recipe, variant, plan.variant)
-    server = start_launch(loaded.recipe, variant, plan.variant("served").model_folder(),
-                          tmp / "logs", onnx_dir=graph.onnx_dir, served=graph.record)
+    served = plan.variant("served")
+    graph = served_graph(plan, served)
+    server = start_launch(served.launch, served.options, served.model_folder(), tmp / "logs",
+                          onnx_dir=graph.onnx_dir, served=graph.record)
     assert server is not None
     return server, graph
 
@@ -239,7 +239,7 @@ def test_a_served_graph_file_that_does_not_exist_is_exit_2_naming_it(
 
 
 def test_every_launch_placeholder_is_documented() -> None:
-    from evalq.engines.launch import PLACEHOLDERS
+    from evalq.engines.options import PLACEHOLDERS
 
     page = (REPO / "docs" / "load-testing.md").read_text(encoding="utf-8")
     assert [n for n in PLACEHOLDERS if "{" + n + "}" not in page] == []
@@ -271,10 +271,12 @@ def test_a_run_that_leaves_out_the_source_of_a_served_graph_names_the_fix(
         tmp_path: Path) -> None:
     path = recipes.write(tmp_path / "recipe.yaml",
                          _recipe(tmp_path, {**LAUNCH, "onnx_from": "ort-fp32"}))
-    recipe = load_recipe_source(path).recipe
-    served = next(v for v in recipe.variants if v.name == "served")
-    with pytest.raises(InputError) as caught:  # `evalq run --only served` plans no ort-fp32
-        served_graph(recipe, served, {}.__getitem__)
+    loaded = load_recipe_source(path)
+    # `evalq run --only served` plans no ort-fp32
+    plan = build_plan(loaded.recipe, path, use_cache=False, only=["served"],
+                      located=loaded.located)
+    with pytest.raises(InputError) as caught:
+        served_graph(plan, plan.variant("served"))
     assert caught.value.field == "--only"
     assert caught.value.fix == "add it: --only ort-fp32 --only served"
 

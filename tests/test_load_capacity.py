@@ -8,7 +8,7 @@ import math
 import pytest
 
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
-from evalq.recipe.load import CapacitySection
+from evalq.plan.load import CapacitySection
 from support.summaries import check, summary
 
 
@@ -87,7 +87,7 @@ def test_closed_loop_knee_is_the_best_passing_step_not_the_last() -> None:
     one client and 4.9 with two (both under the SLO); the knee is 7.0, and a broken step
     ends its series (what follows it does not count)."""
     from evalq.execute.load.sweep import knee_of
-    from evalq.recipe.load import Workload
+    from evalq.plan.load import Workload
 
     workload = Workload.model_validate({"name": "ingest", "kind": "ingest", "slo_p99_ms": 15000,
                                         "batch_sizes": [8, 32],

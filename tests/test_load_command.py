@@ -211,14 +211,14 @@ def test_non_loopback_host_is_refused_unless_allowed(
     recipe = _recipe(tmp_path, "http://10.1.2.3:8000", {"workloads": [QUERY]})
     _expect_2(tmp_path, recipe, capsys, "candidates.0.http.url", "not on this machine",
               "load.allow_hosts")
-    from evalq.execute.load.command import check_plan
+    from evalq.recipe.plan_load import check_load
     from evalq.recipe.schema import recipe_from_located
     from evalq.recipe.yamlsource import load_yaml
 
     allowed = _recipe(tmp_path, "http://10.1.2.3:8000",
                       {"workloads": [QUERY], "allow_hosts": ["10.1.2.3"]})
     located = load_yaml(allowed)
-    plan = check_plan(recipe_from_located(located, allowed), located, allowed, None)
+    plan = check_load(recipe_from_located(located, allowed), located, allowed, None)
     assert [v.name for v in plan.variants] == ["srv"]  # checked only; nothing sent
 
 

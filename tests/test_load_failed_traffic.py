@@ -14,7 +14,7 @@ import pytest
 from evalq.app.cli import main
 from evalq.execute.load.capacity import NEEDS_ANSWERS, Demand, Knee, plan_variant
 from evalq.execute.load.sweep import Endpoint, TextPool, build_series, judge_step
-from evalq.recipe.load import Workload
+from evalq.plan.load import Workload
 from evalq.results.load import LoadFolder
 from load_test_server import Behaviour, LoadTestServer
 from support import recipes

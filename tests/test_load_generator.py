@@ -12,7 +12,7 @@ import json
 
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, poisson_arrivals
 from evalq.execute.load.sweep import judge_step
-from evalq.recipe.load import Workload
+from evalq.plan.load import Workload
 from load_test_server import Behaviour, LoadTestServer
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.data.manifest import load_datasets
 from evalq.data.trec import read_run
 from evalq.encode.matryoshka import common_dims, truncate
-from evalq.execute.evaluate import run_recipe_file
 from support import recipes
 
 

@@ -21,7 +21,8 @@ from evalq.app.cli import main
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.engines.context import BuildContext
 from evalq.engines.inprocess import InProcessEncoder
-from evalq.engines.onnx_backend import OnnxOptions, build
+from evalq.engines.onnx_backend import build
+from evalq.engines.options import OnnxOptions
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.quantize.onnx_graph import GRAPH_FILE, export_onnx, require
 from evalq.engines.quantize.ort_dynamic import quantizer_logging

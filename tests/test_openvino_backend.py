@@ -19,7 +19,8 @@ from evalq.app.cli import main
 from evalq.core.errors import InputError
 from evalq.engines.context import BuildContext
 from evalq.engines.inprocess import InProcessEncoder
-from evalq.engines.openvino_backend import OpenVinoOptions, build
+from evalq.engines.openvino_backend import build
+from evalq.engines.options import OpenVinoOptions
 from evalq.recipe.schema import Variant
 
 pytestmark = pytest.mark.model

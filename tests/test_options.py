@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from evalq.encode.options import ExecutorSpec
-from evalq.recipe.load import CapacitySection
-from evalq.recipe.pipelines import PipelineGate
-from evalq.recipe.sensitivity import BatchSensitivity
+from evalq.plan.load import CapacitySection
+from evalq.plan.pipelines import PipelineGate
+from evalq.plan.sensitivity import BatchSensitivity
 from evalq.retrieve.ann import FaissOptions
 from evalq.retrieve.firststage import Bm25Options
 

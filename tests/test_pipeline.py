@@ -42,7 +42,7 @@ def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     tmp = tmp_path_factory.mktemp("pipeline")
     path = _recipe(tmp, [
@@ -185,7 +185,7 @@ def test_a_bi_encoder_with_the_dense_references_model_encodes_no_text_again(pipe
 @pytest.mark.slow
 @pytest.mark.model
 def test_rerun_reads_scores_from_the_cache(pipeline_run):
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     _, path, _ = pipeline_run
     again = run_recipe_file(path, progress=False)

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.encode.cache import EmbeddingCache
-from evalq.execute.evaluate import run_recipe_file
 from support import recipes
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.model]

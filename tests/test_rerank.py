@@ -169,7 +169,7 @@ def _dense_stage_cache(minilm_path, texts, root, chunk_size):
 
 def _bi_encoder(minilm_path, variant, cache, layout):
     from evalq.encode.pairs import build_reranker
-    from evalq.recipe.pipelines import RerankerSpec
+    from evalq.plan.pipelines import RerankerSpec
 
     spec = RerankerSpec(model=str(minilm_path), kind="bi-encoder")
     scorer, _, _ = build_reranker(spec, variant, minilm_path, "cpu", embedding_cache=cache,
@@ -188,7 +188,7 @@ def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_se
                                                          tmp_path):
     from evalq.encode.composition import NEAR_INVARIANT_TOLERANCE
     from evalq.encode.pairs import DenseLayout
-    from evalq.recipe.pipelines import RerankerVariant
+    from evalq.plan.pipelines import RerankerVariant
 
     qs, ds = pairs
     texts = {"document": [*dict.fromkeys(ds), "a document no query proposed"],
@@ -216,7 +216,7 @@ def test_bi_encoder_scorer_reads_the_dense_stages_vectors(minilm_path, minilm_se
 def test_a_batch_dependent_bi_encoder_keeps_its_own_batches_and_caches_them(
         minilm_path, minilm_settings, pairs, tmp_path):
     from evalq.encode.pairs import DenseLayout
-    from evalq.recipe.pipelines import RerankerVariant
+    from evalq.plan.pipelines import RerankerVariant
 
     qs, ds = pairs
     quant = {"method": "torch-dynamic-int8"}
@@ -256,7 +256,8 @@ def test_dense_layout_names_the_batch_invariant_variants_that_ran():
                "int8-vectors": {"backend": {"fingerprint": "a"}}}  # fp16: did not run
     corpus = SimpleNamespace(texts_for_encoding=lambda sep: [f"title{sep}body"])
     dataset = SimpleNamespace(corpus=corpus, queries=SimpleNamespace(texts=("q",)))
-    layout = dense_layout(recipe, records, dataset)
+    layout = dense_layout(recipe.variants, records, dataset, recipe.title_separator,
+                          recipe.cache_chunk)
     assert layout.fingerprints == {"a"} and layout.chunk_size == 64
     assert layout.texts == {"document": ["title body"], "query": ["q"]}
 
@@ -363,7 +364,7 @@ def test_fidelity_measures_against_scipy():
 
 
 def test_attribution_parts_add_up():
-    from evalq.recipe.schema import StatsOptions
+    from evalq.plan.gates import StatsOptions
 
     rng = np.random.default_rng(1)
     ref, retr, rer, both = (rng.random(60) for _ in range(4))

@@ -27,7 +27,7 @@ from evalq.engines.context import RerankerContext
 from evalq.engines.onnx_rerank import build as build_onnx
 from evalq.engines.openvino_rerank import build as build_openvino
 from evalq.engines.quantize.onnx_graph import LOGITS, TOKEN_STATES, export_onnx
-from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
+from evalq.plan.pipelines import RerankerSpec, RerankerVariant
 from support import recipes
 
 MAX_LENGTH = 256

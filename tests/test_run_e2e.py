@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.engines.inprocess import InProcessEncoder
-from evalq.execute.evaluate import RunOutcome, run_recipe_file
+from evalq.execute.evaluate import RunOutcome
 from support import recipes
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]

@@ -17,8 +17,8 @@ from evalq.core.errors import InputError
 from evalq.core.gates import GateCheck, VariantGate
 from evalq.core.values import PerQuery
 from evalq.execute.sensitivity import apply_sensitivity, compositions
+from evalq.plan.sensitivity import BatchSensitivity
 from evalq.recipe.schema import load_recipe
-from evalq.recipe.sensitivity import BatchSensitivity
 from evalq.results.folder import RunFolder, RunSummary, clean_json
 from support import recipes
 
@@ -38,7 +38,7 @@ def _recipe(folder: Path, **extra: Any) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     base = tmp_path_factory.mktemp("sens")
     outcome = run_recipe_file(_recipe(base), output=base / "out", progress=False)
@@ -119,7 +119,7 @@ def test_stored_values_regate_to_the_same_verdicts(run, capsys):
 @pytest.mark.slow
 @pytest.mark.model
 def test_rerun_reuses_every_composition_from_the_cache(run):
-    from evalq.execute.evaluate import run_recipe_file
+    from evalq.app.api import run_recipe_file
 
     again = run_recipe_file(_recipe(run["base"]), output=run["base"] / "again", progress=False)
     first = run["outcome"].summary["datasets"]["pydocs"]["variants"]["dyn-int8"]
@@ -140,7 +140,7 @@ def _write(folder: RunFolder, name: str, ndcg: list[float]) -> None:
 
 
 def test_one_failing_composition_fails_the_candidate(tmp_path):
-    from evalq.recipe.gates import gate_spec
+    from evalq.plan.gates import gate_spec
 
     recipe = load_recipe(_recipe(tmp_path))
     folder = RunFolder(tmp_path / "res")
@@ -174,7 +174,7 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
 def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys):
     """30 identical queries cannot certify a 1% margin (sparse-data rule): that composition
     is inconclusive, the candidate does not pass, and nothing calls it a failure."""
-    from evalq.recipe.gates import gate_spec
+    from evalq.plan.gates import gate_spec
     from evalq.report.sensitivity import sensitivity_text
 
     recipe = load_recipe(_recipe(tmp_path))

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.core.errors import InputError
 from evalq.data.manifest import load_dataset
 from evalq.data.streamed import StreamedCorpus, is_streamed
-from evalq.execute.evaluate import run_recipe_file
 from evalq.results.folder import RunFolder
 from support import recipes
 from trec_files import write_trec_copy

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.core.gates import DEFAULT_METHOD, GateSpec
 from evalq.decide.gate import decide_pooled
-from evalq.execute.evaluate import run_recipe_file
 from evalq.results.folder import RunFolder
 from support import recipes
 

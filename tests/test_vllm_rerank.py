@@ -81,7 +81,7 @@ def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, 
     from evalq.encode.pairs import build_reranker, score_pairs
     from evalq.engines.quantize import w8a8_checkpoint
     from evalq.engines.reranker import served_fingerprint
-    from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
+    from evalq.plan.pipelines import RerankerSpec, RerankerVariant
 
     queries = [t[:50] for t in mixed_texts[:4]]
     qs = [queries[i // 8] for i in range(32)]

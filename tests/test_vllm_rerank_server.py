@@ -14,7 +14,7 @@ import pytest
 
 from evalq.core.errors import InputError
 from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
-from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
+from evalq.plan.pipelines import RerankerSpec, RerankerVariant
 
 
 @pytest.mark.server
@@ -97,7 +97,7 @@ def test_vllm_server_reranker_refuses_before_starting(tmp_path, settings, route,
 
 
 def test_recipe_selects_server_mode_and_route():
-    from evalq.recipe.pipelines import RerankerVariant
+    from evalq.plan.pipelines import RerankerVariant
 
     variant = RerankerVariant.model_validate(
         {"name": "vllm-srv", "backend": "vllm", "vllm": {"mode": "server", "route": "/v1/rerank"}})

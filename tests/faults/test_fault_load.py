@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from evalq.app.cli import main
-from evalq.recipe.load import LoadSection
-from evalq.recipe.loadbudget import (
+from evalq.plan.load import LoadSection
+from evalq.plan.loadbudget import (
     BYTES_PER_ARRIVAL,
     BYTES_PER_TEXT,
     MAX_IN_FLIGHT,
@@ -116,7 +116,7 @@ CHILD = """
 import json, resource, sys
 from evalq.execute.load.generator import StepBounds, poisson_arrivals
 from evalq.execute.load.sweep import Endpoint, TextPool, build_series
-from evalq.recipe.load import LoadSection
+from evalq.plan.load import LoadSection
 section = LoadSection.model_validate(json.loads(sys.argv[1]))
 texts = ["a passage of a few words " * 8] * 200_000
 pool = TextPool(texts, [40] * len(texts), texts, [40] * len(texts))

@@ -28,8 +28,8 @@ class _Started(Exception):
 def started(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
-    def stop(recipe: Any, path: Any, **options: Any) -> None:
-        seen.update(options)
+    def stop(plan: Any, recipe: Any, **options: Any) -> None:
+        seen.update(options, only=None if plan.only is None else list(plan.only))
         raise _Started
 
     monkeypatch.setattr(api, "run_recipe", stop)

@@ -13,7 +13,7 @@ import pytest
 from evalq.encode.composition import reranker_batch_dependent
 from evalq.encode.pairs import score_pairs
 from evalq.encode.scorecache import ScoreCache
-from evalq.recipe.pipelines import RerankerVariant
+from evalq.plan.pipelines import RerankerVariant
 
 QS = ["q one", "q one", "q two", "q three", "q three", "q three"]
 DS = ["doc a", "a longer document b", "doc c", "doc d", "document e here", "f"]

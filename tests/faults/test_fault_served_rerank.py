@@ -32,7 +32,7 @@ from faultkit import TINY, no_traceback, run_cli
 from evalq.core.errors import InputError
 from evalq.encode.pairs import build_reranker, score_pairs
 from evalq.encode.scorecache import ScoreCache
-from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
+from evalq.plan.pipelines import RerankerSpec, RerankerVariant
 from support import recipes
 
 pytestmark = pytest.mark.model  # the fixture cross-encoder behind the stand-in

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from faultkit import no_traceback, recipe_data, run_cli
 
+from evalq.app.api import run_recipe_file
 from evalq.core.errors import InputError
 from evalq.execute import evaluate
-from evalq.execute.evaluate import run_recipe_file
 from support import recipes
 
 

@@ -42,7 +42,7 @@ from evalq.engines.capability import DeviceInfo
 from evalq.engines.replies import RERANK_SHAPES, parse_rerank_reply
 from evalq.execute.calibrate import results_populations
 from evalq.execute.load.generator import RequestSpec, count_items
-from evalq.recipe.loadbudget import MAX_STEP_REQUESTS, load_budget
+from evalq.plan.loadbudget import MAX_STEP_REQUESTS, load_budget
 from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import load_recipe, recipe_from_located
 from evalq.recipe.yamlsource import load_yaml

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from evalq.app import console
 from evalq.core.errors import InputError
 from evalq.core.gates import stored_verdict
-from evalq.execute.evaluate import run_recipe
-from evalq.recipe.schema import Recipe, load_recipe_source
+from evalq.execute.evaluate import RunOutcome, run_recipe
+from evalq.recipe.plan import build_plan
+from evalq.recipe.schema import Recipe, RecipeSource, load_recipe_source
 from evalq.report.console import print_run_table
 from evalq.report.runview import RunView
 from evalq.report.sensitivity import sensitivity_text
@@ -207,6 +208,28 @@ def load_results(folder: str | Path) -> Results:
     return Results(folder)
 
 
+def run_recipe_file(source: str | Path | Mapping[str, Any] | Recipe, **options: Any
+                    ) -> RunOutcome:
+    """Plan and run a recipe (a file, a built-in name, a dict or a ``Recipe``), printing
+    nothing but progress: :func:`run` without the console table. ``options`` are
+    :func:`execute_recipe`'s."""
+    return execute_recipe(load_recipe_source(source), **options)
+
+
+def execute_recipe(loaded: RecipeSource, *, output: Path | None = None,
+                   max_queries: int | None = None, max_docs: int | None = None,
+                   only: list[str] | None = None, use_cache: bool = True,
+                   progress: bool | None = None, executor: str | None = None,
+                   address: str | None = None) -> RunOutcome:
+    """The one place a run is planned: every recipe error that can be known before work,
+    at once (``evalq.recipe.plan``); the executor then takes the plan."""
+    plan = build_plan(loaded.recipe, loaded.path, output=output, only=only,
+                      max_queries=max_queries, max_docs=max_docs, use_cache=use_cache,
+                      located=loaded.located)
+    return run_recipe(plan, loaded.recipe, progress=progress, executor=executor,
+                      address=address)
+
+
 def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: Any) -> Results:
     """Run a recipe end to end, print its console table and return its :class:`Results`.
 
@@ -229,7 +252,7 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
         options["only"] = _variant_names(options["only"])
     wide = bool(options.pop("wide", False))
     loaded = load_recipe_source(recipe_or_path, overrides)
-    outcome = run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **options)
+    outcome = execute_recipe(loaded, **options)
     # The console table goes to stdout after the run's progress (stderr), and shows what
     # the folder holds (`evalq run` prints through here too).
     view = RunView.load(outcome.output)

@@ -34,6 +34,9 @@ from evalq.engines.registry import BACKENDS
 from evalq.execute.calibrate import calibrate_report
 from evalq.execute.evaluate import parity_only
 from evalq.execute.load.command import replan, run_load
+from evalq.recipe.plan import build_plan, results_folder
+from evalq.recipe.plan_load import check_load
+from evalq.recipe.schema import load_recipe_source
 from evalq.report.page import write_report
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -378,7 +381,9 @@ def _add_parity(par: argparse.ArgumentParser) -> None:
 
 @register_command("parity", "compare every variant's backend against the reference", _add_parity)
 def _parity(args: argparse.Namespace) -> int:
-    return EXIT_OK if parity_only(args.recipe, texts=args.texts) else EXIT_GATE_FAILED
+    loaded = load_recipe_source(args.recipe)  # a file, or a built-in recipe's name
+    plan = build_plan(loaded.recipe, loaded.path, use_cache=False, located=loaded.located)
+    return EXIT_OK if parity_only(plan, loaded.recipe, texts=args.texts) else EXIT_GATE_FAILED
 
 
 def _add_load(load: argparse.ArgumentParser) -> None:
@@ -392,10 +397,14 @@ def _add_load(load: argparse.ArgumentParser) -> None:
 
 @register_command("load", "load-test the served variants and plan capacity", _add_load)
 def _load(args: argparse.Namespace) -> int:
+    loaded = load_recipe_source(args.recipe)  # a file, or a built-in name, as `evalq run`
     if args.plan_only:
-        return replan(args.recipe, output=args.output)
+        return replan(loaded.recipe.capacity, results_folder(loaded.recipe, args.output))
+    chosen = check_load(loaded.recipe, loaded.located, loaded.path, args.only)
+    resolved = build_plan(loaded.recipe, loaded.path, output=args.output,
+                          located=loaded.located, use_cache=False)
     try:
-        return run_load(args.recipe, output=args.output, only=args.only)
+        return run_load(resolved, chosen)
     except KeyboardInterrupt:  # SIGTERM too (failure.Terminated): the steps are kept
         print("evalq: interrupted; the finished steps are in the results' load/ folder.",
               file=sys.stderr)

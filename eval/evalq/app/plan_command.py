@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evalq.core.errors import InputError
-from evalq.recipe.plan import Plan, describe_plan, plan_file
+from evalq.plan.types import Plan
+from evalq.recipe.plan import describe_plan, plan_file
 
 
 def validate_files(paths: Sequence[Path], *, here: bool = False) -> bool:

@@ -1,6 +1,6 @@
 """Gate values: what a gate is (:class:`GateSpec`, from the recipe) and what deciding it
 found (:class:`GateCheck`, :class:`VariantGate`). The decisions are in
-``evalq.decide.gate``, the recipe's builder (``gate_spec``) in ``evalq.recipe.gates``.
+``evalq.decide.gate``, the recipe's builder (``gate_spec``) in ``evalq.plan.gates``.
 
 The interval methods are named here because a ``GateSpec`` refuses an unknown one;
 ``evalq.decide.intervals`` implements them.
@@ -52,7 +52,7 @@ class GateSpec:
     # Over a suite of datasets: every dataset on its own, or one macro-averaged verdict.
     over: Over = "per_dataset"
     # The measure's canonical name, the key of its per-query column (``nDCG@10`` for
-    # ``ndcg_cut_10``): ``evalq.recipe.gates.gate_spec`` reads it off the measure registry,
+    # ``ndcg_cut_10``): ``evalq.plan.gates.gate_spec`` reads it off the measure registry,
     # so the decisions never parse a metric. ``None``: the column is named ``metric``.
     column: str | None = None
 

@@ -353,7 +353,7 @@ def decide_variant(checks: Sequence[GateCheck]) -> VariantGate:
 def _values_for(spec: GateSpec, per_query: PerQuery, role: str) -> np.ndarray:
     if spec.metric in per_query.values:
         return per_query.values[spec.metric]
-    name = spec.column or spec.metric  # "ndcg_cut_10" -> "nDCG@10" (recipe.gates.gate_spec)
+    name = spec.column or spec.metric  # "ndcg_cut_10" -> "nDCG@10" (evalq.plan.gates.gate_spec)
     if name not in per_query.values:
         raise InputError(
             message=f"gate on {spec.metric}: the {role} results hold no per-query values for "

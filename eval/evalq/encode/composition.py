@@ -31,19 +31,17 @@ A new method or backend without a declaration gets "unverified" ("no declaration
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from evalq.engines.options import EncoderVariant
 from evalq.engines.registry import BACKENDS, embedding_backend
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BatchDependence, Level
-
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
 
 __all__ = ["NEAR_INVARIANT_TOLERANCE", "BatchDependence", "Level", "cache_composition",
            "declared_dependence", "reranker_batch_dependent"]
 
 
-def declared_dependence(variant: Variant) -> BatchDependence:
+def declared_dependence(variant: EncoderVariant) -> BatchDependence:
     """The declaration that applies to ``variant`` (backend, dtype, quantization): its
     backend's spec decides."""
     declare = embedding_backend(variant.backend).batch_dependence
@@ -54,7 +52,7 @@ def declared_dependence(variant: Variant) -> BatchDependence:
     return declare(variant)
 
 
-def cache_composition(variant: Variant) -> Mapping[str, Any] | None:
+def cache_composition(variant: EncoderVariant) -> Mapping[str, Any] | None:
     """What besides budget, ``max_batch`` and order decides a batch-dependent variant's
     composition (``encode_texts(composition=...)``); ``None`` for invariant variants, whose
     cache chunks are shared across batch settings.

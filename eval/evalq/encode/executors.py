@@ -11,6 +11,7 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.encode.cache import EmbeddingCache
+from evalq.encode.options import ExecutorSpec
 from evalq.encode.rayaddress import FORMS, address_problem, unreachable
 from evalq.encode.rayexec import RayExecutor, stats_dict
 
@@ -48,11 +49,11 @@ class RunExecutor:
         return stats_dict(stats)
 
 
-def open_executor(recipe: Any, recipe_path: Path, executor: str | None,
+def open_executor(spec: ExecutorSpec, recipe_path: Path, executor: str | None,
                   address: str | None) -> RunExecutor | None:
     """``None`` for the local executor; a :class:`RunExecutor` (not yet connected) for Ray.
-    Refuses Ray when it is not installed (exit 2 with the install line)."""
-    spec = recipe.executor
+    ``spec`` is the recipe's ``executor:``; ``executor`` and ``address`` (the command line)
+    override it. Refuses Ray when it is not installed (exit 2 with the install line)."""
     if executor is not None:
         if executor not in ("local", "ray"):
             raise InputError(message=f"unknown executor '{executor}'", field="--executor",

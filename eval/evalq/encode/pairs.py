@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from evalq.encode.composition import cache_composition
 from evalq.encode.scorecache import ScoreCache, pair_key
 from evalq.engines.context import RerankerContext
 from evalq.engines.modelinfo import resolve_model_path
+from evalq.engines.options import EncoderVariant, RerankerModel, RerankerVariantOptions
 from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import reranker_backend
 from evalq.engines.rerank_fixture import is_fixture, resolve_fixture
@@ -40,8 +41,6 @@ from evalq.engines.reranker import Reranker
 
 DEFAULT_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
 
-if TYPE_CHECKING:  # the reranker's spec and variant are read, never imported
-    from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
 
 
 @dataclass(frozen=True)
@@ -150,19 +149,20 @@ class DenseLayout:
     fingerprints: frozenset[str]
 
 
-def dense_layout(recipe: Any, variant_records: Mapping[str, Any], dataset: Any
-                 ) -> DenseLayout:
-    """The layout of ``dataset`` that this run's dense variants (``variant_records``,
-    the manifest's entries) encoded through the embedding cache."""
+def dense_layout(variants: Sequence[EncoderVariant], variant_records: Mapping[str, Any],
+                 dataset: Any, title_separator: str | None, chunk_size: int) -> DenseLayout:
+    """The layout of ``dataset`` that this run's dense ``variants`` (``variant_records``,
+    the manifest's entries) encoded through the embedding cache, in chunks of
+    ``chunk_size`` texts, titles joined with ``title_separator``."""
     fingerprints = set()
-    for variant in recipe.variants:
+    for variant in variants:
         record = variant_records.get(variant.name) or {}
         fingerprint = record.get("backend", {}).get("fingerprint")
         if fingerprint is not None and cache_composition(variant) is None:
             fingerprints.add(fingerprint)
-    texts = {"document": dataset.corpus.texts_for_encoding(recipe.title_separator),
+    texts = {"document": dataset.corpus.texts_for_encoding(title_separator),
              "query": list(dataset.queries.texts)}
-    return DenseLayout(texts, recipe.cache_chunk, frozenset(fingerprints))
+    return DenseLayout(texts, chunk_size, frozenset(fingerprints))
 
 
 class CachedEmbeddings:
@@ -226,7 +226,7 @@ def resolve_reranker_model(spec: str, cache_dir: Path, recipe_path: Path, field:
     return resolve_model_path(spec, file=recipe_path, field=field)
 
 
-def build_reranker(spec: RerankerSpec, variant: RerankerVariant, model_path: Path,
+def build_reranker(spec: RerankerModel, variant: RerankerVariantOptions, model_path: Path,
                    device: str, logs_dir: Path | None = None,
                    cache_dir: Path | None = None, embedding_cache: EmbeddingCache | None = None,
                    layout: DenseLayout | None = None,

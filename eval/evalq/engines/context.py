@@ -29,7 +29,8 @@ class BuildContext:
 class RerankerContext:
     """What a reranker builder receives: the pipeline's reranker spec (model kind,
     activation, lengths), the variant to build, and where it runs and writes.
-    ``spec``/``variant`` are ``pipeline_config.RerankerSpec``/``RerankerVariant``."""
+    ``spec``/``variant`` are ``evalq.plan.pipelines.RerankerSpec``/``RerankerVariant``
+    (declared on the engines' ``RerankerModel``/``RerankerVariantOptions``)."""
 
     spec: Any
     variant: Any

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from evalq.core.protocols import Encoder
 from evalq.engines.context import BuildContext
+from evalq.engines.options import EncoderVariant
 from evalq.engines.registry import embedding_backend
-
-if TYPE_CHECKING:  # builders read a variant's fields; they never import the recipe
-    from evalq.recipe.schema import Variant
 
 
 def resolve_device(requested: str) -> str:
@@ -45,7 +42,7 @@ class Batching:
 DEFAULT_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
 
 
-def batching(variant: Variant, recipe_tokens: int | None, device: str) -> Batching:
+def batching(variant: EncoderVariant, recipe_tokens: int | None, device: str) -> Batching:
     # Engines and servers schedule their own batches (their specs say so): evalq hands
     # them whole cache chunks in a mixed-length order. In-process encoding packs
     # length-sorted batches to a token budget itself.
@@ -55,7 +52,7 @@ def batching(variant: Variant, recipe_tokens: int | None, device: str) -> Batchi
     return Batching(tokens, 256, length_sorted=True)
 
 
-def create_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
+def create_encoder(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     encoder: Encoder = embedding_backend(variant.backend).build(variant, ctx)
     return encoder

@@ -13,39 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-from pydantic import AfterValidator, Field
 
 from evalq.core.errors import InputError
 from evalq.core.host import numerics_key
 from evalq.core.values import QuantizationRecord, vector_problem
 from evalq.engines.quantize.onnx_graph import OnnxGraph
-
-# Intra-op threads a graph runtime may be given. ONNX Runtime and OpenVINO start each
-# one up front, so a million ended in a segfault after 79 s; 1024 is above the cores of
-# any machine evalq runs on (documented in docs/backends.md).
-MAX_THREADS = 1024
-Threads = Annotated[int | None, Field(default=None, ge=1, le=MAX_THREADS)]
-
-
-def _named_file(value: str | None) -> str | None:
-    """A user's graph path names a file: an empty one was silently ignored (evalq
-    exported the checkpoint instead), a NUL byte ended in an empty exit 2."""
-    if value is None:
-        return value
-    if not value.strip():
-        raise ValueError("an empty 'file' names no graph; drop it to let evalq export the "
-                         "checkpoint, or name the graph file")
-    if "\0" in value:
-        raise ValueError("the graph path holds a NUL character, which no file name can")
-    return value
-
-
-# ``onnx.file`` / ``openvino.file``: resolved against the recipe's folder and checked to
-# be a file when the recipe is read (``evalq.recipe.graph_files``).
-GraphFile = Annotated[str | None, AfterValidator(_named_file)]
 
 
 class GraphModel:
@@ -133,4 +108,4 @@ class GraphModel:
                 "fingerprint": self.fingerprint()}
 
 
-__all__ = ["MAX_THREADS", "GraphFile", "GraphModel", "Threads"]
+__all__ = ["GraphModel"]

@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evalq.core.errors import InputError
+from evalq.core.values import EncodingSettings
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder
-from evalq.engines.modelinfo import resolve_model_path, resolve_settings
+from evalq.engines.options import EncoderVariant
 from evalq.engines.registry import embedding_backend
 from evalq.engines.server_routes import ServerRoutes
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Recipe, Variant
 
 PROBE_TEXT = "How many queries does a one percent margin need?"
 _NORM_TOLERANCE = 1e-3
@@ -51,12 +50,22 @@ class ProbeReport:
         return asdict(self)
 
 
-def _variant_path(recipe: Recipe, variant: Variant) -> str:
-    index = [v.name for v in recipe.variants].index(variant.name)
-    return "reference" if index == 0 else f"candidates.{index - 1}"
+@dataclass(frozen=True)
+class ProbeTarget:
+    """One HTTP variant to probe, resolved by the plan: its options, where it sits in the
+    recipe (``reference``, ``candidates.0``: the prefix of every field a problem names),
+    its model folder and encoding settings, the cache folder, and whether the recipe's
+    ``load.launch`` starts its server (then it is probed once started)."""
+
+    variant: EncoderVariant
+    where: str
+    model_path: Path
+    settings: EncodingSettings
+    cache_dir: Path
+    launched: bool = False
 
 
-def _check_model(variant: Variant, encoder: Any, routes: ServerRoutes, where: str,
+def _check_model(variant: EncoderVariant, encoder: Any, routes: ServerRoutes, where: str,
                  file: Path) -> None:
     if variant.backend != "openai" or not routes.models:
         return
@@ -72,7 +81,7 @@ def _check_model(variant: Variant, encoder: Any, routes: ServerRoutes, where: st
         )
 
 
-def _check_norm(variant: Variant, report: ProbeReport, where: str, file: Path) -> None:
+def _check_norm(variant: EncoderVariant, report: ProbeReport, where: str, file: Path) -> None:
     unit = abs(report.raw_norm - 1.0) < _NORM_TOLERANCE
     if variant.backend == "tei" and report.normalize and not unit:
         raise InputError(
@@ -88,16 +97,12 @@ def _check_norm(variant: Variant, report: ProbeReport, where: str, file: Path) -
             fix="set encoding.normalize: true, or start the server without normalization")
 
 
-def probe_variant(recipe: Recipe, variant: Variant, recipe_path: Path) -> ProbeReport:
+def probe_variant(target: ProbeTarget, recipe_path: Path) -> ProbeReport:
     """Build the variant's HTTP encoder, embed the probe text, check what came back."""
 
-    where = _variant_path(recipe, variant)
-    model_path = resolve_model_path(variant.model or recipe.model.path, file=recipe_path)
-    merged = recipe.encoding.merged(variant.encoding)
-    settings = resolve_settings(model_path, merged.model_dump(exclude_none=True),
-                                file=recipe_path)
-    cache = Path(recipe.cache_dir)
-    ctx = BuildContext(model_path, settings, cache / "logs", "cpu", cache)
+    variant, where, settings, cache = (target.variant, target.where, target.settings,
+                                       target.cache_dir)
+    ctx = BuildContext(target.model_path, settings, cache / "logs", "cpu", cache)
     try:
         encoder = create_encoder(variant, ctx)
         try:
@@ -126,35 +131,29 @@ def probe_variant(recipe: Recipe, variant: Variant, recipe_path: Path) -> ProbeR
     return report
 
 
-def launched_by_recipe(recipe: Recipe, variant: Variant) -> bool:
-    """Whether the recipe's ``load.launch`` starts this variant's server: it cannot answer
-    before the run starts it, so it is probed right after (:func:`probe_one`)."""
-    section = getattr(recipe, "load", None)
-    return section is not None and variant.name in section.launch
-
-
-def probe_one(recipe: Recipe, variant: Variant, recipe_path: Path) -> dict[str, Any]:
+def probe_one(target: ProbeTarget, recipe_path: Path) -> dict[str, Any]:
     """Probe one openai/tei variant (InputError, exit 2, if it cannot work); log one line
     (the console shows it) and return the report for the manifest."""
-    report = probe_variant(recipe, variant, recipe_path)
-    log.info(f"[evalq] probe {variant.name}: POST {report.endpoint} ok, "
+    report = probe_variant(target, recipe_path)
+    log.info(f"[evalq] probe {target.variant.name}: POST {report.endpoint} ok, "
              f"{report.dimensions} dims, server norm {report.raw_norm:.4f}"
              + (f", model {report.served_model}" if report.served_model else ""))
     return report.as_dict()
 
 
-def probe_http_variants(recipe: Recipe, variants: list[Variant], recipe_path: Path
+def probe_http_variants(targets: Sequence[ProbeTarget], recipe_path: Path
                         ) -> dict[str, dict[str, Any]]:
     """Probe every openai/tei variant before any encoding; raise InputError (exit 2) on the
     first that cannot work, naming the variant, the field and the fix. Returns the reports
     by variant name for the manifest; prints one line per variant. A server the recipe
     launches itself is probed once started (the runner calls :func:`probe_one`)."""
     reports: dict[str, dict[str, Any]] = {}
-    for variant in variants:
-        if not embedding_backend(variant.backend).http_probe:
+    for target in targets:
+        name = target.variant.name
+        if not embedding_backend(target.variant.backend).http_probe:
             continue
-        if launched_by_recipe(recipe, variant):
-            reports[variant.name] = {"deferred": "started by load.launch; probed once up"}
+        if target.launched:  # cannot answer before the run starts it: probed right after
+            reports[name] = {"deferred": "started by load.launch; probed once up"}
             continue
-        reports[variant.name] = probe_one(recipe, variant, recipe_path)
+        reports[name] = probe_one(target, recipe_path)
     return reports

@@ -21,7 +21,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -30,12 +30,10 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.context import BuildContext
+from evalq.engines.options import EncoderVariant
 from evalq.engines.quantize import load_model
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 from evalq.engines.textfront import TokenizerFront, pooled_vectors
-
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
 
 BACKEND_NAME = "inprocess"
 
@@ -197,7 +195,7 @@ TORCH_DYNAMIC = BatchDependence(
     "batch's largest activation", None)
 
 
-def batch_dependence(variant: Variant) -> BatchDependence:
+def batch_dependence(variant: EncoderVariant) -> BatchDependence:
     quant = variant.quantization or {}
     method = quant.get("method")
     if method is None or method == "dtype":
@@ -211,7 +209,7 @@ def batch_dependence(variant: Variant) -> BatchDependence:
                            f"with quantization {method!r}", None)
 
 
-def build(variant: Variant, ctx: BuildContext) -> Encoder:
+def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     return InProcessEncoder(ctx.model_path, settings=ctx.settings, dtype=variant.dtype,
                             quantization=variant.quantization, device=ctx.device)
 

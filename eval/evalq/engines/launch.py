@@ -7,8 +7,8 @@ server that never answers its health route is exit 2 naming the URL and the log;
 that exits during start-up is exit 2 with the log's own diagnosis when it has a known one
 (:data:`STARTUP_DIAGNOSES`: a missing Infinity extra, a folder without an ONNX file).
 
-The command's placeholders are :data:`PLACEHOLDERS`, the one list the recipe check and the
-docs read.
+The command's placeholders are :data:`evalq.engines.options.PLACEHOLDERS`, the one list
+the recipe check and the docs read.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import atexit
 import os
 import re
 import socket
-import string
 import subprocess
 import time
 import weakref
@@ -27,19 +26,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalq.core.errors import InputError
+from evalq.engines.options import EncoderVariant, LaunchCommand, used_placeholders
 from evalq.engines.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
 
 _LIVE: weakref.WeakSet[LaunchedServer] = weakref.WeakSet()
-
-# Placeholders of ``load.launch.<variant>.command`` and ``cwd``, filled by start_launch.
-PLACEHOLDERS: dict[str, str] = {
-    "model_path": "the variant's model folder (the recipe's checkpoint)",
-    "host": "the host of the variant's http.url",
-    "port": "the port of the variant's http.url",
-    "onnx_dir": "a folder holding the ONNX graph of the variant that load.launch.<name>."
-                "onnx_from names (the very graph its verdict judged), with the checkpoint's "
-                "tokenizer and config (engines.onnx_serve)",
-}
 
 # Start-up failures a server's log explains: (pattern, message, fix). The first match in
 # the log of a server that exited replaces the generic "read the log".
@@ -173,17 +163,16 @@ class LaunchedServer:
         stop_group(process, timeout_s, linger_s=3.0)
 
 
-def start_launch(recipe: Any, variant: Any, model_path: Path, logs_dir: Path, *,
-                 onnx_dir: Path | None = None,
+def start_launch(spec: LaunchCommand | None, variant: EncoderVariant, model_path: Path,
+                 logs_dir: Path, *, onnx_dir: Path | None = None,
                  served: Mapping[str, Any] | None = None) -> LaunchedServer | None:
-    """Start the server a recipe's ``load.launch`` names for ``variant``, if any.
+    """Start the server ``spec`` (the recipe's ``load.launch`` entry for ``variant``, or
+    None) describes, if any.
 
     ``evalq run`` and ``evalq parity`` call this too, so a recipe that launches (say)
     Infinity gets its quality verdict from the same server the load test drives.
     ``onnx_dir`` fills ``{onnx_dir}`` (``served`` is its record, for the results).
     """
-    section = getattr(recipe, "load", None)
-    spec = section.launch.get(variant.name) if section is not None else None
     if spec is None or variant.http is None:
         return None
     parts = urlsplit(variant.http.url)
@@ -205,10 +194,3 @@ def start_launch(recipe: Any, variant: Any, model_path: Path, logs_dir: Path, *,
                             cwd=cwd, served=served,
                             field=f"load.launch.{variant.name}.command")
     return server.start()
-
-
-def used_placeholders(args: Sequence[str]) -> list[str]:
-    """The ``{name}`` fields of a launch command's arguments, in order (``{{`` is a
-    literal brace); a malformed one (an unclosed ``{``) raises ValueError."""
-    return [name for arg in args for _, name, _, _ in string.Formatter().parse(arg)
-            if name is not None]

@@ -25,12 +25,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from evalq.core.errors import InputError
 from evalq.core.locations import expand_user
 from evalq.core.values import EncodingSettings
 from evalq.engines.lasttoken import padding_side
+from evalq.engines.options import SettingsOverrides
 
 #: Longest max length assumed when a model states none (or states a sentinel like 1e30).
 MAX_LENGTH_CAP = 512
@@ -263,19 +264,6 @@ def default_settings(path: str | Path) -> EncodingSettings:
     )
 
 
-class SettingsOverrides(BaseModel):
-    """What a recipe may override; every field optional, unknown keys refused."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    pooling: Literal["mean", "cls", "last"] | None = None
-    normalize: bool | None = None
-    max_length: int | None = Field(default=None, gt=0)
-    truncation_side: Literal["right", "left"] | None = None
-    query_prefix: str | None = None
-    document_prefix: str | None = None
-    padding_side: Literal["right", "left"] | None = None
-    append_eos: bool | None = None
 
 
 def resolve_settings(path: str | Path, overrides: Mapping[str, Any] | None = None, *,

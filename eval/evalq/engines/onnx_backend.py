@@ -12,19 +12,19 @@ backend's own, so ONNX fp32 is judged on its kernels alone.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 
 from evalq.core.errors import InputError
-from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
-from evalq.engines.graph_model import GraphFile, GraphModel, Threads
+from evalq.engines.graph_model import GraphModel
 from evalq.engines.graph_variant import methods_for, onnx_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
+from evalq.engines.options import ONNX_BACKEND, EncoderVariant, OnnxOptions
 from evalq.engines.quantize import ort_dynamic, ort_optimize, ort_static
 from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import (
@@ -39,26 +39,13 @@ from evalq.engines.quantize.onnx_graph import (
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 from evalq.engines.textfront import TokenizerFront
 
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
-
-BACKEND_NAME = "onnx"
+BACKEND_NAME = ONNX_BACKEND
 EXTRA = "onnx"
 # ONNX Runtime's session-level graph optimization levels, by the names its docs use.
 SESSION_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                   "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
-class OnnxOptions(StrictOptions):
-    """``onnx:`` of a variant: a ready-made graph, threads, session optimization."""
-
-    # A user's model.onnx of the recipe's checkpoint (token states as first output);
-    # unset: evalq exports the checkpoint itself.
-    file: GraphFile = None
-    # intra-op threads; None: ONNX Runtime's default (one per physical core)
-    threads: Threads = None
-    # SessionOptions.graph_optimization_level (ONNX Runtime's default is all)
-    graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
 
 
 class OrtSession(GraphModel):
@@ -139,7 +126,7 @@ def base_graph(ctx: BuildContext, options: OnnxOptions | None) -> OnnxGraph:
     return export_onnx(ctx.model_path, ctx.cache_dir / "checkpoints")
 
 
-def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront | None = None,
+def graph_for(variant: EncoderVariant, ctx: BuildContext, front: TokenizerFront | None = None,
               ) -> tuple[OnnxGraph, QuantizationRecord]:
     """The graph a variant runs (base, or derived by its quantization method) and the
     record of what was done to it."""
@@ -149,7 +136,7 @@ def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront | None 
         ctx.calibration, ctx.model_path), onnx_bytes)
 
 
-def build(variant: Variant, ctx: BuildContext) -> Encoder:
+def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     if ctx.device != "cpu" and variant.device == "cuda":
         raise InputError(message="backend onnx runs ONNX Runtime's CPU execution provider",
                          field="device", fix="use device: cpu (or auto) for this variant")
@@ -178,7 +165,7 @@ DECLARED = {
 }
 
 
-def batch_dependence(variant: Variant) -> BatchDependence:
+def batch_dependence(variant: EncoderVariant) -> BatchDependence:
     return declared_dependence(BACKEND_NAME, (variant.quantization or {}).get("method"),
                                DECLARED, PADDED_FLOAT)
 

@@ -18,7 +18,8 @@ from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
 from evalq.engines.graph_reranker import GraphReranker, derive_context, graph_cache
 from evalq.engines.graph_variant import onnx_bytes, variant_graph
-from evalq.engines.onnx_backend import BACKEND_NAME, EXTRA, OnnxOptions, OrtSession
+from evalq.engines.onnx_backend import BACKEND_NAME, EXTRA, OrtSession
+from evalq.engines.options import OnnxOptions
 from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize.onnx_graph import (
     LOGITS,

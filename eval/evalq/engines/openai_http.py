@@ -19,44 +19,24 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
 
 from evalq.core.errors import BackendUnavailableError, InputError
-from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, vector_problem
 from evalq.engines.context import BuildContext
 from evalq.engines.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.replies import parse_openai_reply
 from evalq.engines.server_identity import PROBE_TEXT, server_identity
 from evalq.engines.spec import REMOTE_SERVER, BackendSpec
-
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
 
 EncodingFormat = Literal["float", "base64"]
 BACKEND_NAME = "openai"
 
 
-class HttpOptions(StrictOptions):
-    """A variant's ``http:`` options (the HTTP embedding backends, openai and tei)."""
-
-    url: str
-    # The embeddings path under url: openai default /v1/embeddings (Infinity without
-    # --url-prefix /v1 serves /embeddings), tei default /embed (backends.http_probe).
-    route: str | None = Field(default=None, pattern=r"^/")
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(default=60, gt=0)
-    retries: int = Field(default=3, ge=0)
-    concurrency: int = Field(default=4, ge=1)
-    max_batch: int = Field(default=64, ge=1)
-    dimensions: int | None = None
-    encoding_format: Literal["float", "base64"] | None = None
-    prompt_name: str | None = None
 
 _WORD = re.compile(r"\w+|[^\w\s]")
 
@@ -280,7 +260,7 @@ class OpenAIEncoder(HttpEncoderBase):
         return vectors
 
 
-def build(variant: Variant, ctx: BuildContext) -> Encoder:
+def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     http = variant.http
     assert http is not None  # the recipe requires it
     return OpenAIEncoder(

@@ -12,19 +12,19 @@ are ``textfront``'s, as in-process.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 
 from evalq.core.errors import InputError
-from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.graph_encoder import GraphEncoder, declared_dependence
-from evalq.engines.graph_model import GraphFile, GraphModel, Threads
+from evalq.engines.graph_model import GraphModel
 from evalq.engines.graph_variant import ir_bytes, variant_graph
 from evalq.engines.inprocess import PADDED_FLOAT
+from evalq.engines.options import EncoderVariant, OpenVinoOptions
 from evalq.engines.quantize import nncf_int8
 from evalq.engines.quantize.derive import DeriveContext
 from evalq.engines.quantize.onnx_graph import (
@@ -41,23 +41,9 @@ from evalq.engines.quantize.openvino_ir import EXTRA, convert_ir, read_ir
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 from evalq.engines.textfront import TokenizerFront
 
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
-
 BACKEND_NAME = "openvino"
 
 
-class OpenVinoOptions(StrictOptions):
-    """``openvino:`` of a variant: a ready-made IR and the CPU plugin's threads."""
-
-    # A user's openvino_model.xml (its .bin beside it) of the recipe's checkpoint, token
-    # states as first output; unset: evalq converts its ONNX export.
-    file: GraphFile = None
-    threads: Threads = None  # None: the plugin's default
-    # f32: evalq pins the CPU plugin's arithmetic. default: the plugin's own choice, what
-    # a deployment without a config serves (bf16 on a CPU with AVX512-BF16 or AMX), so
-    # that is what gets certified; the manifest and the cache key record what it chose.
-    precision: Literal["f32", "default"] = "f32"
 
 
 class OpenVinoModel(GraphModel):
@@ -118,7 +104,7 @@ class OpenVinoEncoder(OpenVinoModel, GraphEncoder):
         self._compile(ov, graph, self.dim, dtype, options, field_name)
 
 
-def graph_for(variant: Variant, ctx: BuildContext, front: TokenizerFront,
+def graph_for(variant: EncoderVariant, ctx: BuildContext, front: TokenizerFront,
               ) -> tuple[OnnxGraph, QuantizationRecord]:
     """The IR a variant runs and the record of what was done to it."""
     fp16 = variant.dtype == "float16"
@@ -167,7 +153,7 @@ def compile_cpu(ov: Any, path: Path, width: int, options: OpenVinoOptions, *,
     return compiled, inputs, hint.to_string() if hasattr(hint, "to_string") else str(hint)
 
 
-def build(variant: Variant, ctx: BuildContext) -> Encoder:
+def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     if variant.device == "cuda":
         raise InputError(message="backend openvino runs OpenVINO's CPU plugin", field="device",
                          fix="use device: cpu (or auto) for this variant")
@@ -196,7 +182,7 @@ ENGINE_DEFAULT = BatchDependence(
     "rounds its bf16 inputs' products in another order", 1e-2)
 
 
-def batch_dependence(variant: Variant) -> BatchDependence:
+def batch_dependence(variant: EncoderVariant) -> BatchDependence:
     options = getattr(variant, BACKEND_NAME, None)
     unquantized = (ENGINE_DEFAULT if options is not None and options.precision == "default"
                    else PADDED_FLOAT if variant.dtype == "float32" else FP16_WEIGHTS)

@@ -16,7 +16,8 @@ from evalq.core.values import QuantizationRecord
 from evalq.engines.context import RerankerContext
 from evalq.engines.graph_reranker import GraphReranker, derive_context, graph_cache
 from evalq.engines.graph_variant import ir_bytes, variant_graph
-from evalq.engines.openvino_backend import BACKEND_NAME, OpenVinoModel, OpenVinoOptions, base_ir
+from evalq.engines.openvino_backend import BACKEND_NAME, OpenVinoModel, base_ir
+from evalq.engines.options import OpenVinoOptions
 from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize.onnx_graph import LOGITS, OnnxGraph, require
 from evalq.engines.quantize.openvino_ir import EXTRA

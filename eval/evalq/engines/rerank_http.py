@@ -18,21 +18,16 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from evalq.core.errors import InputError
-from evalq.core.options import StrictOptions
 from evalq.engines.context import RerankerContext
 from evalq.engines.http_common import HttpJsonClient, RetryPolicy, read_api_key, split_batches
+from evalq.engines.options import RerankerModel, RerankerVariantOptions, RerankHttpOptions
 from evalq.engines.replies import parse_rerank_reply
 from evalq.engines.spec import BackendSpec
-
-if TYPE_CHECKING:
-    from evalq.recipe.pipelines import RerankerSpec, RerankerVariant
-
 
 # What a TEI server's /info says about the model behind it (a field it leaves out is None).
 _INFO_IDENTITY = ("model_id", "model_sha", "model_dtype", "model_type", "max_input_length")
@@ -44,15 +39,6 @@ _PROBE_TEXTS = ("Water boils at 100 degrees Celsius at sea level.",
 _PROBE_DECIMALS = 3
 
 
-class RerankHttpOptions(StrictOptions):
-    """A reranker variant's ``http:`` options (backends tei and rerank-api)."""
-
-    url: str
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(default=60, gt=0)
-    retries: int = Field(default=3, ge=0)
-    max_batch: int = Field(default=64, ge=1)
 
 
 class HttpReranker:
@@ -198,7 +184,7 @@ class HttpReranker:
         self._http.close()
 
 
-def build_http_reranker(spec: RerankerSpec, variant: RerankerVariant,
+def build_http_reranker(spec: RerankerModel, variant: RerankerVariantOptions,
                         model_path: Path | None) -> HttpReranker:
     http = variant.http
     assert http is not None  # config guarantees it

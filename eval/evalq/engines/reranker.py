@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,13 +37,11 @@ from evalq.core.weights import model_fingerprint
 from evalq.engines.context import RerankerContext
 from evalq.engines.inprocess import InProcessEncoder, input_device
 from evalq.engines.modelinfo import default_settings, resolve_settings
+from evalq.engines.options import RerankerModel
 from evalq.engines.pairfront import PairFront
 from evalq.engines.quantize import load_model
 from evalq.engines.quantize.loading import auto_class
 from evalq.engines.spec import BackendSpec
-
-if TYPE_CHECKING:
-    from evalq.recipe.pipelines import RerankerSpec
 
 Activation = Literal["sigmoid", "none", "softmax"]
 PairTruncation = Literal["longest_first", "only_second"]
@@ -312,7 +310,7 @@ class BiEncoderScorer:
 # -- the in-process reranker backend's declaration ------------------------------------
 
 
-def rerank_settings(spec: RerankerSpec, model_path: Path) -> RerankSettings:
+def rerank_settings(spec: RerankerModel, model_path: Path) -> RerankSettings:
     """The score settings of a pipeline's reranker; the maximum length defaults to the
     model's own."""
     max_length = spec.max_length or default_settings(model_path).max_length
@@ -320,7 +318,7 @@ def rerank_settings(spec: RerankerSpec, model_path: Path) -> RerankSettings:
                           truncation=spec.truncation)
 
 
-def bi_encoder_settings(spec: RerankerSpec, model_path: Path) -> EncodingSettings:
+def bi_encoder_settings(spec: RerankerModel, model_path: Path) -> EncodingSettings:
     """A bi-encoder scorer's encoding settings: the model's, with the spec's length."""
     return resolve_settings(model_path, {"max_length": spec.max_length}
                             if spec.max_length else {})

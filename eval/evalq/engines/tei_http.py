@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -23,12 +23,10 @@ from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings
 from evalq.engines.context import BuildContext
 from evalq.engines.http_common import RetryPolicy
-from evalq.engines.openai_http import HttpEncoderBase, HttpOptions
+from evalq.engines.openai_http import HttpEncoderBase
+from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.replies import parse_tei_reply
 from evalq.engines.spec import REMOTE_SERVER, BackendSpec
-
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
 
 BACKEND_NAME = "tei"
 
@@ -155,7 +153,7 @@ class TeiEncoder(HttpEncoderBase):
         return parse_tei_reply(body, len(texts), f"{self.url}{self.route}")
 
 
-def build(variant: Variant, ctx: BuildContext) -> Encoder:
+def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     http = variant.http
     assert http is not None  # the recipe requires it
     return TeiEncoder(http.url, settings=ctx.settings, api_key_env=http.api_key_env,

@@ -7,41 +7,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
-from evalq.core.options import StrictOptions
 from evalq.core.protocols import Encoder
 from evalq.core.values import QuantizationRecord
 from evalq.engines.context import BuildContext
 from evalq.engines.inprocess import PADDED_HALF
 from evalq.engines.openai_http import OpenAIEncoder
+from evalq.engines.options import EncoderVariant, VllmOptions
 from evalq.engines.quantize import w8a8_checkpoint
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 from evalq.engines.vllm_engine import VllmEngineEncoder
 from evalq.engines.vllm_server import VllmServerEncoder, vllm_request_fields
 
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Variant
-
 BACKEND_NAME = "vllm"
 
 
-class VllmOptions(StrictOptions):
-    """A variant's ``vllm:`` options (backend vllm only)."""
-
-    mode: Literal["engine", "server"] = "engine"
-    quantization: str | None = None
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    max_model_len: int | None = Field(default=None, ge=1)
-    enforce_eager: bool | None = None
-    url: str | None = None  # server mode: connect to a running server instead of starting one
-    concurrency: int = Field(default=4, ge=1)
-    max_batch: int = Field(default=64, ge=1)
-    startup_timeout_s: float = Field(default=300, gt=0)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
 # On CPU, vLLM's "GPU memory" is host RAM reserved for the KV cache: keep it small by
@@ -49,7 +32,7 @@ class VllmOptions(StrictOptions):
 _DEFAULT_MEMORY_SHARE = 0.1
 
 
-def build_vllm_encoder(variant: Variant, ctx: BuildContext) -> Encoder:
+def build_vllm_encoder(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     # vLLM logs every step at INFO on stderr, drowning the run's own report; users who
     # want it set VLLM_LOGGING_LEVEL themselves.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -136,7 +119,7 @@ VLLM_OTHER = BatchDependence(
     "measured; fp8 with dynamic per-tensor scales is batch-dependent", None)
 
 
-def batch_dependence(variant: Variant) -> BatchDependence:
+def batch_dependence(variant: EncoderVariant) -> BatchDependence:
     method = (variant.quantization or {}).get("method")
     engine_quant = variant.vllm.quantization if variant.vllm else None
     if engine_quant is not None:

@@ -19,17 +19,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from evalq.core.errors import InputError, MissingExtraError
-from evalq.core.options import StrictOptions
 from evalq.core.values import QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.context import RerankerContext
 from evalq.engines.devices import check_current_vllm
+from evalq.engines.options import RerankVllmOptions
 from evalq.engines.quantize import w8a8, w8a8_checkpoint
 from evalq.engines.reranker import (
     Reranker,
@@ -46,19 +45,6 @@ from evalq.engines.vllm_rerank_server import VllmServerReranker
 BACKEND_NAME = "vllm-engine"
 
 
-class RerankVllmOptions(StrictOptions):
-    """``mode: engine``: ``LLM.score()`` in-process (backends/vllm_rerank.py); ``mode:
-    server``: evalq starts vLLM's OpenAI server and scores through ``route``
-    (backends/vllm_rerank_server.py)."""
-
-    mode: Literal["engine", "server"] = "engine"
-    route: Literal["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"] = "/score"
-    startup_timeout_s: float = Field(default=300, gt=0)
-    max_batch: int = Field(default=64, ge=1)  # server mode: texts per request
-    quantization: str | None = None
-    gpu_memory_utilization: float = Field(default=0.1, gt=0, le=1)
-    enforce_eager: bool | None = None
-    engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
 class VllmEngineReranker:

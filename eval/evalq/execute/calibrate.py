@@ -26,7 +26,7 @@ from evalq.decide.calibration import (
 )
 from evalq.decide.gate import paired_values
 from evalq.execute.regate import stored_recipe
-from evalq.recipe.gates import gate_spec
+from evalq.plan.gates import gate_spec
 from evalq.recipe.schema import Recipe
 from evalq.results.folder import RunFolder
 

@@ -38,8 +38,9 @@ from evalq.encode.executors import open_executor
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import batching, create_encoder, resolve_device
-from evalq.engines.http_probe import launched_by_recipe, probe_http_variants, probe_one
+from evalq.engines.http_probe import ProbeTarget, probe_http_variants, probe_one
 from evalq.engines.launch import start_launch
+from evalq.engines.registry import embedding_backend
 from evalq.execute import sensitivity, sensitivity_measure
 from evalq.execute import streamed as streamrun
 from evalq.execute.calibration_sample import corpus_calibration
@@ -49,18 +50,19 @@ from evalq.execute.pipelines import run_pipelines
 from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.measure.judged import JudgedIndex
-from evalq.recipe.load import parity_subject
-from evalq.recipe.plan import build_plan
-from evalq.recipe.schema import Recipe, Variant, load_recipe_source
+from evalq.plan.types import ParityPlan, Plan, VariantPlan
+from evalq.recipe.schema import Recipe, Variant
 from evalq.results import rundir
 from evalq.results.folder import (
     RunFolder,
+    clean_json,
     environment,
     git_revision,
     host_record,
     now_iso,
     package_versions,
 )
+from evalq.results.hostpart import HostPart
 from evalq.results.snippets import write_snippets
 
 log = logging.getLogger(__name__)
@@ -73,33 +75,17 @@ class RunOutcome:
     summary: dict[str, Any]
 
 
-def run_recipe_file(path: str | Path, **kwargs: Any) -> RunOutcome:
-    loaded = load_recipe_source(path)
-    return run_recipe(loaded.recipe, loaded.path, _located=loaded.located, **kwargs)
-
-
-def run_recipe(
-    recipe: Recipe,
-    recipe_path: Path,
-    *,
-    output: Path | None = None,
-    max_queries: int | None = None,
-    max_docs: int | None = None,
-    only: list[str] | None = None,
-    use_cache: bool = True,
-    progress: bool | None = None,
-    _located: Any = None,
-    executor: str | None = None,
-    address: str | None = None,
-) -> RunOutcome:
-    """Run every selected variant, then the pipelines, and write the results folder.
+def run_recipe(plan: Plan, recipe: Recipe, *, progress: bool | None = None,
+               executor: str | None = None, address: str | None = None) -> RunOutcome:
+    """Run every variant ``plan`` selected, then the pipelines, and write the results
+    folder ``plan.output``. The app builds the plan (``evalq.recipe.plan.build_plan``);
+    ``executor`` and ``address`` (the command line) override the plan's encoding executor.
 
     Prints progress to stderr only: the console table is the app's to print, from the
     folder this wrote (``evalq.app.api.run``)."""
 
-    run = _prepare(recipe, recipe_path, output=output, max_queries=max_queries,
-                   max_docs=max_docs, only=only, use_cache=use_cache, progress=progress,
-                   located=_located, executor=executor, address=address)
+    recipe_path = plan.recipe_file
+    run = _prepare(plan, recipe, progress=progress, executor=executor, address=address)
     try:
         _run_variants(run)
         summary = _finish(run)
@@ -122,9 +108,10 @@ class _Run:
     """One run's state between its steps: what :func:`_prepare` resolved and opened, and
     what the variants add as they finish (the reference's state, records, manifest)."""
 
+    plan: Plan
     recipe: Recipe
     recipe_path: Path
-    planned: dict[str, Any]
+    planned: dict[str, VariantPlan]
     variants: list[Variant]
     datasets: list[Any]
     depth: int
@@ -133,6 +120,7 @@ class _Run:
     cache: Any
     ray_exec: Any
     http_probe: dict[str, Any]
+    probes: dict[str, ProbeTarget]
     model_paths: dict[str, Path]
     manifest: dict[str, Any]
     show_progress: bool
@@ -143,28 +131,24 @@ class _Run:
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
 
 
-def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
-             max_queries: int | None, max_docs: int | None, only: list[str] | None,
-             use_cache: bool, progress: bool | None, located: Any, executor: str | None,
+def _prepare(plan: Plan, recipe: Recipe, *, progress: bool | None, executor: str | None,
              address: str | None) -> _Run:
-    """Plan, probe, load the datasets, lock and prepare the folder, write the first
-    manifest (status ``running``)."""
+    """Probe, load the datasets, lock and prepare the folder, write the first manifest
+    (status ``running``)."""
 
     started = now_iso()
     show_progress = sys.stderr.isatty() if progress is None else progress
-    # Every recipe error that can be known before work, at once (plan.py).
-    plan = build_plan(recipe, recipe_path, output=output, only=only, max_queries=max_queries,
-                      max_docs=max_docs, use_cache=use_cache, located=located)
+    recipe_path = plan.recipe_file
     # The plan selected the variants (--only checked there) and resolved their models and
     # settings; the run reads them from it instead of resolving them again.
     planned = {vp.name: vp for vp in plan.variants}
     variants = [v for v in recipe.variants if v.name in planned]
 
-    http_probe = probe_http_variants(recipe, variants, recipe_path)  # before any encoding
-    ray_exec = open_executor(recipe, recipe_path, executor, address)
-    max_queries = max_queries or recipe.max_queries
-    max_docs = max_docs or recipe.max_docs
-    datasets = load_datasets(recipe.datasets, recipe_path, max_queries, max_docs)
+    targets = probe_targets(plan)
+    http_probe = probe_http_variants(targets, recipe_path)  # before any encoding
+    ray_exec = open_executor(plan.executor, recipe_path, executor, address)
+    max_queries, max_docs = plan.limits.max_queries, plan.limits.max_docs
+    datasets = load_datasets(list(plan.dataset_specs), recipe_path, max_queries, max_docs)
     depth = plan.depth  # metric cutoffs, gates and pipeline depths: what `evalq plan` prints
     out_dir = plan.output
     folder = RunFolder(out_dir)
@@ -172,8 +156,8 @@ def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
     lock.acquire()
     folder.prepare()
     failure.set_logs_dir(folder.logs)
-    rundir.remove_stale_variants(out_dir, [v.name for v in recipe.variants])
-    cache = EmbeddingCache(Path(recipe.cache_dir) / "embeddings") if use_cache else None
+    rundir.remove_stale_variants(out_dir, list(plan.variant_names))
+    cache = EmbeddingCache(plan.cache_dir / "embeddings") if plan.cache_dir else None
     if ray_exec is not None and cache is None:  # Ray hands vectors over through a cache
         cache = ray_exec.private_cache(folder.root)
     model_paths = {name: vp.model_folder() for name, vp in planned.items()}
@@ -185,10 +169,11 @@ def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
         "host": host_record(),
         "recipe_file": str(recipe_path),
         "recipe": recipe.model_dump(mode="json"),
-        "options": {"max_queries": max_queries, "max_docs": max_docs, "only": only,
-                    "use_cache": use_cache, "depth": depth},
-        "model": {"path": str(model_paths[recipe.reference.name]),
-                  "fingerprint": model_fingerprint(model_paths[recipe.reference.name])},
+        "options": {"max_queries": max_queries, "max_docs": max_docs,
+                    "only": list(plan.only) if plan.only is not None else None,
+                    "use_cache": plan.cache_dir is not None, "depth": depth},
+        "model": {"path": str(model_paths[plan.reference.name]),
+                  "fingerprint": model_fingerprint(model_paths[plan.reference.name])},
         "datasets": {d.name: {"fingerprint": d.fingerprint, "queries": len(d.queries),
                               "documents": len(d.corpus), "source": dict(d.source)}
                      for d in datasets},
@@ -197,40 +182,36 @@ def _prepare(recipe: Recipe, recipe_path: Path, *, output: Path | None,
         "http_probe": http_probe,
     }
     folder.write_manifest(manifest)
-    return _Run(recipe=recipe, recipe_path=recipe_path, planned=planned, variants=variants,
-                datasets=datasets, depth=depth, folder=folder, lock=lock, cache=cache,
-                ray_exec=ray_exec, http_probe=http_probe, model_paths=model_paths,
+    return _Run(plan=plan, recipe=recipe, recipe_path=recipe_path, planned=planned,
+                variants=variants, datasets=datasets, depth=depth, folder=folder, lock=lock,
+                cache=cache, ray_exec=ray_exec, http_probe=http_probe,
+                probes={t.variant.name: t for t in targets}, model_paths=model_paths,
                 manifest=manifest, show_progress=show_progress,
                 judged={d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets},
-                parity_texts=parity_sample(datasets, recipe.parity.texts))
+                parity_texts=parity_sample(datasets, plan.parity.texts))
 
 
 def _run_variants(run: _Run) -> None:
     """Each variant in turn (reference first), its engine closed before the next starts;
     the manifest grows variant by variant."""
 
-    recipe, manifest = run.recipe, run.manifest
+    manifest = run.manifest
     if run.ray_exec is not None:
         run.ray_exec.__enter__()
         manifest["executor"] = run.ray_exec.describe()
     else:
         manifest["executor"] = {"type": "local"}
     for variant in run.variants:
-        role = "reference" if variant is recipe.reference else "candidate"
+        role = run.planned[variant.name].role
         settings = run.planned[variant.name].encoding_settings()
         log.info(f"[evalq] {role} {variant.name}: {variant.backend}"
                  f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
                  f"{' ' + variant.quantization['method'] if variant.quantization else ''}")
         model_path = run.model_paths[variant.name]
-        graph = served_graph(recipe, variant, run.planned.__getitem__,
-                             corpus_calibration(run.datasets, recipe.title_separator))
-        with PeakRss() as memory, _launched(recipe, variant, model_path, run.folder,
-                                            run.recipe_path, run.http_probe, manifest, graph):
-            record, parity_vectors = _run_variant(
-                recipe, variant, role, settings, model_path, run.datasets,
-                run.depth, run.folder, run.cache, run.reference, run.judged, run.parity_texts,
-                run.parity_ref, run.show_progress, run.ray_exec,
-            )
+        graph = served_graph(run.plan, run.planned[variant.name],
+                             corpus_calibration(run.datasets, run.plan.title_separator))
+        with PeakRss() as memory, _launched(run, variant, model_path, graph):
+            record, parity_vectors = _run_variant(run, variant, role, settings, model_path)
         _record_memory(record, variant, memory.figures())
         if graph.onnx_dir is not None:  # which evalq graph the server ran (onnx_from)
             record.description["served_graph"] = graph.record
@@ -262,12 +243,13 @@ def _finish(run: _Run) -> dict[str, Any]:
         summary = with_pipelines(summary, pipelines.summary, pipelines.passed,
                                  pipelines.failed_gates)
     write_snippets(folder, run.datasets, [r.name for r in run.records],
-                   words=recipe.report.snippet_words, title_separator=recipe.title_separator)
+                   words=recipe.report.snippet_words, title_separator=run.plan.title_separator)
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
     # The engines are loaded now: what they chose joins the host facts, and the summary
     # says which host (numerics class) its verdicts were certified on.
-    manifest["host"] = summary["host"] = host_record(engines=True)
+    manifest["host"] = host = host_record(engines=True)
+    summary = summary.model_copy(update={"host": HostPart.model_validate(clean_json(host))})
     folder.write_manifest(manifest)
     written = folder.write_summary(summary)
     # The reference's shards of streamed corpora: the embedding cache holds the same.
@@ -283,43 +265,41 @@ def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, A
         record.timings["children_peak_rss_mb"] = figures["children_peak_rss_mb"]
 
 
-def _run_variant(
-    recipe: Recipe, variant: Variant, role: str, settings: EncodingSettings, model_path: Path,
-    datasets: list[Any], depth: int, folder: RunFolder, cache: Any,
-    reference: dict[str, ReferenceState], judged: dict[str, Any], parity_texts: list[str],
-    parity_ref: tuple[np.ndarray, EncodingSettings] | None, show_progress: bool,
-    ray_exec: Any = None,
-) -> tuple[VariantRecord, np.ndarray | None]:
+def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSettings,
+                 model_path: Path) -> tuple[VariantRecord, np.ndarray | None]:
+    plan, recipe, datasets, folder, depth = (run.plan, run.recipe, run.datasets, run.folder,
+                                             run.depth)
+    ray_exec, show_progress, separator = run.ray_exec, run.show_progress, plan.title_separator
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
-                       device=resolve_device(variant.device), cache_dir=Path(recipe.cache_dir),
-                       calibration=corpus_calibration(datasets, recipe.title_separator))
+                       device=resolve_device(variant.device), cache_dir=plan.work_dir,
+                       calibration=corpus_calibration(datasets, separator))
     encoder: Encoder = create_encoder(variant, ctx)
     record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
     parity_vectors = None
     try:
         record.timings["startup_s"] = time.perf_counter() - t0
         record.description = encoder.describe()
-        plan = batching(variant, recipe.batch_tokens, ctx.device)
-        options = {"batch_tokens": plan.batch_tokens, "max_batch": plan.max_batch,
-                   "length_sorted": plan.length_sorted, "cache": cache,
-                   "chunk_size": recipe.cache_chunk,
+        cut = batching(variant, plan.batch_tokens, ctx.device)
+        options = {"batch_tokens": cut.batch_tokens, "max_batch": cut.max_batch,
+                   "length_sorted": cut.length_sorted, "cache": run.cache,
+                   "chunk_size": plan.limits.cache_chunk,
                    # batch-dependent variants: batching is part of the cache key (#14)
                    "composition": cache_composition(variant)}
         if ray_exec is not None:  # fills the cache; the encode_texts calls below then hit it
-            work = [(parity_texts, "document")] if recipe.parity.enabled else []
+            work = [(run.parity_texts, "document")] if plan.parity.enabled else []
             for ds in datasets:
                 if not is_streamed(ds):  # a streamed corpus goes block by block (below)
-                    work.append((ds.corpus.texts_for_encoding(recipe.title_separator),
-                                 "document"))
+                    work.append((ds.corpus.texts_for_encoding(separator), "document"))
                 work.append((list(ds.queries.texts), "query"))
             record.timings["ray"] = ray_exec.encode_variant(variant, ctx, encoder, work,
                                                             options)
-        if recipe.parity.enabled:
+        if plan.parity.enabled:
             # Through the cache like everything else: a rerun recomputes nothing.
-            parity_vectors = encode_texts(encoder, parity_texts, role="document",
+            parity_vectors = encode_texts(encoder, run.parity_texts, role="document",
                                           progress=False, **options).vectors
-            record.parity = _parity_entry(parity_vectors, settings, parity_ref, variant, recipe)
+            record.parity = _parity_entry(parity_vectors, settings, run.parity_ref,
+                                          run.planned[variant.name], plan.parity)
         for ds in datasets:
             docs: Any
             if is_streamed(ds):  # block by block into shards (evalq.execute.streamed)
@@ -328,19 +308,18 @@ def _run_variant(
                 docs = streamrun.encode_corpus(
                     encoder, ds.corpus, streamrun.shards_root(folder.root, ds.name,
                                                               variant.name),
-                    title_separator=recipe.title_separator, options=options,
+                    title_separator=separator, options=options,
                     progress=show_progress, before_block=hook)
             else:
-                docs = encode_texts(encoder,
-                                    ds.corpus.texts_for_encoding(recipe.title_separator),
+                docs = encode_texts(encoder, ds.corpus.texts_for_encoding(separator),
                                     role="document", progress=show_progress, **options)
             queries = encode_texts(encoder, list(ds.queries.texts), role="query",
                                    progress=show_progress, **options)
-            score_dataset(recipe, variant, role, ds, docs, queries, depth, folder, reference,
-                           judged[ds.name], record)
+            score_dataset(recipe, variant, role, ds, docs, queries, depth, folder,
+                          run.reference, run.judged[ds.name], record)
             if sensitivity.measured(recipe, variant):  # #14: other batch compositions
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
-                    recipe, variant, encoder, ds, reference[ds.name], folder, options, depth,
+                    recipe, variant, encoder, ds, run.reference[ds.name], folder, options, depth,
                     show_progress, docs, queries)
     finally:
         encoder.close()
@@ -348,20 +327,28 @@ def _run_variant(
     return record, parity_vectors
 
 
+def probe_targets(plan: Plan) -> list[ProbeTarget]:
+    """The plan's HTTP variants, as the probe takes them: model folder and settings as the
+    plan resolved them, and where each sits in the recipe."""
+    return [ProbeTarget(vp.options, vp.where, vp.model_folder(), vp.encoding_settings(),
+                        plan.work_dir, launched=vp.launch is not None)
+            for vp in plan.variants if embedding_backend(vp.options.backend).http_probe]
+
+
 @contextlib.contextmanager
-def _launched(recipe: Recipe, variant: Variant, model_path: Path, folder: RunFolder,
-              recipe_path: Path, http_probe: dict[str, Any], manifest: dict[str, Any],
-              graph: ServedGraph) -> Iterator[None]:
+def _launched(run: _Run, variant: Variant, model_path: Path, graph: ServedGraph
+              ) -> Iterator[None]:
     """The server the recipe's ``load.launch`` names for this variant, alive while the
     variant runs; probed as soon as it answers, since the start-of-run probe could not
     reach it yet (its report replaces the "deferred" note in the manifest)."""
 
-    launched = start_launch(recipe, variant, model_path, folder.logs, onnx_dir=graph.onnx_dir)
+    launched = start_launch(run.planned[variant.name].launch, variant, model_path,
+                            run.folder.logs, onnx_dir=graph.onnx_dir)
+    probe = run.probes.get(variant.name)
     try:
-        if launched is not None and launched_by_recipe(recipe, variant) \
-                and variant.name in http_probe:
-            http_probe[variant.name] = probe_one(recipe, variant, recipe_path)
-            manifest["http_probe"] = http_probe
+        if launched is not None and probe is not None and variant.name in run.http_probe:
+            run.http_probe[variant.name] = probe_one(probe, run.recipe_path)
+            run.manifest["http_probe"] = run.http_probe
         yield
     finally:
         if launched is not None:
@@ -369,8 +356,8 @@ def _launched(recipe: Recipe, variant: Variant, model_path: Path, folder: RunFol
 
 
 def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
-                  ref: tuple[np.ndarray, EncodingSettings] | None, variant: Variant,
-                  recipe: Recipe) -> dict[str, Any]:
+                  ref: tuple[np.ndarray, EncodingSettings] | None, variant: VariantPlan,
+                  parity: ParityPlan) -> dict[str, Any]:
     """Parity preflight: the same texts through this backend and the reference's.
 
     A checked variant (:func:`_parity_checked`) must reach ``parity.min_cosine``; a miss
@@ -381,10 +368,10 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
         return {"texts": len(vectors), "role": "reference",
                 "settings_fingerprint": settings.fingerprint()}
     result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
-                             recipe.parity.min_cosine)
-    checked = exact_parity_required(parity_subject(recipe, variant))
+                             parity.min_cosine)
+    checked = exact_parity_required(variant.parity_subject)
     return {"texts": len(vectors), "checked": checked,
-            "min_cosine": recipe.parity.min_cosine, "cosine_mean": result.mean_cosine,
+            "min_cosine": parity.min_cosine, "cosine_mean": result.mean_cosine,
             "cosine_min": result.min_cosine, "passed": result.passed if checked else None,
             "reason": result.reason, "settings_fingerprint": result.settings_fingerprint,
             "differences": {k: list(v) for k, v in result.differences.items()}}
@@ -392,25 +379,23 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
 
 
 
-def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
-    """`evalq parity`: the parity preflight alone, one backend alive at a time."""
+def parity_only(plan: Plan, recipe: Recipe, *, texts: int = 32) -> bool:
+    """`evalq parity`: the parity preflight alone, one backend alive at a time (the app
+    plans it without the cache)."""
 
-    loaded = load_recipe_source(recipe_path)
-    recipe, path = loaded.recipe, loaded.path
-    plan = build_plan(recipe, path, use_cache=False, located=loaded.located)
-    datasets = load_datasets(recipe.datasets, path, max_queries=texts, max_docs=texts)
+    datasets = load_datasets(list(plan.dataset_specs), plan.recipe_file, max_queries=texts,
+                             max_docs=texts)
     sample = parity_sample(datasets, texts)
     ref: tuple[np.ndarray, EncodingSettings] | None = None
     ok = True
     for variant in recipe.variants:
-        model_path = plan.variant(variant.name).model_folder()
-        settings = plan.variant(variant.name).encoding_settings()
-        ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
-                           resolve_device(variant.device), Path(recipe.cache_dir),
-                           corpus_calibration(datasets, recipe.title_separator))
-
-        graph = served_graph(recipe, variant, plan.variant, ctx.calibration)
-        launched = start_launch(recipe, variant, model_path, ctx.logs_dir,
+        planned = plan.variant(variant.name)
+        model_path, settings = planned.model_folder(), planned.encoding_settings()
+        ctx = BuildContext(model_path, settings, plan.work_dir / "logs",
+                           resolve_device(variant.device), plan.work_dir,
+                           corpus_calibration(datasets, plan.title_separator))
+        graph = served_graph(plan, planned, ctx.calibration)
+        launched = start_launch(planned.launch, variant, model_path, ctx.logs_dir,
                                 onnx_dir=graph.onnx_dir)
         encoder = create_encoder(variant, ctx)
         try:
@@ -425,12 +410,11 @@ def parity_only(recipe_path: str | Path, *, texts: int = 32) -> bool:
                                  f"{settings.fingerprint()}")
             continue
         result = compare_vectors(variant.name, settings, vectors, ref[1], ref[0],
-                                 recipe.parity.min_cosine)
-        exact = exact_parity_required(parity_subject(recipe, variant))
+                                 plan.parity.min_cosine)
+        exact = exact_parity_required(planned.parity_subject)
         verdict = "ok" if result.passed else ("MISMATCH" if exact else "differs (quantized)")
         ok = ok and (result.passed or not exact)
         messages.output.info(f"{variant.name:24s} cosine mean {result.mean_cosine:.7f} min "
                              f"{result.min_cosine:.7f}  settings "
                              f"{result.settings_fingerprint}  {verdict} {result.reason}")
     return ok
-

@@ -67,8 +67,8 @@ from evalq.measure.fidelity import ScorePair, evaluate_fidelity, pooled_drift
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference
 from evalq.measure.registry import parse_measure, parse_measures
-from evalq.recipe.gates import gate_spec
-from evalq.recipe.pipelines import PipelineGate, PipelineSpec
+from evalq.plan.gates import gate_spec
+from evalq.plan.pipelines import PipelineGate, PipelineSpec
 from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage
 from evalq.retrieve.firststage import Bm25Options, FirstStageRun
@@ -283,7 +283,8 @@ def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path,
             spec.reranker, variant, model_path, device,
             logs_dir=out_dir / "logs", cache_dir=Path(recipe.cache_dir),
             embedding_cache=embedding_cache,
-            layout=dense_layout(recipe, variant_records, ds),
+            layout=dense_layout(recipe.variants, variant_records, ds,
+                                recipe.title_separator, recipe.cache_chunk),
             calibration=corpus_calibration([ds], recipe.title_separator))
         try:
             startup_s = time.perf_counter() - began

@@ -38,7 +38,7 @@ from evalq.decide.gate import decide_gates
 from evalq.decide.summary_stats import column
 from evalq.encode.composition import declared_dependence
 from evalq.measure.registry import parse_measure
-from evalq.recipe.sensitivity import BatchSensitivity
+from evalq.plan.sensitivity import BatchSensitivity
 
 if TYPE_CHECKING:
     from evalq.core.gates import GateSpec

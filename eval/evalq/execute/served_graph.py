@@ -18,8 +18,7 @@ from evalq.core.errors import InputError
 from evalq.engines.context import BuildContext
 from evalq.engines.onnx_backend import graph_for
 from evalq.engines.onnx_serve import serving_folder
-from evalq.recipe.plan import VariantPlan
-from evalq.recipe.schema import Recipe, Variant
+from evalq.plan.types import Plan, VariantPlan
 
 
 @dataclass(frozen=True)
@@ -30,29 +29,25 @@ class ServedGraph:
     record: dict[str, Any] = field(default_factory=dict)
 
 
-def served_graph(recipe: Recipe, variant: Variant, plan_of: Callable[[str], VariantPlan],
+def served_graph(plan: Plan, variant: VariantPlan,
                  calibration: Callable[[int, int], list[tuple[str, str]]] | None = None,
                  ) -> ServedGraph:
     """The serving folder of the graph ``load.launch.<variant>.onnx_from`` names."""
-    section = recipe.load
-    spec = section.launch.get(variant.name) if section is not None else None
+    spec = variant.launch
     if spec is None or spec.onnx_from is None:
         return ServedGraph()
-    source = next(v for v in recipe.variants if v.name == spec.onnx_from)
-    try:
-        source_plan = plan_of(source.name)
-    except (KeyError, StopIteration):  # `--only` left the source out of the plan
+    source = next((v for v in plan.variants if v.name == spec.onnx_from), None)
+    if source is None:  # `--only` left the source out of the plan
         raise InputError(message=f"variant '{variant.name}' serves the graph of "
-                         f"'{source.name}' (load.launch.{variant.name}.onnx_from), which "
+                         f"'{spec.onnx_from}' (load.launch.{variant.name}.onnx_from), which "
                          "this run leaves out", field="--only",
-                         fix=f"add it: --only {source.name} --only {variant.name}") from None
-    cache_dir = Path(recipe.cache_dir)
-    ctx = BuildContext(source_plan.model_folder(), source_plan.encoding_settings(),
-                       cache_dir / "logs", "cpu", cache_dir, calibration)
-    graph, quantization = graph_for(source, ctx)
-    served_settings = plan_of(variant.name).encoding_settings()
-    folder, record = serving_folder(graph, ctx.model_path, served_settings,
-                                    cache_dir / "checkpoints")
+                         fix=f"add it: --only {spec.onnx_from} --only {variant.name}")
+    work = plan.work_dir
+    ctx = BuildContext(source.model_folder(), source.encoding_settings(), work / "logs", "cpu",
+                       work, calibration)
+    graph, quantization = graph_for(source.options, ctx)
+    folder, record = serving_folder(graph, ctx.model_path, variant.encoding_settings(),
+                                    work / "checkpoints")
     record = {"onnx_from": source.name, "quantization": quantization.method, **record}
     return ServedGraph(folder, record)
 

@@ -30,8 +30,8 @@ from evalq.decide.gate import decide_gates, decide_pooled, paired_values
 from evalq.decide.summary_stats import column, mean_entry, paired_entry
 from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
-from evalq.recipe.gates import gate_spec
-from evalq.recipe.schema import GateConfig, Recipe
+from evalq.plan.gates import GateConfig, gate_spec
+from evalq.recipe.schema import Recipe
 from evalq.results import schema as rs
 from evalq.results.folder import RunFolder, clean_json
 

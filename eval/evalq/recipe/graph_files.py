@@ -9,7 +9,7 @@ in exit 3 (pathlib cannot expand the home of a user the machine does not have). 
 path is expanded, made absolute against the recipe's folder (the working folder for a
 recipe given as a dict), and refused with exit 2 at its line unless it names a file (an
 OpenVINO IR with its ``.bin`` beside it). An empty path or one holding a NUL character is
-left to the options model (``engines.graph_model.GraphFile``), which refuses it.
+left to the options model (``engines.options.GraphFile``), which refuses it.
 """
 
 from __future__ import annotations

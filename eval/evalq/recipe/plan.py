@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,10 @@ from evalq.engines.lasttoken import token_summary
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.measure.registry import parse_measure
+from evalq.plan.load import launch_spec
+from evalq.plan.loadbudget import load_budget
+from evalq.plan.types import GatePlan, Limits, ParityPlan, Plan, VariantPlan
 from evalq.recipe.arithmetic import planned_arithmetic
-from evalq.recipe.loadbudget import load_budget
 from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
 from evalq.recipe.plan_variants import (
@@ -65,82 +66,6 @@ class PlanError(InputError):
         lines = [f"{len(self.problems)} problems, all found before anything loaded:"]
         lines += [f"  {i}. {p}" for i, p in enumerate(self.problems, 1)]
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class GatePlan:
-    text: str  # e.g. "nDCG@10 vs qrels max_drop 1%"
-    measure: str
-    against: str
-    variants: tuple[str, ...]
-    pooled: bool = False
-
-
-@dataclass(frozen=True)
-class VariantPlan:
-    name: str
-    role: str  # "reference" | "candidate"
-    backend: str
-    dtype: str
-    device: str  # resolved: "cpu" | "cuda" | "remote"
-    device_name: str
-    model_path: str | None
-    model_fingerprint: str | None
-    settings: dict[str, Any] | None
-    quantization: dict[str, Any] | None  # method + params, or None
-    vectors: str
-    endpoint: str | None
-    cached: str  # what keys this variant's cache chunks
-    gates: tuple[str, ...]
-    # Pooling, padding side, EOS and instructions in words (engines.lasttoken)
-    tokens: str | None = None
-    # The arithmetic it will run at on this machine (recipe.arithmetic)
-    arithmetic: str | None = None
-
-    def encoding_settings(self) -> EncodingSettings:
-        """The settings the plan resolved (model defaults + recipe overrides): what every
-        executor encodes with, so none resolves them again."""
-        if self.settings is None:
-            raise ValueError(f"variant '{self.name}' has no resolved settings (plan failed)")
-        return EncodingSettings(**self.settings)
-
-    def model_folder(self) -> Path:
-        if self.model_path is None:
-            raise ValueError(f"variant '{self.name}' has no resolved model (plan failed)")
-        return Path(self.model_path)
-
-
-@dataclass(frozen=True)
-class Plan:
-    recipe: str
-    recipe_file: Path
-    datasets: tuple[str, ...]
-    variants: tuple[VariantPlan, ...]
-    metrics: tuple[str, ...]
-    reference_metrics: tuple[str, ...]
-    gates: tuple[GatePlan, ...]
-    output: Path
-    cache_dir: Path | None
-    limits: dict[str, Any] = field(default_factory=dict)
-    # Problems of this machine, not of the recipe (device, capability), when the plan was
-    # built with ``machine=False`` (``evalq validate`` of a GPU recipe on a laptop).
-    machine_notes: tuple[str, ...] = ()
-    # Gates on rerank pipelines ("pipeline <name>: <gate>"); they decide the exit code too.
-    pipeline_gates: tuple[str, ...] = ()
-    # Batch sensitivity decides the variants' own gates under every batch composition.
-    sensitivity: bool = False
-    # What the recipe's load test may schedule and allocate (``evalq load``), if it has one.
-    load_budget: str | None = None
-    # What each rerank pipeline will score (queries × depth × rankings × rerankers).
-    pipeline_budgets: tuple[str, ...] = ()
-
-    def variant(self, name: str) -> VariantPlan:
-        return next(v for v in self.variants if v.name == name)
-
-    @property
-    def depth(self) -> int:
-        """The depth the run searches to (pipelines included)."""
-        return int(self.limits["depth"])
 
 
 def _streamed_datasets(recipe: Any, path: Path) -> list[str]:
@@ -234,14 +159,20 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         recipe=recipe.name, recipe_file=path,
         datasets=tuple(d if isinstance(d, str) else str(d.get("name", d)) for d in
                        recipe.datasets),
-        variants=tuple(variant_plans),
+        dataset_specs=tuple(recipe.datasets),
+        variants=tuple(variant_plans), variant_names=tuple(v.name for v in recipe.variants),
         metrics=tuple(parse_measure(m).name for m in recipe.metrics),
         reference_metrics=tuple(parse_measure(m).name for m in recipe.reference_metrics),
         gates=tuple(gate_plans), output=out, cache_dir=cache_dir,
-        limits={"max_queries": max_queries or recipe.max_queries,
-                "max_docs": max_docs or recipe.max_docs, "depth": depth,
-                "resamples": recipe.stats.resamples, "confidence": recipe.stats.confidence,
-                "cache_chunk": recipe.cache_chunk},
+        limits=Limits(max_queries=max_queries or recipe.max_queries,
+                      max_docs=max_docs or recipe.max_docs, depth=depth,
+                      resamples=recipe.stats.resamples, confidence=recipe.stats.confidence,
+                      cache_chunk=recipe.cache_chunk),
+        work_dir=Path(recipe.cache_dir), title_separator=recipe.title_separator,
+        batch_tokens=recipe.batch_tokens, executor=recipe.executor,
+        parity=ParityPlan(recipe.parity.enabled, recipe.parity.texts,
+                          recipe.parity.min_cosine),
+        only=tuple(only) if only else None, load=recipe.load, capacity=recipe.capacity,
         machine_notes=tuple(problems.notes),
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
         sensitivity=recipe.batch_sensitivity is not None,
@@ -316,7 +247,7 @@ def _plan_variants(recipe: Any, selected: Sequence[Any], problems: Problems, det
 def _plan_outputs(recipe: Any, output: str | Path | None, use_cache: bool,
                   problems: Problems) -> tuple[Path, Path | None]:
     """Where things go: the results folder and the cache folder (None with --no-cache)."""
-    out = Path(output or recipe.output or Path("results") / recipe.name)
+    out = results_folder(recipe, output)
     _check_writable_dir(out, ("output",) if recipe.output else (), problems,
                         "--output" if output else ("output" if recipe.output else "output "
                                                    "(default results/<name>)"))
@@ -324,6 +255,12 @@ def _plan_outputs(recipe: Any, output: str | Path | None, use_cache: bool,
     if cache_dir is not None:
         _check_writable_dir(cache_dir, ("cache_dir",), problems, "cache_dir")
     return out, cache_dir
+
+
+def results_folder(recipe: Any, output: str | Path | None = None) -> Path:
+    """Where a run of ``recipe`` writes: ``--output``, else the recipe's ``output``, else
+    ``results/<name>``."""
+    return Path(output or recipe.output or Path("results") / recipe.name)
 
 
 def _pipeline_gate_texts(recipe: Any) -> list[str]:
@@ -357,10 +294,22 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         vectors=variant.vectors.quantize + (f", {variant.vectors.dims} Matryoshka dims"
                                             if variant.vectors.dims else ""),
         endpoint=endpoint,
-        cached=cache_text(support, endpoint, use_cache), gates=gates,
+        cached=cache_text(support, endpoint, use_cache), gates=gates, options=variant,
+        where=".".join(map(str, vpath)), launch=launch_spec(recipe.load, variant.name),
+        parity_subject=parity_subject(recipe, variant),
         tokens=token_summary(model_path, EncodingSettings(**settings))
         if model_path and settings else None,
         arithmetic=planned_arithmetic(variant, device, host_facts()))
+
+
+def parity_subject(recipe: Any, variant: Any) -> Any:
+    """The variant whose quantization decides whether ``variant`` must match the reference
+    exactly: a served evalq graph (``onnx_from``) is held to what its source is (fp32
+    exactly; a quantized graph's cosine is reported, as in-process)."""
+    spec = launch_spec(recipe.load, variant.name)
+    if spec is None or spec.onnx_from is None:
+        return variant
+    return next((v for v in recipe.variants if v.name == spec.onnx_from), variant)
 
 
 def _check_writable_dir(folder: Path, key: tuple[Any, ...], problems: Problems,
@@ -384,7 +333,7 @@ def describe_plan(plan: Plan) -> str:
     """The plan as text: what will load, encode, be cached and be gated."""
     lines = [f"plan for recipe '{plan.recipe}' ({plan.recipe_file})",
              f"  datasets: {', '.join(plan.datasets)}; limits: "
-             + ", ".join(f"{k}={v}" for k, v in plan.limits.items()),
+             + ", ".join(f"{k}={v}" for k, v in plan.limits.as_dict().items()),
              f"  measures: {', '.join(plan.metrics)} vs qrels; "
              f"{', '.join(plan.reference_metrics)} vs reference",
              f"  results: {plan.output}; cache: {plan.cache_dir or 'off'}",

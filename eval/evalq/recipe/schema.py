@@ -28,29 +28,20 @@ from evalq.core.errors import InputError, RecipeValueError
 from evalq.core.locations import resolve_recipe
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
-from evalq.core.values import FloatDtype
 from evalq.encode.options import ExecutorSpec
-from evalq.engines.modelinfo import SettingsOverrides
-from evalq.engines.onnx_backend import BACKEND_NAME as ONNX_BACKEND
-from evalq.engines.onnx_backend import OnnxOptions
-from evalq.engines.openai_http import HttpOptions
-from evalq.engines.openvino_backend import OpenVinoOptions
+from evalq.engines.options import ONNX_BACKEND, EncoderVariant, SettingsOverrides
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
-from evalq.engines.vllm_build import VllmOptions
 from evalq.measure.registry import parse_measure
-from evalq.recipe.gates import gate_spec
+from evalq.plan.gates import GateConfig, StatsOptions, gate_spec
+from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
+from evalq.plan.pipelines import PipelineSpec
+from evalq.plan.sensitivity import BatchSensitivity
 from evalq.recipe.graph_files import resolve_graph_files
-from evalq.recipe.load import CapacitySection, LoadSection, check_launch_sources
-from evalq.recipe.pipelines import PipelineSpec, check_pipelines
-from evalq.recipe.sensitivity import BatchSensitivity
+from evalq.recipe.pipeline_checks import check_pipelines
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
 from evalq.retrieve.kinds import KindOptions
 from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
-
-# Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
-# bounded where measures are parsed (metrics.measures.MAX_CUTOFF).
-MAX_RESAMPLES = 1_000_000
 
 
 class ModelSpec(StrictOptions):
@@ -77,39 +68,21 @@ class ModelSpec(StrictOptions):
 
 class EncodingOverrides(SettingsOverrides):
     """Encoding settings; unset fields come from the model's sentence-transformers config
-    (the fields and their checks are ``modelinfo.SettingsOverrides``)."""
+    (the fields and their checks are ``evalq.engines.options.SettingsOverrides``)."""
 
     def merged(self, over: EncodingOverrides) -> EncodingOverrides:
         return EncodingOverrides(**{**self.model_dump(exclude_none=True),
                                     **over.model_dump(exclude_none=True)})
 
 
-class VectorSpec(StrictOptions):
-    """Quantization of the output vectors (what the index stores), with optional rescoring
-    of the top ``depth × rescore`` candidates with the float query; ``dims`` keeps the
-    first N Matryoshka dimensions (truncated, then renormalized: encode.matryoshka) before
-    anything is quantized or searched."""
+class Variant(EncoderVariant):
+    """A recipe variant: what its engine builds (:class:`evalq.engines.options.EncoderVariant`,
+    declared by the engines), the ANN index its search builds, and the checks that need the
+    backend registry."""
 
-    quantize: Literal["none", "int8", "binary"] = "none"
-    rescore: int | None = Field(default=None, ge=1)
-    dims: int | None = Field(default=None, ge=1)
-
-
-class Variant(StrictOptions):
-    name: PathName
-    # a registered embedding backend (backends/registry.py); the schema lists them
+    # a registered embedding backend (engines/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
-    dtype: FloatDtype = "float32"
-    device: Literal["cpu", "cuda", "auto"] = "auto"
-    model: str | None = None  # a different checkpoint (e.g. a pre-quantized W8A8 folder)
-    quantization: dict[str, Any] | None = None
-    vectors: VectorSpec = VectorSpec()
     encoding: EncodingOverrides = EncodingOverrides()
-    batch_tokens: int | None = Field(default=None, ge=16)
-    vllm: VllmOptions | None = None
-    http: HttpOptions | None = None
-    onnx: OnnxOptions | None = None
-    openvino: OpenVinoOptions | None = None
     # A registered retrieval kind that indexes vectors (evalq.retrieve.registry), chosen by
     # `kind:` (left out: faiss); unset = exact search only.
     index: SerializeAsAny[KindOptions] | None = Field(
@@ -155,36 +128,6 @@ class Variant(StrictOptions):
         """Whether the variant is judged on an index kind other than exact search (whose
         run is then the baseline its index loss is measured against)."""
         return self.index is not None and self.index.kind != EXACT_KIND
-
-
-class StatsOptions(StrictOptions):
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
-    seed: int = 0
-    # Interval method and sparse-data rule of the gates (evalq.decide.intervals;
-    # docs/benchmarks.md "Gate calibration"). Results written before these keys existed
-    # are re-decided with method percentile, min_nonzero 0: what decided them then.
-    method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
-        "t-and-bootstrap-t"
-    min_nonzero: int = Field(default=10, ge=0)
-
-
-class GateConfig(StrictOptions):
-    metric: str
-    against: Literal["qrels", "reference"] = "qrels"
-    max_drop: str | float | None = None
-    min: float | None = None
-    stat: Literal["mean", "p1", "min"] = "mean"
-    confidence: float | None = Field(default=None, gt=0.5, lt=1)
-    variants: list[str] | None = None  # default: every candidate
-    # Several datasets: each must pass (per_dataset) or one macro-averaged verdict (pooled).
-    over: Literal["per_dataset", "pooled"] = "per_dataset"
-
-    @model_validator(mode="after")
-    def _one_rule(self) -> GateConfig:
-        if (self.max_drop is None) == (self.min is None):
-            raise ValueError("a gate needs exactly one of 'max_drop' (e.g. 1% or 0.01) or 'min'")
-        return self
 
 
 class ParityOptions(StrictOptions):
@@ -353,7 +296,7 @@ def recipe_from_located(located: Located, file: Path) -> Recipe:
     if recipe.pipelines:
         check_pipelines(recipe, located, file)
     if recipe.batch_sensitivity is not None:
-        recipe.batch_sensitivity.check_variants(recipe, located, file)
+        _check_sensitivity_variants(recipe, located, file)
     return recipe
 
 
@@ -371,6 +314,20 @@ def _check_quantization_methods(recipe: Recipe, located: Located, file: Path) ->
             raise InputError(message=exc.message, file=where_file or file, line=line,
                              field=f"{'.'.join(map(str, path))}.quantization.{key}",
                              fix=exc.fix) from None
+
+
+def _check_sensitivity_variants(recipe: Recipe, located: Located, file: Path) -> None:
+    """``batch_sensitivity.variants`` names candidates only."""
+    candidates = [c.name for c in recipe.candidates]
+    for i, name in enumerate((recipe.batch_sensitivity and recipe.batch_sensitivity.variants)
+                             or []):
+        if name not in candidates:
+            where_file, line = located.where(("batch_sensitivity", "variants", i))
+            raise InputError(
+                message=f"batch_sensitivity.variants names '{name}', which is not a "
+                "candidate", file=where_file or file, line=line,
+                field=f"batch_sensitivity.variants.{i}",
+                fix=f"name one of: {', '.join(candidates) or '(no candidates)'}")
 
 
 def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:

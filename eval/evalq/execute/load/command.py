@@ -2,10 +2,11 @@
 
 Order of work, one server alive at a time:
 
-1. every check that needs only the recipe (:func:`check_plan`): a ``load:`` section, the
-   variants it names are served over HTTP, every URL is on loopback unless
-   ``load.allow_hosts`` names its host, rerank workloads have a route — exit 2 before
-   anything starts;
+1. every check that needs only the recipe (``evalq.recipe.plan_load.check_load``, which
+   the app runs): a ``load:`` section, the variants it names are served over HTTP, every
+   URL is on loopback unless ``load.allow_hosts`` names its host, rerank workloads have a
+   route — exit 2 before anything starts; then the app plans the recipe and hands the
+   plan here;
 2. the parity texts through the reference (usually in-process) once;
 3. per variant: start its server (vLLM as ``evalq run`` does, a ``load.launch`` command,
    or attach to a URL), read its batch settings, check parity, sweep every workload,
@@ -22,35 +23,29 @@ started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kep
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from evalq.core import messages
-from evalq.core.errors import InputError
 from evalq.data.manifest import load_datasets
 from evalq.data.streamed import sample_texts
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.openai_http import TokenCounter
+from evalq.engines.options import EncoderVariant
 from evalq.engines.quantize.derive import CalibrationSource
-from evalq.engines.registry import BACKENDS, embedding_backend
-from evalq.engines.spec import or_list
+from evalq.engines.registry import embedding_backend
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
 from evalq.execute.load.formats import decision_lines, served_format
 from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
 from evalq.execute.load.sweep import TextPool, run_workload
-from evalq.recipe.load import LoadSection, parity_subject
-from evalq.recipe.plan import Plan, build_plan
-from evalq.recipe.schema import Recipe, Variant, load_recipe, load_recipe_source
-from evalq.recipe.yamlsource import Located
+from evalq.plan.load import CapacitySection, LoadPlan, LoadSection
+from evalq.plan.types import ParityPlan, Plan, VariantPlan
 from evalq.results.folder import (
     environment,
     git_revision,
@@ -63,114 +58,8 @@ from evalq.results.load import LoadFolder, quality_verdicts
 log = logging.getLogger(__name__)
 
 
-def _served(variant: Variant) -> bool:
-    """Whether the sweep can drive it: its backend's spec names a request format."""
-    return embedding_backend(variant.backend).load_api is not None
-
-
 def _log(text: str) -> None:
     log.info(f"[evalq load] {text}")
-
-
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def variant_url(variant: Variant) -> str | None:
-    """The URL a variant's server answers at when the recipe names one."""
-    if variant.http is not None:
-        return variant.http.url
-    if variant.vllm is not None and variant.vllm.url:
-        return variant.vllm.url
-    return None
-
-
-@dataclass
-class LoadPlan:
-    section: LoadSection
-    variants: list[Variant]
-    skipped: dict[str, str] = field(default_factory=dict)
-
-
-def check_plan(recipe: Recipe, located: Located, file: Path,
-               only: list[str] | None) -> LoadPlan:
-    """Every recipe-only check, before a server starts (exit 2 with file, line, field)."""
-
-    def fail(message: str, path: tuple[Any, ...], fix: str) -> InputError:
-        where, line = located.where(path)
-        return InputError(message=message, file=where or file, line=line,
-                          field=".".join(str(p) for p in path) or None, fix=fix)
-
-    section = recipe.load
-    if section is None:
-        raise InputError(message="the recipe has no 'load:' section", file=file, field="load",
-                         fix="add load: {workloads: [{name: query, kind: query, slo_p99_ms: "
-                         "100, open_loop: {rates: [5, 10, 20]}}]} (see docs/load-testing.md)")
-    by_name = {v.name: v for v in recipe.variants}
-    served = [v for v in recipe.variants if _served(v)]
-    skipped = {v.name: f"backend '{v.backend}' runs inside evalq; there is no server to load"
-               for v in recipe.variants if not _served(v)}
-    for i, name in enumerate(section.variants or []):
-        if name not in by_name:
-            raise fail(f"load.variants names unknown variant '{name}'", ("load", "variants", i),
-                       f"choose from {', '.join(by_name)}")
-        if not _served(by_name[name]):
-            raise fail(f"variant '{name}' is not served over HTTP ({skipped[name]})",
-                       ("load", "variants", i), "name " + or_list(BACKENDS.names(
-                           "embedding", lambda s: s.load_api is not None), "or") + " variants only")
-    chosen = [by_name[n] for n in section.variants] if section.variants else served
-    if only:
-        unknown = sorted(set(only) - {v.name for v in chosen})
-        if unknown:
-            raise InputError(message=f"--only names variant(s) {', '.join(unknown)}, which "
-                             "the load test does not drive", file=file, field="--only",
-                             fix=f"choose from {', '.join(v.name for v in chosen) or '(none)'}")
-        chosen = [v for v in chosen if v.name in only]
-    if not chosen:
-        raise fail("no variant is served over HTTP, so there is nothing to load", ("load",),
-                   "add a variant with backend vllm (evalq starts its server), openai or tei")
-    for name in section.launch:
-        v = by_name.get(name)
-        if v is None or embedding_backend(v.backend).serving != "http":
-            raise fail(f"load.launch names '{name}', which is not an "
-                       + or_list(BACKENDS.names("embedding", lambda s: s.serving == "http"), "or")
-                       + " variant",
-                       ("load", "launch", name),
-                       "launch commands start servers for openai/tei variants; vLLM "
-                       "variants are started by evalq itself")
-        host = urlsplit(variant_url(v) or "").hostname
-        if not is_loopback(host):
-            raise fail(f"load.launch starts '{name}' on this machine, but its http.url host "
-                       f"is '{host}'", ("load", "launch", name),
-                       "set the variant's http.url to http://127.0.0.1:<port>")
-    for v in chosen:
-        url = variant_url(v)
-        if url is None:
-            continue
-        host = urlsplit(url).hostname
-        if not is_loopback(host) and host not in section.allow_hosts:
-            i = recipe.variants.index(v)
-            path = ("reference",) if i == 0 else ("candidates", i - 1)
-            raise fail(f"variant '{v.name}' points at {url}, which is not on this machine; "
-                       "a load test sends real traffic, so evalq talks to loopback only unless "
-                       "told otherwise", (*path, "http" if v.http else "vllm", "url"),
-                       f"add '{host}' to load.allow_hosts if you own that server")
-    for i, w in enumerate(section.workloads):
-        if w.kind == "rerank" and w.endpoint is None:
-            raise fail(
-                f"workload '{w.name}' (rerank) cannot run yet: reranker variants (a served "
-                "cross-encoder) are not part of this evalq; only an explicit /rerank-style "
-                "route can be driven", ("load", "workloads", i),
-                "set endpoint: /rerank to drive a server's rerank route (vLLM and Infinity "
-                "serve one), or remove the workload")
-    return LoadPlan(section, chosen, skipped)
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -192,43 +81,42 @@ def token_counter(model_path: Path, settings: Any) -> Any:
     return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
 
 
-def _texts(recipe: Recipe, recipe_path: Path, resolved: Plan
-           ) -> tuple[TextPool, list[str], CalibrationSource]:
+def _texts(resolved: Plan) -> tuple[TextPool, list[str], CalibrationSource]:
     """The sweep's texts, the parity sample, and the corpus a static quantization whose
     graph a launched server serves (``onnx_from``) calibrates on."""
-    datasets = load_datasets(recipe.datasets, recipe_path, recipe.max_queries, recipe.max_docs)
+    datasets = load_datasets(list(resolved.dataset_specs), resolved.recipe_file,
+                             resolved.limits.max_queries, resolved.limits.max_docs)
     ds = datasets[0]
-    model_path = resolved.variant(recipe.reference.name).model_folder()
-    settings = resolved.variant(recipe.reference.name).encoding_settings()
+    model_path = resolved.reference.model_folder()
+    settings = resolved.reference.encoding_settings()
     queries = [settings.query_prefix + q for q in ds.queries.texts]
     documents = [settings.document_prefix + d
-                 for d in sample_texts(ds, recipe.title_separator)]
+                 for d in sample_texts(ds, resolved.title_separator)]
     counter = token_counter(model_path, settings)
     pool = TextPool(queries, counter(queries), documents, counter(documents))
-    calibration = corpus_calibration(datasets, recipe.title_separator)
-    return pool, parity_sample(datasets, recipe.parity.texts), calibration
+    calibration = corpus_calibration(datasets, resolved.title_separator)
+    return pool, parity_sample(datasets, resolved.parity.texts), calibration
 
 
-def _reference_vectors(recipe: Recipe, resolved: Plan, texts: list[str]) -> Any:
-    ref = recipe.reference
-    model_path = resolved.variant(ref.name).model_folder()
-    settings = resolved.variant(ref.name).encoding_settings()
-    ctx = BuildContext(model_path, settings, Path(recipe.cache_dir) / "logs",
-                       resolve_device(ref.device), Path(recipe.cache_dir))
-    encoder = create_encoder(ref, ctx)
+def _reference_vectors(resolved: Plan, texts: list[str]) -> Any:
+    ref = resolved.reference
+    model_path, settings = ref.model_folder(), ref.encoding_settings()
+    ctx = BuildContext(model_path, settings, resolved.work_dir / "logs",
+                       resolve_device(ref.options.device), resolved.work_dir)
+    encoder = create_encoder(ref.options, ctx)
     try:
         return encoder.embed(texts), settings
     finally:
         encoder.close()
 
 
-def _parity(variant: Variant, recipe: Recipe, served: Served, texts: list[str],
+def _parity(variant: VariantPlan, parity: ParityPlan, served: Served, texts: list[str],
             ref: Any) -> dict[str, Any]:
     vectors = served.encoder.embed(texts)
     result = compare_vectors(variant.name, served.encoder.settings, vectors, ref[1], ref[0],
-                             recipe.parity.min_cosine)
-    checked = exact_parity_required(parity_subject(recipe, variant))
-    return {"texts": len(texts), "checked": checked, "min_cosine": recipe.parity.min_cosine,
+                             parity.min_cosine)
+    checked = exact_parity_required(variant.parity_subject)
+    return {"texts": len(texts), "checked": checked, "min_cosine": parity.min_cosine,
             "cosine_mean": result.mean_cosine, "cosine_min": result.min_cosine,
             "passed": result.passed if checked else None, "reason": result.reason}
 
@@ -249,57 +137,50 @@ def _format_step(variant: str, workload: str, step: dict[str, Any]) -> str:
             f"{errors} -> {step['verdict']}")
 
 
-def replan(recipe_path: str | Path, *, output: Path | None = None) -> int:
+def replan(capacity: CapacitySection | None, run_root: Path) -> int:
     """``--plan-only``: the capacity plan and decision table again from stored knees, with
     the recipe's current ``capacity:`` and the folder's latest quality verdicts (change
     the target QPS or the price without measuring again)."""
-    recipe = load_recipe(recipe_path)  # a file, or a built-in recipe's name
-    run_root = Path(output or recipe.output or Path("results") / recipe.name)
     folder = LoadFolder(run_root)
     summary = folder.read_summary()
-    summary["capacity"] = recipe.capacity.model_dump(mode="json") if recipe.capacity else None
+    summary["capacity"] = capacity.model_dump(mode="json") if capacity else None
     summary["replanned"] = now_iso()
-    _finish(recipe, run_root, summary, folder)
+    _finish(capacity, run_root, summary, folder)
     return 1 if summary.get("broken") else 0
 
 
-def run_load(recipe_path: str | Path, *, output: Path | None = None,
-             only: list[str] | None = None) -> int:
-    """The whole command; returns the exit code (0 or 1; errors raise)."""
-    loaded = load_recipe_source(recipe_path)  # a file, or a built-in name, as `evalq run`
-    recipe, recipe_path, located = loaded.recipe, loaded.path, loaded.located
-    plan = check_plan(recipe, located, recipe_path, only)
-    section = plan.section
-
-    # The recipe's plan (capabilities of the vLLM variants on this machine, paths, outputs),
-    # every problem at once, before any server starts.
-    resolved = build_plan(recipe, recipe_path, output=output, located=located, use_cache=False)
-    run_root = Path(output or recipe.output or Path("results") / recipe.name)
+def run_load(resolved: Plan, plan: LoadPlan) -> int:
+    """The whole command; returns the exit code (0 or 1; errors raise). The app checked
+    the load section (``check_load``, which chose the variants) and planned the recipe
+    (``resolved``: capabilities of the vLLM variants on this machine, paths, outputs,
+    every problem at once) before any server starts."""
+    section, recipe_path, run_root = plan.section, resolved.recipe_file, resolved.output
     folder = LoadFolder(run_root)
     folder.prepare()
     summary: dict[str, Any] = {
-        "recipe": recipe.name, "recipe_file": str(recipe_path), "status": "running",
+        "recipe": resolved.recipe, "recipe_file": str(recipe_path), "status": "running",
         "started": now_iso(), "git_revision": git_revision(), "versions": package_versions(),
         "environment": environment(), "host": host_record(),
         "load": section.model_dump(mode="json"),
-        "capacity": recipe.capacity.model_dump(mode="json") if recipe.capacity else None,
+        "capacity": (resolved.capacity.model_dump(mode="json") if resolved.capacity
+                     else None),
         "skipped_variants": plan.skipped, "variants": {},
     }
     folder.write_summary(summary)
     broken: list[str] = []
     try:
-        pool, parity_texts, calibration = _texts(recipe, recipe_path, resolved)
+        pool, parity_texts, calibration = _texts(resolved)
         ref = None
         if section.parity:
-            _log(f"parity texts through the reference '{recipe.reference.name}'")
-            ref = _reference_vectors(recipe, resolved, parity_texts)
+            _log(f"parity texts through the reference '{resolved.reference.name}'")
+            ref = _reference_vectors(resolved, parity_texts)
         for variant in plan.variants:
-            broken += _drive_variant(recipe, variant, resolved, folder, section, pool,
+            broken += _drive_variant(variant, resolved, folder, section, pool,
                                      parity_texts, ref, summary, calibration)
     except KeyboardInterrupt:
         summary["status"] = "interrupted"
         summary["stopped"] = now_iso()
-        _finish(recipe, run_root, summary, folder)
+        _finish(resolved.capacity, run_root, summary, folder)
         raise
     except BaseException as exc:
         summary["status"] = "failed"
@@ -310,7 +191,7 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     summary["status"] = "finished"
     summary["finished"] = now_iso()
     summary["host"] = host_record(engines=True)  # the engines it loaded, and their choices
-    _finish(recipe, run_root, summary, folder)
+    _finish(resolved.capacity, run_root, summary, folder)
     summary["broken"] = broken
     folder.write_summary(summary)
     for reason in broken:
@@ -318,7 +199,7 @@ def run_load(recipe_path: str | Path, *, output: Path | None = None,
     return 1 if broken else 0
 
 
-def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
+def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                    section: LoadSection, pool: TextPool, parity_texts: list[str], ref: Any,
                    summary: dict[str, Any], calibration: CalibrationSource | None = None,
                    ) -> list[str]:
@@ -329,14 +210,15 @@ def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: Loa
     t0 = time.perf_counter()
     if embedding_backend(variant.backend).serving != "engine" and variant.name in section.launch:
         _log(f"{variant.name}: starting {section.launch[variant.name].command[0]}")
-    with serve(recipe, variant, resolved, folder, section, calibration) as served:
+    with serve(variant, resolved, folder, section, calibration) as served:
         entry["startup_s"] = round(time.perf_counter() - t0, 2)
         entry["server"] = served.describe
         entry["url"] = served.endpoint.url
         entry["started_by_evalq"] = served.endpoint.pid is not None
         entry["server_settings"] = read_server_settings(served.endpoint.url)
         if ref is not None:
-            entry["parity"] = _parity(variant, recipe, served, parity_texts, ref)
+            entry["parity"] = _parity(resolved.variant(variant.name), resolved.parity, served,
+                                      parity_texts, ref)
             p = entry["parity"]
             _log(f"{variant.name}: parity cosine min {p['cosine_min']:.7f} "
                  f"({'checked' if p['checked'] else 'reported only'})")
@@ -370,12 +252,12 @@ def _drive_variant(recipe: Recipe, variant: Variant, resolved: Plan, folder: Loa
     return broken
 
 
-def _finish(recipe: Recipe, run_root: Path, summary: dict[str, Any], folder: LoadFolder) -> None:
+def _finish(cap: CapacitySection | None, run_root: Path, summary: dict[str, Any],
+            folder: LoadFolder) -> None:
     """Capacity plan and decision table from whatever finished; printed and stored."""
     quality = quality_verdicts(run_root)
     summary["quality_source"] = str(run_root / "summary.json") if quality else None
     rows: list[DecisionRow] = []
-    cap = recipe.capacity
     demand = None if cap is None else Demand(cap.target_qps, cap.rerank_depth,
                                              cap.ingest_docs_per_day, cap.headroom,
                                              cap.min_replicas)

@@ -35,7 +35,7 @@ import httpx
 import numpy as np
 
 from evalq.execute.load.histogram import LatencyHistogram
-from evalq.recipe.loadbudget import MAX_STEP_REQUESTS
+from evalq.plan.loadbudget import MAX_STEP_REQUESTS
 
 _CHUNK = 1 << 16  # send times drawn at once
 
@@ -147,7 +147,7 @@ def poisson_arrivals(rate: float, bounds: StepBounds, seed: int) -> tuple[np.nda
     ``max_requests`` of them fall after the warm-up; and how many are warm-up.
 
     Drawn in chunks of at most :data:`_CHUNK` and stopped at the cut, so memory follows
-    the schedule the recipe allowed (:mod:`evalq.recipe.loadbudget`), never ``rate ×
+    the schedule the recipe allowed (:mod:`evalq.plan.loadbudget`), never ``rate ×
     horizon``; a schedule over :data:`MAX_STEP_REQUESTS` is refused before any draw."""
     if not (math.isfinite(rate) and rate > 0):
         raise ValueError(f"rate must be a positive finite number of requests/s, got {rate}")

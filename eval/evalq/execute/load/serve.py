@@ -10,21 +10,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.launch import start_launch
+from evalq.engines.options import EncoderVariant, VllmOptions
 from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import embedding_backend
 from evalq.engines.vllm_build import build_vllm_encoder
 from evalq.engines.vllm_server import vllm_request_fields
 from evalq.execute.load.sweep import Endpoint
 from evalq.execute.served_graph import served_graph
-from evalq.recipe.load import LoadSection
-from evalq.recipe.plan import Plan
-from evalq.recipe.schema import Recipe, Variant, VllmOptions
+from evalq.plan.load import LoadSection
+from evalq.plan.types import Plan
 from evalq.results.load import LoadFolder
 
 
@@ -36,20 +35,20 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
+def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
           section: LoadSection, calibration: CalibrationSource | None = None,
           ) -> Iterator[Served]:
     """Start (or attach to) one variant's server; stop it on the way out. ``calibration``
     feeds a static quantization method whose graph ``{onnx_dir}`` serves and that the
     cache does not hold yet."""
 
-    model_path = resolved.variant(variant.name).model_folder()
-    settings = resolved.variant(variant.name).encoding_settings()
+    planned = resolved.variant(variant.name)
+    model_path, settings = planned.model_folder(), planned.encoding_settings()
     # an HTTP server's device is its own business (and resolving "auto" imports torch)
     backend = embedding_backend(variant.backend)
     device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
-                       device=device, cache_dir=Path(recipe.cache_dir))
+                       device=device, cache_dir=resolved.work_dir)
     launched = None
     if backend.serving == "engine":  # vLLM: evalq starts its OpenAI-compatible server
 
@@ -66,8 +65,8 @@ def serve(recipe: Recipe, variant: Variant, resolved: Plan, folder: LoadFolder,
                             pid=server.pid if server is not None else None,
                             alive=server.alive if server is not None else None)
     else:
-        graph = served_graph(recipe, variant, resolved.variant, calibration)
-        launched = start_launch(recipe, variant, model_path, folder.logs,
+        graph = served_graph(resolved, planned, calibration)
+        launched = start_launch(planned.launch, variant, model_path, folder.logs,
                                 onnx_dir=graph.onnx_dir, served=graph.record)
         http = variant.http
         assert http is not None

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from evalq.execute.load.capacity import NEEDS_ANSWERS, Knee
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, StepMeasurement
 from evalq.execute.load.serverstats import ProcessSampler
-from evalq.recipe.load import LoadSection, Workload
-from evalq.recipe.loadbudget import MAX_POOL_TEXTS
+from evalq.plan.load import LoadSection, Workload
+from evalq.plan.loadbudget import MAX_POOL_TEXTS
 
 Api = Literal["openai", "tei"]
 
@@ -90,7 +90,7 @@ def _capped(texts_per_request: int, count: int) -> int:
 def build_series(endpoint: Endpoint, workload: Workload,
                  pool: TextPool) -> list[tuple[str, list[RequestSpec]]]:
     """``[(series label, requests)]``: one series, or one per ingest batch size; each
-    series holds at most :data:`MAX_POOL_TEXTS` texts (:mod:`evalq.recipe.loadbudget`)."""
+    series holds at most :data:`MAX_POOL_TEXTS` texts (:mod:`evalq.plan.loadbudget`)."""
     if workload.kind == "query":
         keep = _capped(1, len(pool.queries))
         reqs = [embed_request(endpoint, [q], n)

@@ -1,19 +1,57 @@
-"""The recipe's gates as the decision rule reads them: :func:`gate_spec` builds a
+"""The recipe's gates and ``stats:``, declared, and as the decision rule reads them.
+
+:class:`GateConfig` (a recipe gate) and :class:`StatsOptions` (``stats:``) are composed
+by the recipe schema and read by the executors that decide (summary, pipelines,
+calibration) without importing the recipe. :func:`gate_spec` builds a
 :class:`~evalq.core.gates.GateSpec` from a recipe gate (embedding, pooled or pipeline) and
 the recipe's ``stats:``, naming the measure's per-query column from the measure registry;
 :func:`validate_gate` checks a gate's metric against that registry."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
+
+from pydantic import Field, model_validator
 
 from evalq.core.errors import InputError
 from evalq.core.gates import DEFAULT_METHOD, DEFAULT_MIN_NONZERO, GateSpec, parse_max_drop
+from evalq.core.options import StrictOptions
 from evalq.measure.measures import FAMILIES, Measure
 from evalq.measure.registry import parse_measure
 
-if TYPE_CHECKING:  # the recipe schema is read, never imported: the schema imports this module
-    from evalq.recipe.schema import GateConfig, StatsOptions
+# Upper bound that keeps a typo (10^12) from becoming an out-of-memory crash; cutoffs are
+# bounded where measures are parsed (metrics.measures.MAX_CUTOFF).
+MAX_RESAMPLES = 1_000_000
+
+
+class StatsOptions(StrictOptions):
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
+    seed: int = 0
+    # Interval method and sparse-data rule of the gates (evalq.decide.intervals;
+    # docs/benchmarks.md "Gate calibration"). Results written before these keys existed
+    # are re-decided with method percentile, min_nonzero 0: what decided them then.
+    method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
+        "t-and-bootstrap-t"
+    min_nonzero: int = Field(default=10, ge=0)
+
+
+class GateConfig(StrictOptions):
+    metric: str
+    against: Literal["qrels", "reference"] = "qrels"
+    max_drop: str | float | None = None
+    min: float | None = None
+    stat: Literal["mean", "p1", "min"] = "mean"
+    confidence: float | None = Field(default=None, gt=0.5, lt=1)
+    variants: list[str] | None = None  # default: every candidate
+    # Several datasets: each must pass (per_dataset) or one macro-averaged verdict (pooled).
+    over: Literal["per_dataset", "pooled"] = "per_dataset"
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> GateConfig:
+        if (self.max_drop is None) == (self.min is None):
+            raise ValueError("a gate needs exactly one of 'max_drop' (e.g. 1% or 0.01) or 'min'")
+        return self
 
 
 def validate_gate(spec: GateSpec) -> Measure:

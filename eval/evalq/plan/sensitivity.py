@@ -1,22 +1,18 @@
 """The ``batch_sensitivity:`` block of a recipe: which budgets and shuffles to re-encode.
 
-The schema lives apart from the measurement (:mod:`evalq.execute.sensitivity`), so the recipe can
-validate the block without importing the code that runs it.
+The declaration lives apart from the measurement (:mod:`evalq.execute.sensitivity`), so the
+recipe can validate the block without importing the code that runs it, and the executor
+reads it without importing the recipe. That named variants are candidates is the recipe's
+check (``evalq.recipe.schema``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
-from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
-
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Recipe
-    from evalq.recipe.yamlsource import Located
 
 
 class BatchSensitivity(StrictOptions):
@@ -42,15 +38,3 @@ class BatchSensitivity(StrictOptions):
         if len(set(value)) != len(value):
             raise ValueError(f"batch_tokens lists a budget twice: {value}")
         return value
-
-    def check_variants(self, recipe: Recipe, located: Located, file: Path) -> None:
-        """Called once the recipe parsed: named variants must be candidates."""
-        candidates = [c.name for c in recipe.candidates]
-        for i, name in enumerate(self.variants or []):
-            if name not in candidates:
-                where_file, line = located.where(("batch_sensitivity", "variants", i))
-                raise InputError(
-                    message=f"batch_sensitivity.variants names '{name}', which is not a "
-                    "candidate", file=where_file or file, line=line,
-                    field=f"batch_sensitivity.variants.{i}",
-                    fix=f"name one of: {', '.join(candidates) or '(no candidates)'}")

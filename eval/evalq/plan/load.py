@@ -1,27 +1,31 @@
-"""The recipe's ``load:`` and ``capacity:`` sections, validated and typed.
+"""The recipe's ``load:`` and ``capacity:`` sections, declared and typed.
 
 They hang off :class:`evalq.recipe.schema.Recipe` as two optional fields, so a recipe without
 them is unchanged and ``evalq validate`` checks them like every other key (unknown keys
 are errors with a did-you-mean). What needs the rest of the recipe (a variant name that
-exists, a URL on loopback, a rerank route) is checked by :func:`evalq.execute.load.plan.plan_load`
-before any server starts.
+exists, a URL on loopback, a rerank route) is checked by
+:func:`evalq.recipe.plan_load.check_load` before any server starts. The plan carries both
+sections to the load test (``evalq.execute.load``), which reads them from here.
 
-It imports only evalq's core, the schedule bounds and the launch placeholders
-(:data:`evalq.engines.launch.PLACEHOLDERS`), so ``evalq.recipe.schema`` can import it.
+It imports only evalq's core, the schedule bounds and the engines' declarations
+(:data:`evalq.engines.options.PLACEHOLDERS`), so the recipe schema and the executors can
+import it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from evalq.core.errors import RecipeValueError
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
-from evalq.engines.launch import PLACEHOLDERS, used_placeholders
-from evalq.recipe.loadbudget import (
+from evalq.engines.options import PLACEHOLDERS, EncoderVariant, used_placeholders
+from evalq.plan.loadbudget import (
     MAX_DURATION_S,
     MAX_IN_FLIGHT,
     MAX_REQUESTS,
@@ -31,12 +35,9 @@ from evalq.recipe.loadbudget import (
     check_schedule,
 )
 
-if TYPE_CHECKING:
-    from evalq.recipe.schema import Recipe, Variant
-
 # A number a user typed that becomes a schedule, a sleep or an allocation: never NaN or
 # infinite (YAML reads ``.nan`` and ``.inf`` as floats), and positive where zero means
-# nothing to send. Upper bounds come from :mod:`evalq.recipe.loadbudget`.
+# nothing to send. Upper bounds come from :mod:`evalq.plan.loadbudget`.
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Clients = Annotated[int, Field(ge=1, le=MAX_IN_FLIGHT)]
 Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -128,7 +129,7 @@ class Workload(StrictOptions):
 
 class Launch(StrictOptions):
     """A server evalq starts for an ``openai`` / ``tei`` variant (e.g. Infinity) and stops
-    afterwards. The placeholders of :data:`evalq.engines.launch.PLACEHOLDERS` in the
+    afterwards. The placeholders of :data:`evalq.engines.options.PLACEHOLDERS` in the
     command and ``cwd`` are filled from the variant (its model folder, its ``http.url``)
     and, for ``{onnx_dir}``, from the ``onnx`` variant ``onnx_from`` names, so the server
     runs the very graph that variant's verdict judged."""
@@ -213,15 +214,9 @@ def check_launch_sources(section: LoadSection | None, backends: dict[str, str],
                 "ort-dynamic-int8}}")
 
 
-def parity_subject(recipe: Recipe, variant: Variant) -> Variant:
-    """The variant whose quantization decides whether ``variant`` must match the reference
-    exactly: a served evalq graph (``onnx_from``) is held to what its source is (fp32
-    exactly; a quantized graph's cosine is reported, as in-process)."""
-    section = recipe.load
-    spec = section.launch.get(variant.name) if section is not None else None
-    if spec is None or spec.onnx_from is None:
-        return variant
-    return next((v for v in recipe.variants if v.name == spec.onnx_from), variant)
+def launch_spec(section: LoadSection | None, name: str) -> Launch | None:
+    """The ``load.launch`` entry of variant ``name``: the server evalq starts for it."""
+    return section.launch.get(name) if section is not None else None
 
 
 class CapacitySection(StrictOptions):
@@ -242,3 +237,14 @@ class CapacitySection(StrictOptions):
             return float(prices)
         value = prices.get(variant, prices.get("default"))
         return None if value is None else float(value)
+
+
+@dataclass
+class LoadPlan:
+    """What ``evalq load`` drives: the section, the variants it chose (served over HTTP,
+    narrowed by ``--only``) and why the others are skipped; made by
+    :func:`evalq.recipe.plan_load.check_load` before any server starts."""
+
+    section: LoadSection
+    variants: Sequence[EncoderVariant]
+    skipped: dict[str, str] = field(default_factory=dict)

@@ -99,7 +99,7 @@ def _ceil(value: float) -> int:
 
 
 def step_budgets(section: Any) -> list[StepBudget]:
-    """Every step ``section`` (a :class:`evalq.recipe.load.LoadSection`) will run; ingest
+    """Every step ``section`` (a :class:`evalq.plan.load.LoadSection`) will run; ingest
     batch sizes each repeat the levels."""
     steps = []
     for w in section.workloads:
