@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from evalq.app.cli import main
 from evalq.core.errors import InputError
@@ -337,3 +338,14 @@ def test_a_database_killed_mid_run_is_exit_2(tmp_path: Path, monkeypatch: pytest
     assert code == 2, err
     assert f"embedded PostgreSQL in {data_dir.resolve()}" in err and "Traceback" not in err
     assert "rerun" in err
+
+
+def test_the_docs_recipe_is_read_as_written() -> None:
+    """docs/vector-databases.md's recipe parses, each candidate through its kind."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "vector-databases.md").read_text()
+    block = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    recipe = load_recipe(yaml.safe_load(block))
+    kinds = [c.index.kind for c in recipe.candidates]
+    assert kinds == ["pgvector"] * 3 + ["qdrant"] * 3
+    assert recipe.candidates[2].index.search_options() == PgvectorSearch(ef_search=200,
+                                                                          rerank=100)
