@@ -14,6 +14,7 @@ says so; a recipe runs end to end through both; a database killed mid-run is exi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import yaml
 
@@ -84,7 +86,8 @@ def _pg(**options: Any) -> KindOptions:
 
 
 def _qdrant(root: Path, name: str, **options: Any) -> KindOptions:
-    return INDEX_KINDS.parse({"kind": "qdrant", "path": str(root / name), **options},
+    """Options of a shard made (and removed) in the session's Qdrant folder."""
+    return INDEX_KINDS.parse({"kind": "qdrant", "path": str(root), **options},
                              "vectors", "faiss")
 
 
@@ -115,6 +118,7 @@ def _same_as_exact(ranking: Ranking, exact: Ranking) -> None:
     ({"dsn": "postgresql://x", "data_dir": "/tmp/x"}, "exclude each other"),
     ({"vector_type": "float8"}, "vector_type"),
     ({"ef_search": 2000}, "ef_search"),
+    ({"index": "none", "iterative_scan": "strict_order"}, "iterative_scan applies"),
 ])
 def test_pgvector_options_pgvector_refuses_are_refused_when_read(options: dict[str, Any],
                                                                  needle: str) -> None:
@@ -192,6 +196,24 @@ def test_pgvector_hnsw_with_a_low_ef_misses_and_proves_its_index(pg: pg_server.D
 
 
 @pytest.mark.server
+def test_pgvector_returns_at_most_ef_search_rows_unless_it_scans_on(
+        pg: pg_server.Database) -> None:
+    index = INDEX_KINDS.build(_pg(ef_search=10), DOCS, where="x")
+    try:
+        short = index.search(QUERIES, 30)
+        short_stats = index.stats()
+        full = index.search(QUERIES, 30, PgvectorSearch(ef_search=10,
+                                                        iterative_scan="strict_order"))
+        proof, full_stats = index.proof(), index.stats()
+    finally:
+        index.close()
+    assert short_stats.detail["missing_slots"] > 0 == full_stats.detail["missing_slots"]
+    assert (short.indices[:, 10:] == -1).all() and (full.indices >= 0).all()
+    assert proof.params["hnsw.iterative_scan"] == "strict_order"
+    assert proof.method == "Index Scan"
+
+
+@pytest.mark.server
 def test_pgvector_halfvec_and_bit_lose_what_they_should(pg: pg_server.Database,
                                                         exact: Ranking) -> None:
     half, half_proof, half_stats = _run(_pg(index="none", vector_type="halfvec"))
@@ -211,8 +233,7 @@ def test_a_dead_database_is_exit_2_naming_it(tmp_path: Path) -> None:
     index = INDEX_KINDS.build(options, DOCS, where="candidates.pg.index")
     try:
         db = index.db
-        pid = _postmaster_pid(Path(db.data_dir))
-        os.kill(pid, signal.SIGKILL)
+        _kill_server(Path(db.data_dir))
         with pytest.raises(InputError) as err:
             index.search(QUERIES, K)
     finally:
@@ -223,8 +244,13 @@ def test_a_dead_database_is_exit_2_naming_it(tmp_path: Path) -> None:
     assert err.value.field == "candidates.pg.index"
 
 
-def _postmaster_pid(data_dir: Path) -> int:
-    return int((data_dir / "postmaster.pid").read_text().split()[0])
+def _kill_server(data_dir: Path) -> None:
+    """SIGKILL the server of ``data_dir``: its postmaster and every backend (a backend
+    alone outlives its postmaster for a while and may still answer)."""
+    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+    for process in (postmaster, *postmaster.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone with its parent
+            process.send_signal(signal.SIGKILL)
 
 
 # -- Qdrant, in-process -------------------------------------------------------------------
@@ -325,7 +351,7 @@ def test_a_database_killed_mid_run_is_exit_2(tmp_path: Path, monkeypatch: pytest
     search = PgvectorIndex.search
 
     def killed_first(self: PgvectorIndex, *args: Any, **kwargs: Any) -> Ranking:
-        os.kill(_postmaster_pid(data_dir), signal.SIGKILL)
+        _kill_server(data_dir)
         return search(self, *args, **kwargs)
 
     monkeypatch.setattr(PgvectorIndex, "search", killed_first)

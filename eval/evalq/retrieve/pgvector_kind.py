@@ -49,6 +49,7 @@ class PgvectorSearch(StrictOptions):
     ef_search: int | None = Field(default=None, ge=1, le=1000)
     probes: int | None = Field(default=None, ge=1)
     rerank: int | None = Field(default=None, ge=1)
+    iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
 
 
 class PgvectorOptions(KindOptions):
@@ -61,7 +62,8 @@ class PgvectorOptions(KindOptions):
     (float32), ``halfvec`` (float16) or ``bit`` (``binary_quantize``, Hamming distance;
     ``rerank`` re-ranks that many candidates by ``operator`` on the float vectors).
     ``operator``: ``<#>`` inner product (what exact search uses), ``<=>`` cosine,
-    ``<->`` L2.
+    ``<->`` L2. ``iterative_scan`` (pgvector 0.8: ``strict_order`` / ``relaxed_order``)
+    lets an index scan go on past ``ef_search`` / ``probes`` rows.
     """
 
     kind: Literal["pgvector"] = "pgvector"
@@ -77,6 +79,7 @@ class PgvectorOptions(KindOptions):
     vector_type: Literal["vector", "halfvec", "bit"] = "vector"
     operator: Literal["<#>", "<=>", "<->"] = "<#>"
     rerank: int | None = Field(default=None, ge=1)
+    iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
     enable_seqscan: bool = False
 
     @model_validator(mode="after")
@@ -92,11 +95,14 @@ class PgvectorOptions(KindOptions):
         if self.rerank is not None and self.vector_type != "bit":
             raise ValueError("rerank applies to vector_type: bit (a float re-rank of the "
                              "Hamming candidates)")
+        if self.iterative_scan is not None and self.index == "none":
+            raise ValueError("iterative_scan applies to an index (hnsw, ivfflat)")
         ef = self.ef_search or _PG_EF_SEARCH
-        if self.rerank is not None and self.index == "hnsw" and self.rerank > ef:
+        if self.rerank is not None and self.index == "hnsw" and self.rerank > ef \
+                and self.iterative_scan in (None, "off"):
             raise ValueError(f"rerank {self.rerank} exceeds ef_search {ef}: an HNSW scan "
                              "returns at most ef_search rows, so the re-rank would see only "
-                             f"{ef}; set ef_search >= rerank")
+                             f"{ef}; set ef_search >= rerank, or iterative_scan")
         if self.m is not None and self.ef_construction is not None \
                 and self.ef_construction < 2 * self.m:
             raise ValueError("pgvector needs ef_construction >= 2 * m")
@@ -112,7 +118,7 @@ class PgvectorOptions(KindOptions):
 
     def search_options(self) -> PgvectorSearch:
         return PgvectorSearch(ef_search=self.ef_search, probes=self.probes,
-                              rerank=self.rerank)
+                              rerank=self.rerank, iterative_scan=self.iterative_scan)
 
 
 class PgvectorIndex:
@@ -262,11 +268,15 @@ class PgvectorIndex:
         records is what PostgreSQL holds, not what the recipe asked)."""
         import psycopg
 
-        sets = {"hnsw.ef_search": wanted.ef_search, "ivfflat.probes": wanted.probes}
+        sets: dict[str, Any] = {"hnsw.ef_search": wanted.ef_search,
+                                "ivfflat.probes": wanted.probes}
+        scan = f"{self.options.index}.iterative_scan"
+        if self.options.index != "none":
+            sets[scan] = wanted.iterative_scan
         try:
             for name, value in sets.items():
-                if value is not None:
-                    self.conn.execute(f"SET {name} = {int(value)}")
+                if value is not None:  # the literal and int types keep these safe to inline
+                    self.conn.execute(f"SET {name} = {value}")
             if self.options.index != "none":
                 seq = "on" if self.options.enable_seqscan else "off"
                 self.conn.execute(f"SET enable_seqscan = {seq}")

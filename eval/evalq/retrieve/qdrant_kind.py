@@ -20,6 +20,7 @@ A Qdrant server by ``url:`` (qdrant-client) is not part of this kind yet.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -100,8 +101,8 @@ class SearchParams(StrictOptions):
 class QdrantOptions(KindOptions):
     """``index: {kind: qdrant, ...}``: a Qdrant shard (Qdrant's engine, in-process), by
     Qdrant's names. ``distance``: ``Dot`` (what exact search uses), ``Cosine``,
-    ``Euclid``, ``Manhattan``. ``path``: the shard's folder (a temporary one, removed
-    after the run, when left out)."""
+    ``Euclid``, ``Manhattan``. ``path``: the folder the shard is made in (a fresh
+    subfolder, removed after the run; the system's temporary folder when left out)."""
 
     kind: Literal["qdrant"] = "qdrant"
     path: str | None = Field(default=None, min_length=1)
@@ -121,14 +122,13 @@ class QdrantIndex:
     def __init__(self, options: QdrantOptions, where: str) -> None:
         self.options, self.where = options, where
         self._qe = _qdrant_edge()
-        self._own = options.path is None
-        root = Path(tempfile.mkdtemp(prefix="evalq-qdrant-")) if self._own \
-            else Path(options.path).expanduser()
-        if not self._own and (root.exists() and any(root.iterdir())):
-            raise InputError(message=f"the Qdrant shard folder {root} is not empty",
+        parent = Path(options.path).expanduser() if options.path else None
+        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
+            raise InputError(message=f"the Qdrant folder {parent} is not a writable folder",
                              field=f"{where}.path",
-                             fix="name an empty or new folder, or leave path out")
-        self.path = root / "shard" if self._own else root
+                             fix="name an existing writable folder, or leave path out")
+        # a fresh folder per shard (removed at close): a rerun never meets an old shard
+        self.path = Path(tempfile.mkdtemp(prefix="evalq-qdrant-", dir=parent)) / "shard"
         self._shard: Any = None
         self._ids: tuple[str, ...] = ()
         self._dim = 0
@@ -245,8 +245,7 @@ class QdrantIndex:
         if self._shard is not None:
             self._shard.close()
             self._shard = None
-        if self._own:
-            shutil.rmtree(self.path.parent, ignore_errors=True)
+        shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
 def _quantization(qe: Any, config: QuantizationConfig | None) -> Any:
