@@ -18,6 +18,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -375,3 +377,39 @@ def test_the_docs_recipe_is_read_as_written() -> None:
     assert kinds == ["pgvector"] * 3 + ["qdrant"] * 3
     assert recipe.candidates[2].index.search_options() == PgvectorSearch(ef_search=200,
                                                                           rerank=100)
+
+
+_HOLDS_A_SERVER = """
+import sys, time
+from evalq.core import failure
+from evalq.retrieve import pg_server
+failure.terminate_as_interrupt()  # what the CLI does: SIGTERM unwinds like Ctrl-C
+pg_server.embedded(sys.argv[1], allow_root=True, where="t")
+print("ready", flush=True)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    sys.exit(143)
+"""
+
+
+@pytest.mark.process
+@pytest.mark.server
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_embedded_server_stops_with_an_interrupted_evalq(tmp_path: Path,
+                                                             sig: signal.Signals) -> None:
+    data_dir = tmp_path / "pg"
+    child = subprocess.Popen([sys.executable, "-c", _HOLDS_A_SERVER, str(data_dir)],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+        child.send_signal(sig)
+        assert child.wait(timeout=120) in (143, 130, -sig)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    with contextlib.suppress(psutil.NoSuchProcess):
+        postmaster.wait(timeout=60)
+    assert not postmaster.is_running() or postmaster.status() == psutil.STATUS_ZOMBIE
