@@ -103,6 +103,7 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/calibration.py
 	$(BIN)/python bench/cpu_formats.py
 	$(BIN)/python bench/cpu_formats.py --kind reranker
+	EVALQ_PGVECTOR_ALLOW_ROOT=1 $(BIN)/python bench/vector_db.py
 
 # Re-make the README's screenshot from the quickstart's results (after `make demo`).
 screenshot: install chromium

@@ -15,7 +15,9 @@ query too), timed by each index around its own search call (``search_s``: pgvect
 EXPLAIN, run for the proof, is outside it). Each index's proof is
 checked: a database search that did not go through its index stops the script (exit 1).
 
-The record (``vector_db``) names the host; the ratios are each database's queries/s over
+As root, the embedded PostgreSQL needs ``EVALQ_PGVECTOR_ALLOW_ROOT=1`` (``make bench`` sets
+it; docs/vector-databases.md says what it changes on the host). The record
+(``vector_db``) names the host; the ratios are each database's queries/s over
 FAISS HNSW's at the same ``ef``.
 """
 
@@ -57,7 +59,7 @@ def systems(m: int, ef_construction: int) -> dict[str, tuple[dict[str, Any], Any
     return {
         "faiss-hnsw": ({"kind": "faiss", "factory": f"HNSW{m}"},
                        lambda ef: FaissSearch(efSearch=ef)),
-        "pgvector-hnsw": ({"kind": "pgvector", "allow_root": True, "m": m,
+        "pgvector-hnsw": ({"kind": "pgvector", "m": m,
                            "ef_construction": ef_construction},
                           lambda ef: PgvectorSearch(ef_search=ef)),
         "qdrant-hnsw": ({"kind": "qdrant", "hnsw_config": {"m": m,

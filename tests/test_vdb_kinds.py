@@ -145,10 +145,12 @@ def test_qdrant_options_are_qdrants_and_refused_when_wrong(tmp_path: Path) -> No
 def test_the_embedded_server_as_root_needs_allow_root(monkeypatch: pytest.MonkeyPatch
                                                       ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.delenv(pg_server.ALLOW_ROOT_ENV, raising=False)
     with pytest.raises(InputError) as err:
         pg_server.embedded(None, allow_root=False, where="candidates.pg.index")
     assert err.value.field == "candidates.pg.index.allow_root"
     assert "system user 'pgserver'" in str(err.value) and "dsn:" in str(err.value)
+    assert pg_server.ALLOW_ROOT_ENV in str(err.value)
 
 
 def test_the_recipe_reads_both_kinds(tmp_path: Path) -> None:

