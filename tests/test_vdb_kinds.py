@@ -200,6 +200,24 @@ def test_pgvector_hnsw_with_a_low_ef_misses_and_proves_its_index(pg: pg_server.D
 
 
 @pytest.mark.server
+def test_a_planner_that_chose_a_seq_scan_is_recorded_as_exact(pg: pg_server.Database
+                                                              ) -> None:
+    """With the planner free to choose (enable_seqscan: true), a 20-row table is read by
+    a Seq Scan past its HNSW index: not an index run, and the proof says so."""
+    docs = Documents(DOCS.ids[:20], DOCS.vectors[:20])
+    for vector_type, extra in (("vector", {}), ("bit", {"rerank": 10})):
+        index = INDEX_KINDS.build(_pg(enable_seqscan=True, vector_type=vector_type, **extra),
+                                  docs, where="x")
+        try:
+            index.search(QUERIES, K)
+            proof = index.proof()
+        finally:
+            index.close()
+        assert proof.exact and proof.method == "Seq Scan", proof
+        assert proof.params["fell_back"] and "index_name" not in proof.params
+
+
+@pytest.mark.server
 def test_pgvector_returns_at_most_ef_search_rows_unless_it_scans_on(
         pg: pg_server.Database) -> None:
     index = INDEX_KINDS.build(_pg(ef_search=10), DOCS, where="x")

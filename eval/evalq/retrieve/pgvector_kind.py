@@ -362,7 +362,8 @@ def _plan_summary(plan: Any) -> dict[str, Any]:
 
     walk(plan[0]["Plan"])
     out: dict[str, Any] = {"plan_nodes": [n["Node Type"] for n in nodes]}
-    scans = [n for n in nodes if "Scan" in n["Node Type"]]
+    # the scans of the table (a Subquery Scan, the bit re-rank's outer query, reads none)
+    scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Relation Name")]
     indexed = [n for n in scans if n.get("Index Name")]
     if indexed:
         out.update(node=indexed[0]["Node Type"], index_name=indexed[0]["Index Name"])
