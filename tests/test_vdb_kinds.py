@@ -36,7 +36,7 @@ from evalq.recipe.schema import load_recipe
 from evalq.retrieve import pg_server
 from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, KindOptions, Queries, recall_at
-from evalq.retrieve.pgvector_kind import PgvectorIndex, PgvectorSearch
+from evalq.retrieve.pgvector_kind import PgvectorIndex, PgvectorSearch, check_version
 from evalq.retrieve.qdrant_kind import SearchParams
 from evalq.retrieve.registry import INDEX_KINDS
 from support import recipes
@@ -151,6 +151,19 @@ def test_the_embedded_server_as_root_needs_allow_root(monkeypatch: pytest.Monkey
     assert err.value.field == "candidates.pg.index.allow_root"
     assert "system user 'pgserver'" in str(err.value) and "dsn:" in str(err.value)
     assert pg_server.ALLOW_ROOT_ENV in str(err.value)
+
+
+def test_a_pgvector_too_old_for_the_options_is_refused_naming_the_server() -> None:
+    where, label = "candidates.pg.index", "the PostgreSQL at postgresql://h/db"
+    check_version("0.7.4", _pg(vector_type="halfvec"), label, where)  # old enough
+    for version, options, field in (("0.6.2", {"vector_type": "halfvec"}, "vector_type"),
+                                     ("0.6.2", {"vector_type": "bit"}, "vector_type"),
+                                     ("0.7.4", {"iterative_scan": "strict_order"},
+                                      "iterative_scan")):
+        with pytest.raises(InputError) as err:
+            check_version(version, _pg(**options), label, where)
+        assert err.value.field == f"{where}.{field}" and label in str(err.value)
+        assert f"pgvector {version}" in str(err.value)
 
 
 def test_the_recipe_reads_both_kinds(tmp_path: Path) -> None:

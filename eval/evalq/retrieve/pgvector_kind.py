@@ -21,6 +21,7 @@ the same vectors like every kind (:func:`evalq.retrieve.kinds.index_report`).
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any, Literal
@@ -130,6 +131,13 @@ class PgvectorIndex:
         self.db = (pg_server.remote(options.dsn) if options.dsn is not None else
                    pg_server.embedded(options.data_dir, options.allow_root, where))
         self.conn = pg_server.connect(self.db, where)
+        try:
+            version = self.conn.execute("SELECT extversion FROM pg_extension "
+                                        "WHERE extname = 'vector'").fetchone()[0]
+            check_version(version, options, self.db.label, where)
+        except BaseException:
+            self.conn.close()
+            raise
         self.table = f"evalq_{uuid.uuid4().hex[:16]}"
         self.index_name = f"{self.table}_idx"
         self._ids: tuple[str, ...] = ()
@@ -348,6 +356,25 @@ class PgvectorIndex:
             field=f"{self.where}.{field}",
             fix="pgvector indexes vector up to 2000 dimensions, halfvec up to 4000, bit up "
                 "to 64000; halfvec needs pgvector 0.7 or newer; use options it accepts")
+
+
+def check_version(version: str, options: PgvectorOptions, label: str, where: str) -> None:
+    """The options' pgvector features against the server's pgvector: ``halfvec`` and
+    ``binary_quantize`` came in 0.7, iterative index scans in 0.8."""
+    have = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    needs = []
+    if options.vector_type in ("halfvec", "bit"):
+        needs.append(((0, 7), "vector_type", f"vector_type: {options.vector_type}"))
+    if options.iterative_scan not in (None, "off"):
+        needs.append(((0, 8), "iterative_scan", "iterative_scan"))
+    for (major, minor), field, what in needs:
+        if have < (major, minor):
+            raise InputError(
+                message=f"{label} has pgvector {version}; {what} needs {major}.{minor} or "
+                        "newer",
+                field=f"{where}.{field}",
+                fix="upgrade pgvector on that server (ALTER EXTENSION vector UPDATE), or "
+                    "leave dsn: out to use the embedded server (pgvector 0.8)")
 
 
 def _plan_summary(plan: Any) -> dict[str, Any]:
