@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,9 +79,25 @@ def pg() -> Iterator[pg_server.Database]:
     yield pg_server.embedded(None, allow_root=True, where="test")
 
 
+def _own_folder() -> Iterator[Path]:
+    """A folder outside pytest's numbered temporary folders, which another pytest session
+    of the same user may rotate away while a server still writes in it."""
+    folder = Path(tempfile.mkdtemp(prefix="evalq-vdb-test-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def qdrant_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("qdrant")
+def qdrant_root() -> Iterator[Path]:
+    yield from _own_folder()
+
+
+@pytest.fixture
+def pg_folder() -> Iterator[Path]:
+    """A data folder's parent for a test's own embedded PostgreSQL."""
+    yield from _own_folder()
 
 
 def _pg(**options: Any) -> KindOptions:
@@ -263,8 +281,8 @@ def test_pgvector_halfvec_and_bit_lose_what_they_should(pg: pg_server.Database,
 
 
 @pytest.mark.server
-def test_a_dead_database_is_exit_2_naming_it(tmp_path: Path) -> None:
-    options = _pg(index="none", data_dir=str(tmp_path / "pg"))
+def test_a_dead_database_is_exit_2_naming_it(pg_folder: Path) -> None:
+    options = _pg(index="none", data_dir=str(pg_folder / "pg"))
     index = INDEX_KINDS.build(options, DOCS, where="candidates.pg.index")
     try:
         db = index.db
@@ -380,9 +398,10 @@ def test_a_recipe_runs_through_pgvector_and_qdrant(pg: pg_server.Database,
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.server
-def test_a_database_killed_mid_run_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_database_killed_mid_run_is_exit_2(tmp_path: Path, pg_folder: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    data_dir = tmp_path / "pgdata"
+    data_dir = pg_folder / "pgdata"
     search = PgvectorIndex.search
 
     def killed_first(self: PgvectorIndex, *args: Any, **kwargs: Any) -> Ranking:
@@ -418,8 +437,8 @@ from evalq.core import failure
 from evalq.retrieve import pg_server
 failure.terminate_as_interrupt()  # what the CLI does: SIGTERM unwinds like Ctrl-C
 pg_server.embedded(sys.argv[1], allow_root=True, where="t")
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside: the signal may come at once
     time.sleep(600)
 except KeyboardInterrupt:
     sys.exit(143)
@@ -429,17 +448,18 @@ except KeyboardInterrupt:
 @pytest.mark.process
 @pytest.mark.server
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_the_embedded_server_stops_with_an_interrupted_evalq(tmp_path: Path,
+def test_the_embedded_server_stops_with_an_interrupted_evalq(pg_folder: Path,
                                                              sig: signal.Signals) -> None:
-    data_dir = tmp_path / "pg"
+    data_dir = pg_folder / "pg"
     child = subprocess.Popen([sys.executable, "-c", _HOLDS_A_SERVER, str(data_dir)],
-                             stdout=subprocess.PIPE, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
         child.send_signal(sig)
-        assert child.wait(timeout=120) in (143, 130, -sig)
+        code = child.wait(timeout=120)
+        assert code in (143, 130, -sig), child.stderr.read() if child.stderr else code
     finally:
         if child.poll() is None:
             child.kill()
