@@ -21,9 +21,11 @@ A connection that fails, or a database that stops answering mid-run, is the user
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 import time
 import warnings
@@ -165,7 +167,11 @@ def _running(server: Any) -> bool:
 def _data_folder(data_dir: str | None, where: str) -> Path:
     if data_dir is None:
         if not _DEFAULT_DIR:
-            _DEFAULT_DIR.append(Path(tempfile.mkdtemp(prefix="evalq-pgvector-")) / "data")
+            made = Path(tempfile.mkdtemp(prefix="evalq-pgvector-"))
+            # Registered before the server's own exit handler, so it runs after it (exit
+            # handlers run last-in first-out): the server deletes ``data``, this its parent.
+            atexit.register(shutil.rmtree, made, ignore_errors=True)
+            _DEFAULT_DIR.append(made / "data")
         return _DEFAULT_DIR[0]
     folder = Path(data_dir).expanduser().resolve()
     if not folder.parent.is_dir() or not os.access(folder.parent, os.W_OK):
