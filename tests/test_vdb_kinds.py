@@ -209,6 +209,16 @@ def test_pgvector_without_an_index_ranks_as_exact_faiss(pg: pg_server.Database,
 
 
 @pytest.mark.server
+def test_pgvector_by_dsn_uses_that_database(pg: pg_server.Database, exact: Ranking) -> None:
+    """A team's own database: here the session's server, reached by its connection
+    string only (no embedded server of its own is started)."""
+    ranking, proof, stats = _run(_pg(dsn=pg.dsn, index="ivfflat", lists=4, probes=4))
+    _same_as_exact(ranking, exact)  # every list probed: the exact top 10
+    assert proof.method == "Index Scan" and proof.params["ivfflat.probes"] == "4"
+    assert stats.detail["database"].startswith("the PostgreSQL at postgresql://")
+
+
+@pytest.mark.server
 def test_pgvector_hnsw_with_a_low_ef_misses_and_proves_its_index(pg: pg_server.Database,
                                                                  exact: Ranking) -> None:
     index = INDEX_KINDS.build(_pg(m=4, ef_construction=8, ef_search=10), DOCS, where="x")
