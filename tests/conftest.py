@@ -152,7 +152,7 @@ def vllm_engine(vllm_engine_pool, minilm_path: Path, minilm_settings):
 def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
     """The session's one ``VllmServerEncoder`` (a real api_server child process).
 
-    ``tests/test_vllm_server.py`` kills it in its last test (the mid-run death case);
+    ``tests/engines/test_vllm_server.py`` kills it in its last test (the mid-run death case);
     close() is idempotent and reaps what is left.
     """
     from evalq.engines.vllm_server import VllmServerEncoder
@@ -170,11 +170,11 @@ def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
 
 # ---------------------------------------------------------------------------------------
 # Block: real results folders for the report tests (owned by the reports work). Built
-# lazily, once per session; see tests/report_runs.py.
+# lazily, once per session; see tests/support/report_runs.py.
 # ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def report_runs(tmp_path_factory):
-    from report_runs import ReportRuns
+    from support.report_runs import ReportRuns
 
     return ReportRuns(tmp_path_factory.mktemp("report-runs"), stdlib_docstrings())
 # ---------------------------------------------------------------------------------------
@@ -219,10 +219,10 @@ def cross_encoder_path(tmp_path_factory) -> Path:
 def rerank_server(cross_encoder_path):
     """TEI cannot run here (no Docker, no Rust build): a stand-in speaking TEI's /rerank,
     /v1/rerank and vLLM's /score, scoring with sentence-transformers' CrossEncoder on
-    the fixture checkpoint (tests/fake_rerank_server.py)."""
+    the fixture checkpoint (tests/support/fake_rerank_server.py)."""
     from sentence_transformers import CrossEncoder
 
-    from fake_rerank_server import FakeRerankServer, RerankState
+    from support.fake_rerank_server import FakeRerankServer, RerankState
 
     state = RerankState(model=CrossEncoder(str(cross_encoder_path), max_length=256,
                                            device="cpu"))

@@ -10,11 +10,12 @@ behind the same URL) were unreachable behind it, so they are proved here again t
 built reranker.
 
 The server is a stand-in, not TEI: text-embeddings-inference cannot run on these machines
-(no Docker, no Rust build). ``tests/fake_rerank_server.py`` follows TEI's ``/rerank`` and the
+(no Docker, no Rust build). ``tests/support/fake_rerank_server.py`` follows TEI's
+``/rerank`` and the
 Cohere/Jina ``/v1/rerank`` documented schemas and scores with sentence-transformers'
 CrossEncoder on the fixture checkpoint (the session's one ``rerank_server``). vLLM's served
 reranker (``vllm: {mode: server}``) is driven through the same builder against a real vLLM
-server in ``tests/test_vllm_rerank_server.py``.
+server in ``tests/engines/test_vllm_rerank_server.py``.
 """
 
 from __future__ import annotations

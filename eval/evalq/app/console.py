@@ -1,6 +1,6 @@
 """Where the library parts' console lines go: the app's console handler.
 
-Only the app prints (``tests/test_architecture.py`` checks it). The other parts say what
+Only the app prints (``tests/project/test_architecture.py`` checks it). The other parts say what
 they are doing through a logger of their own module, and a command's streamed result
 text through ``evalq.core.messages.output`` (the two channels are described there).
 :func:`install` (the CLI and ``evalq.run`` call it) writes each record's message as it

@@ -15,7 +15,7 @@ are different by construction:
 Each backend declares its behaviour, and that of the quantization methods it applies,
 in its spec (``BackendSpec.batch_dependence``: ``backends/inprocess.py``,
 ``backends/vllm_build.py``; HTTP servers are unverified), and
-``tests/test_composition.py`` checks every declaration by encoding the same real texts
+``tests/encode/test_composition.py`` checks every declaration by encoding the same real texts
 in two batch compositions. What follows from a declaration:
 
 - the embedding cache key of a batch-dependent (or unverified) encoder includes what
@@ -25,7 +25,7 @@ in two batch compositions. What follows from a declaration:
   several compositions and gates on the worst.
 
 A new method or backend without a declaration gets "unverified" ("no declaration for
-..."), which ``tests/test_composition.py`` refuses (it enumerates the registries).
+..."), which ``tests/encode/test_composition.py`` refuses (it enumerates the registries).
 """
 
 from __future__ import annotations

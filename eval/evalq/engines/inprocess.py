@@ -172,7 +172,7 @@ def input_device(model: Any, device: str) -> Any:
 
 # -- the backend's declaration ------------------------------------------------------
 # Batch dependence of each quantization method this backend applies; every one is
-# checked against the real encoder by tests/test_composition.py.
+# checked against the real encoder by tests/encode/test_composition.py.
 
 PADDED_FLOAT = BatchDependence(
     "near-invariant",

@@ -147,7 +147,7 @@ def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
 
 
 # Batch dependence of each quantization method this backend applies; every one is
-# checked against the real encoder by tests/test_composition.py.
+# checked against the real encoder by tests/encode/test_composition.py.
 DECLARED = {
     ort_dynamic.NAME: BatchDependence(
         "dependent",
@@ -156,7 +156,7 @@ DECLARED = {
     ort_static.NAME: BatchDependence(
         "near-invariant",
         "activation scales fixed at calibration and masked attention: neighbours change only "
-        "padding (measured 0 between the compositions of tests/test_composition.py; the "
+        "padding (measured 0 between the compositions of tests/encode/test_composition.py; the "
         "tolerance leaves room for a rounding that crosses one quantization step)", 1e-2),
     ort_optimize.NAME: BatchDependence(
         "near-invariant",

@@ -163,13 +163,14 @@ def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
                            dtype=variant.dtype, options=getattr(variant, BACKEND_NAME, None))
 
 
-# Batch dependence of what this backend runs; checked by tests/test_composition.py.
+# Batch dependence of what this backend runs; checked by tests/encode/test_composition.py.
 DECLARED = {
     nncf_int8.NAME: BatchDependence(
         "near-invariant",
         "FakeQuantize ranges fixed at calibration and masked attention: neighbours change "
-        "only padding (measured 0 between the compositions of tests/test_composition.py; the "
-        "tolerance leaves room for a rounding that crosses one quantization step)", 1e-2),
+        "only padding (measured 0 between the compositions of "
+        "tests/encode/test_composition.py; the tolerance leaves room for a rounding that "
+        "crosses one quantization step)", 1e-2),
 }
 FP16_WEIGHTS = BatchDependence(
     "near-invariant", "float16 weights computed in float32, masked attention: neighbours "

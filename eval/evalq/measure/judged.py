@@ -13,7 +13,7 @@ Families (all need a cutoff ``k``; higher is better):
   / all relevant (trec_eval's ``map_cut``).
 
 trec_eval semantics, checked against pytrec_eval (pytrec-eval-terrier 0.5.11) by experiment
-and by the property tests in ``tests/test_metrics_judged.py``:
+and by the property tests in ``tests/measure/test_metrics_judged.py``:
 
 * a document is relevant iff its level is >= 1; its gain is the level;
 * levels <= 0, negative ones included, are non-relevant with gain 0 (trec_eval gives a

@@ -224,7 +224,7 @@ def _export(model_path: Path, out: Path, head: GraphHead) -> list[str]:
     axes[head.output] = {0: "batch", 1: "sequence"} if head.rank == 3 else {0: "batch"}
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
         # The trace's own notes (legacy exporter, constant masks branches): the graph is
-        # checked against the model by tests/test_onnx_backend.py, not by these.
+        # checked against the model by tests/engines/test_onnx_backend.py, not by these.
         warnings.simplefilter("ignore")
         torch.onnx.export(wrapper, tuple(example[n] for n in names), str(out),
                           input_names=names, output_names=[head.output], dynamic_axes=axes,

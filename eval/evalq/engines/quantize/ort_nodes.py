@@ -26,8 +26,9 @@ from evalq.engines.quantize.derive import option_error, option_refusal
 from evalq.engines.quantize.onnx_graph import OnnxGraph, weight_matmuls
 
 # The operators ONNX Runtime's quantizers know (onnxruntime.quantization.registry:
-# IntegerOpsRegistry for dynamic QOperator, QDQRegistry for static QDQ; tests/test_quantize.py
-# holds these to the installed version). Spelled as ONNX spells them: case matters.
+# IntegerOpsRegistry for dynamic QOperator, QDQRegistry for static QDQ;
+# tests/engines/test_quantize.py holds these to the installed version). Spelled as ONNX
+# spells them: case matters.
 DYNAMIC_OPERATORS = ("Attention", "Conv", "EmbedLayerNormalization", "Gather", "LSTM",
                      "MatMul", "Transpose")
 STATIC_OPERATORS = ("AveragePool", "BatchNormalization", "Clip", "Conv", "ConvTranspose",
