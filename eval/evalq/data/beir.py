@@ -17,14 +17,8 @@ from typing import Any
 
 from evalq.core.dataset import Dataset
 from evalq.core.errors import InputError
-from evalq.data.assemble import (
-    AssemblyOptions,
-    FieldNames,
-    TextRecord,
-    assemble_dataset,
-    record_id,
-    record_text,
-)
+from evalq.data import assemble
+from evalq.data.assemble import AssemblyOptions, FieldNames, TextRecord, assemble_dataset
 from evalq.data.trec import iter_text_lines, read_qrels
 
 CORPUS_FILE = "corpus.jsonl"
@@ -90,12 +84,12 @@ def row_record(row: dict[str, Any], path: Path, number: int, *, id_field: str,
             )
     title = ""
     if title_field is not None:
-        title = record_text(row.get(title_field), path, number, title_field, _TEXT_FIX)
+        title = assemble.record_text(row.get(title_field), path, number, title_field, _TEXT_FIX)
     return TextRecord(
-        id=record_id(row[id_field], path, number, id_field,
+        id=assemble.record_id(row[id_field], path, number, id_field,
                      f"give every line a string '{id_field}'"),
         title=title,
-        text=record_text(row[text_field], path, number, text_field, _TEXT_FIX),
+        text=assemble.record_text(row[text_field], path, number, text_field, _TEXT_FIX),
         file=str(path),
         line=number,
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,6 +108,21 @@ class Index(Protocol):
     def proof(self) -> IndexProof: ...
 
     def close(self) -> None: ...
+
+
+IndexT = TypeVar("IndexT", bound=Index)
+
+
+def filled(index: IndexT, docs: Documents) -> IndexT:
+    """``index`` with ``docs`` added, or closed and the error raised: a database kind that
+    fails while loading (a dead server, a full disk) must not leave its connection, table
+    or shard open behind the error."""
+    try:
+        index.add(docs)
+    except BaseException:
+        index.close()
+        raise
+    return index
 
 
 @dataclass(frozen=True)

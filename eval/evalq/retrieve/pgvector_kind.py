@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import pg_server
+from evalq.retrieve import kinds, pg_server
 from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
 from evalq.retrieve.search import id_ranks
 
@@ -400,13 +400,7 @@ def _plan_summary(plan: Any) -> dict[str, Any]:
 
 
 def _build(options: PgvectorOptions, docs: Documents, where: str) -> PgvectorIndex:
-    index = PgvectorIndex(options, where)
-    try:
-        index.add(docs)
-    except BaseException:
-        index.close()
-        raise
-    return index
+    return kinds.filled(PgvectorIndex(options, where), docs)
 
 
 KIND = KindSpec(name="pgvector", summary="a PostgreSQL table with pgvector's HNSW / IVFFlat "

@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
+from evalq.retrieve import kinds
 from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
 
 _UPSERT_BATCH = 1024  # points per upsert
@@ -282,13 +283,7 @@ def _version() -> str | None:
 
 
 def _build(options: QdrantOptions, docs: Documents, where: str) -> QdrantIndex:
-    index = QdrantIndex(options, where)
-    try:
-        index.add(docs)
-    except BaseException:
-        index.close()
-        raise
-    return index
+    return kinds.filled(QdrantIndex(options, where), docs)
 
 
 KIND = KindSpec(name="qdrant", summary="a Qdrant shard searched by Qdrant's engine "

@@ -29,12 +29,12 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from evalq.core.atomicio import built_folder, write_json
 from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.host import engine_versions
 from evalq.core.weights import model_fingerprint
 
 RECORD_FILE = "evalq-onnx.json"
@@ -98,16 +98,6 @@ def require(module: str, extra: str, purpose: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtraError(module, extra, purpose) from None
-
-
-def versions(*names: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def _key(blob: dict[str, Any]) -> str:
@@ -182,14 +172,14 @@ def export_onnx(model_path: Path, cache_dir: Path, head: GraphHead = TOKEN_STATE
     require("onnx", "onnx", "exporting to ONNX")
     source = model_fingerprint(model_path)
     key = _key({"model": source, "exporter": EXPORTER, "opset": OPSET, "output": head.output,
-                "torch": versions("torch")["torch"]})
+                "torch": engine_versions(("torch",))["torch"]})
 
     def make(work: Path) -> dict[str, Any]:
         inputs = _export(model_path, work / GRAPH_FILE, head)
         return {"exporter": EXPORTER, "opset": OPSET, "output": head.output, "inputs": inputs,
                 "source": str(model_path), "source_fingerprint": source,
                 "attn_implementation": "eager", "dynamic_axes": ["batch", "sequence"],
-                "versions": versions("torch", "transformers", "onnx", "onnxruntime")}
+                "versions": engine_versions(("torch", "transformers", "onnx", "onnxruntime"))}
 
     return cached_graph(cache_dir / f"onnx-export-{key}", make)
 
@@ -250,7 +240,7 @@ def user_graph(file: str | Path, *, field_name: str, kind: str = "ONNX",
                 while chunk := handle.read(8 << 20):
                     digest.update(chunk)
     return OnnxGraph(path, digest.hexdigest(), {"exporter": "user file", "file": str(path),
-                                                "versions": versions(*libraries)})
+                                                "versions": engine_versions(tuple(libraries))})
 
 
 def check_graph(path: Path, width: int, *, field_name: str,
@@ -327,9 +317,14 @@ def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[
     def build(work: Path) -> dict[str, Any]:
         made = make(parent.path, work / file)
         return {**made, "method": method, "params": params, "parent": parent.info,
-                "versions": versions(*libraries)}
+                "versions": engine_versions(tuple(libraries))}
 
     return cached_graph(cache_dir / f"graph-{method}-{key}", build, file)
+
+
+def versions(*names: str) -> dict[str, str | None]:
+    """The installed versions of ``names`` (None where absent), for a graph's record."""
+    return engine_versions(names)
 
 
 __all__ = [
