@@ -124,12 +124,13 @@ def phase_engine(path: Any, settings: Any, texts: list[str], args: Any) -> dict[
 
 
 def phase_server(path: Any, settings: Any, texts: list[str], args: Any) -> dict[str, Any]:
-    from evalq.engines.vllm_server import VllmServerEncoder
+    from evalq.engines.vllm_server import ServerLaunch, VllmServerEncoder
 
     with tempfile.TemporaryDirectory() as logs:
-        server = VllmServerEncoder(path, settings=settings, log_dir=logs, dtype="float32",
-                                   gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
-                                   concurrency=args.concurrency, max_batch=32, timeout_s=300)
+        server = VllmServerEncoder(
+            path, settings=settings, log_dir=logs,
+            launch=ServerLaunch(gpu_memory_utilization=GPU_MEMORY_UTILIZATION),
+            concurrency=args.concurrency, max_batch=32, timeout_s=300)
         try:
             startup = round(server.server.startup_s or 0.0, 1)
             server.embed(texts[:16])

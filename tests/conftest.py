@@ -155,12 +155,12 @@ def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
     ``tests/engines/test_vllm_server.py`` kills it in its last test (the mid-run death case);
     close() is idempotent and reaps what is left.
     """
-    from evalq.engines.vllm_server import VllmServerEncoder
+    from evalq.engines.vllm_server import ServerLaunch, VllmServerEncoder
 
     encoder = VllmServerEncoder(minilm_path, settings=minilm_settings,
                                 log_dir=tmp_path_factory.mktemp("vllm-server"),
-                                dtype="float32", concurrency=4, max_batch=16, retries=2,
-                                backoff_s=0.2, timeout_s=60, **VLLM_TEST_MEMORY)
+                                launch=ServerLaunch(**VLLM_TEST_MEMORY), concurrency=4,
+                                max_batch=16, retries=2, backoff_s=0.2, timeout_s=60)
     yield encoder
     encoder.close()
 # ---------------------------------------------------------------------------------------

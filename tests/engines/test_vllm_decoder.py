@@ -49,12 +49,12 @@ def decoder_engine(vllm_engine_pool, decoder_path, decoder_settings):
 
 @pytest.fixture(scope="module")
 def decoder_server(decoder_path, decoder_settings, tmp_path_factory):
-    from evalq.engines.vllm_server import VllmServerEncoder
+    from evalq.engines.vllm_server import ServerLaunch, VllmServerEncoder
 
     encoder = VllmServerEncoder(decoder_path, settings=decoder_settings,
                                 log_dir=tmp_path_factory.mktemp("vllm-decoder-server"),
-                                dtype="float32", concurrency=4, max_batch=16, retries=1,
-                                backoff_s=0.2, timeout_s=60, **VLLM_TEST_MEMORY)
+                                launch=ServerLaunch(**VLLM_TEST_MEMORY), concurrency=4,
+                                max_batch=16, retries=1, backoff_s=0.2, timeout_s=60)
     yield encoder
     encoder.close()
 

@@ -65,13 +65,13 @@ def test_max_length_beyond_max_model_len_is_refused_before_loading(minilm_path,
 def test_impossible_quantization_is_refused_before_loading(minilm_path, minilm_settings,
                                                            tmp_path):
     from evalq.engines.vllm_engine import VllmEngineEncoder
-    from evalq.engines.vllm_server import VllmServer
+    from evalq.engines.vllm_server import ServerLaunch, VllmServer
 
     with pytest.raises(InputError) as err:
         VllmEngineEncoder(minilm_path, settings=minilm_settings, quantization="fp8")
     assert "only a CPU" in str(err.value)
     server = VllmServer(minilm_path, settings=minilm_settings, log_dir=tmp_path,
-                        quantization="bitsandbytes")
+                        launch=ServerLaunch(quantization="bitsandbytes"))
     with pytest.raises(InputError):
         server.start()
     assert server.process is None and not (tmp_path / "vllm-server.log").exists()

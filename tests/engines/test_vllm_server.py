@@ -19,7 +19,7 @@ from evalq.core.errors import BackendUnavailableError, InputError
 from evalq.encode.batching import encode_texts
 from evalq.encode.cache import EmbeddingCache
 from evalq.engines.openai_http import OpenAIEncoder
-from evalq.engines.vllm_server import VllmServer, vllm_request_fields
+from evalq.engines.vllm_server import ServerLaunch, VllmServer, vllm_request_fields
 from support.fake_embedding_server import FakeState, fake_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
@@ -84,7 +84,7 @@ def test_left_truncation_is_refused_for_the_server(minilm_settings):
 
 def test_failed_start_stops_the_process_group(minilm_path, minilm_settings, tmp_path):
     server = VllmServer(minilm_path, settings=minilm_settings, log_dir=tmp_path,
-                        startup_timeout_s=4, gpu_memory_utilization=0.1)
+                        launch=ServerLaunch(startup_timeout_s=4, gpu_memory_utilization=0.1))
     with pytest.raises(InputError) as err:
         server.start()
     assert "did not become healthy" in str(err.value)

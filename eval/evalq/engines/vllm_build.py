@@ -20,7 +20,12 @@ from evalq.engines.options import EncoderVariant, VllmOptions
 from evalq.engines.quantize import w8a8_checkpoint
 from evalq.engines.spec import NEAR_INVARIANT_TOLERANCE, BackendSpec, BatchDependence
 from evalq.engines.vllm_engine import VllmEngineEncoder
-from evalq.engines.vllm_server import VllmServerEncoder, vllm_request_fields
+from evalq.engines.vllm_server import (
+    ServerLaunch,
+    VllmServerEncoder,
+    engine_flags,
+    vllm_request_fields,
+)
 
 BACKEND_NAME = "vllm"
 
@@ -45,21 +50,22 @@ def build_vllm_encoder(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
         # The checkpoint carries the original sentence-transformers files, so the settings
         # resolved for the original model (ctx.settings) hold for it unchanged.
         model_path, record = ckpt.path, ckpt.record
-    common = {
-        "settings": settings,
-        "dtype": variant.dtype,
-        "quantization": opts.quantization,
-        "max_model_len": opts.max_model_len,
-        "gpu_memory_utilization": opts.gpu_memory_utilization or _DEFAULT_MEMORY_SHARE,
-        "enforce_eager": opts.enforce_eager,
-    }
+    launch = ServerLaunch(
+        dtype=variant.dtype, quantization=opts.quantization, max_model_len=opts.max_model_len,
+        gpu_memory_utilization=opts.gpu_memory_utilization or _DEFAULT_MEMORY_SHARE,
+        enforce_eager=opts.enforce_eager, startup_timeout_s=opts.startup_timeout_s,
+        extra_args=engine_flags(opts.engine_args))
     encoder: Encoder
     # Matryoshka variants ask vLLM for their width (`dimensions`); vLLM truncates, then
     # normalizes, as evalq does, and refuses models it does not take for Matryoshka.
     dims = variant.vectors.dims
     if opts.mode == "engine":
-        encoder = VllmEngineEncoder(model_path, extra_engine_args=opts.engine_args,
-                                    dimensions=dims, **common)
+        encoder = VllmEngineEncoder(
+            model_path, settings=settings, dtype=launch.dtype, quantization=launch.quantization,
+            max_model_len=launch.max_model_len,
+            gpu_memory_utilization=launch.gpu_memory_utilization,
+            enforce_eager=launch.enforce_eager, extra_engine_args=opts.engine_args,
+            dimensions=dims)
     elif opts.url:
         encoder = OpenAIEncoder(
             opts.url, str(model_path), settings=settings, concurrency=opts.concurrency,
@@ -67,12 +73,9 @@ def build_vllm_encoder(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
             tokenizer_path=model_path, probe_store=ctx.cache_dir / "servers", dimensions=dims,
         )
     else:
-        extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
         encoder = VllmServerEncoder(
-            model_path, log_dir=ctx.logs_dir, startup_timeout_s=opts.startup_timeout_s,
-            concurrency=opts.concurrency, max_batch=opts.max_batch, extra_args=extra,
-            dimensions=dims, **common,
-        )
+            model_path, settings=settings, log_dir=ctx.logs_dir, launch=launch,
+            concurrency=opts.concurrency, max_batch=opts.max_batch, dimensions=dims)
     if record is not None:
         encoder = _WithRecord(encoder, record)
     return encoder

@@ -41,6 +41,7 @@ from evalq.engines.reranker import (
 from evalq.engines.spec import BackendSpec
 from evalq.engines.vllm_engine import shutdown_llm
 from evalq.engines.vllm_rerank_server import VllmServerReranker
+from evalq.engines.vllm_server import ServerLaunch, engine_flags
 
 BACKEND_NAME = "vllm-engine"
 
@@ -167,14 +168,15 @@ def _server_reranker(ctx: RerankerContext, served: Path,
     settings = rerank_settings(spec, model_path)
     if encoding is not None:  # the bi-encoder truncates each text at its own max length
         settings = replace(settings, max_length=encoding.max_length)
-    extra = [f"--{k.replace('_', '-')}={v}" for k, v in opts.engine_args.items()]
+    launch = ServerLaunch(dtype=variant.dtype, quantization=opts.quantization,
+                          gpu_memory_utilization=opts.gpu_memory_utilization,
+                          enforce_eager=opts.enforce_eager,
+                          startup_timeout_s=opts.startup_timeout_s,
+                          extra_args=engine_flags(opts.engine_args))
     return VllmServerReranker(
         served, settings=settings, record=record, kind=spec.kind, encoding=encoding,
         log_dir=ctx.logs_dir or Path(".evalq-cache") / "logs", route=opts.route,
-        dtype=variant.dtype, quantization=opts.quantization,
-        gpu_memory_utilization=opts.gpu_memory_utilization,
-        enforce_eager=opts.enforce_eager, startup_timeout_s=opts.startup_timeout_s,
-        max_batch=opts.max_batch, extra_args=extra)
+        launch=launch, max_batch=opts.max_batch)
 
 
 def build(ctx: RerankerContext) -> Reranker:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.rerank_http import HttpReranker
 from evalq.engines.reranker import RerankSettings, described_quantization, served_fingerprint
-from evalq.engines.vllm_server import VllmServer
+from evalq.engines.vllm_server import DEFAULT_LAUNCH, ServerLaunch, VllmServer
 
 BACKEND_NAME = "vllm-server"
 ROUTES = ("/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank")
@@ -64,12 +65,10 @@ class VllmServerReranker:
 
     def __init__(self, model_path: str | Path, *, settings: RerankSettings, kind: str,
                  log_dir: str | Path, encoding: EncodingSettings | None = None,
-                 route: str = "/score", dtype: str = "float32",
-                 quantization: str | None = None, gpu_memory_utilization: float = 0.1,
-                 enforce_eager: bool | None = None, startup_timeout_s: float = 300.0,
+                 route: str = "/score", launch: ServerLaunch = DEFAULT_LAUNCH,
                  max_batch: int = 64, timeout_s: float = 120.0, retries: int = 2,
-                 extra_args: Sequence[str] = (),
                  record: QuantizationRecord | None = None) -> None:
+        """``launch``: how the server starts (its ``max_model_len`` is the settings')."""
         if route not in ROUTES:
             raise InputError(message=f"vLLM answers scores at {', '.join(ROUTES)}, not "
                              f"'{route}'", field="reranker.vllm.route",
@@ -80,14 +79,12 @@ class VllmServerReranker:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         self.kind, self.settings, self.route = kind, settings, route
         self.model_path = Path(model_path)
-        self.dtype, self.quantization, self.record = dtype, quantization, record
+        self.dtype, self.quantization, self.record = launch.dtype, launch.quantization, record
         self._model_fingerprint = model_fingerprint(self.model_path)
         self.server = VllmServer(
             self.model_path, settings=encoding if kind == "bi-encoder" else None,
-            log_dir=log_dir, dtype=dtype, quantization=quantization,
-            max_model_len=settings.max_length, gpu_memory_utilization=gpu_memory_utilization,
-            enforce_eager=enforce_eager, startup_timeout_s=startup_timeout_s,
-            extra_args=extra_args).start()
+            log_dir=log_dir,
+            launch=replace(launch, max_model_len=settings.max_length)).start()
         style = "score" if route.endswith("/score") else "rerank-api"
         try:
             self.client = HttpReranker(

@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -106,6 +107,32 @@ def _install_sigterm_handler() -> None:
 atexit.register(_stop_all_live)
 
 
+@dataclass(frozen=True)
+class ServerLaunch:
+    """How a vLLM ``api_server`` child starts: the flags that decide what it serves and how.
+
+    One value handed from the recipe's options to the server (an encoder's or a
+    reranker's), instead of the same keywords passed on at every layer.
+    """
+
+    dtype: str = "float32"
+    quantization: str | None = None  # vLLM's own --quantization
+    max_model_len: int | None = None  # unset: the encoding settings' max_length
+    # On CPU, the share of host RAM reserved for the KV cache (vLLM refuses 0.92 here).
+    gpu_memory_utilization: float = 0.1
+    enforce_eager: bool | None = None  # unset: on a CPU host
+    startup_timeout_s: float = 300.0
+    extra_args: tuple[str, ...] = ()  # further --flags, verbatim
+
+
+DEFAULT_LAUNCH = ServerLaunch()
+
+
+def engine_flags(engine_args: Mapping[str, Any]) -> tuple[str, ...]:
+    """The recipe's ``vllm.engine_args`` as the server's command-line flags."""
+    return tuple(f"--{k.replace('_', '-')}={v}" for k, v in engine_args.items())
+
+
 class VllmServer:
     """One ``vllm.entrypoints.openai.api_server`` child process; see the module docstring."""
 
@@ -115,14 +142,8 @@ class VllmServer:
         *,
         settings: EncodingSettings | None,
         log_dir: str | Path,
-        dtype: str = "float32",
-        quantization: str | None = None,
-        max_model_len: int | None = None,
-        gpu_memory_utilization: float = 0.1,
-        enforce_eager: bool | None = None,
+        launch: ServerLaunch = DEFAULT_LAUNCH,
         served_model_name: str | None = None,
-        startup_timeout_s: float = 300.0,
-        extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
     ) -> None:
@@ -131,7 +152,7 @@ class VllmServer:
         ``settings`` None: a sequence-classification model (a cross-encoder), which pools
         by its own head; no ``--pooler-config`` is sent and ``max_model_len`` is required.
         """
-        if settings is None and max_model_len is None:
+        if settings is None and launch.max_model_len is None:
             raise ValueError("VllmServer needs max_model_len when it has no encoding settings")
         if settings is not None and settings.pooling not in VLLM_POOLING:
             raise InputError(
@@ -142,14 +163,10 @@ class VllmServer:
         self.model_path = Path(model_path)
         self.settings = settings
         self.log_dir = Path(log_dir)
-        self.dtype = dtype
-        self.quantization = quantization
-        self.max_model_len = max_model_len or (settings.max_length if settings else 0)
-        self.gpu_memory_utilization = gpu_memory_utilization
-        self.enforce_eager = enforce_eager
+        self.launch = launch
+        self.dtype, self.quantization = launch.dtype, launch.quantization
+        self.max_model_len = launch.max_model_len or (settings.max_length if settings else 0)
         self.served_model_name = served_model_name or self.model_path.name
-        self.startup_timeout_s = startup_timeout_s
-        self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.python = python
         self.port: int | None = None
@@ -171,7 +188,7 @@ class VllmServer:
         return None if self.process is None else self.process.pid
 
     def command(self) -> list[str]:
-        enforce_eager = self.enforce_eager
+        enforce_eager = self.launch.enforce_eager
         if enforce_eager is None:
             enforce_eager = on_cpu_host()
         cmd = [
@@ -183,7 +200,7 @@ class VllmServer:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--max-model-len", str(self.max_model_len),
-            "--gpu-memory-utilization", str(self.gpu_memory_utilization),
+            "--gpu-memory-utilization", str(self.launch.gpu_memory_utilization),
         ]  # fmt: skip
         if self.settings is not None:
             cmd += ["--pooler-config", json.dumps(vllm_pooler_config_dict(self.settings))]
@@ -191,7 +208,7 @@ class VllmServer:
             cmd += ["--quantization", self.quantization]
         if enforce_eager:
             cmd.append("--enforce-eager")
-        return cmd + self.extra_args
+        return cmd + list(self.launch.extra_args)
 
     def start(self) -> VllmServer:
         if self.process is not None:
@@ -230,7 +247,7 @@ class VllmServer:
 
     def _wait_healthy(self) -> None:
         assert self.process is not None
-        wait_healthy(self.process, self.url, "/health", self.startup_timeout_s,
+        wait_healthy(self.process, self.url, "/health", self.launch.startup_timeout_s,
                      exited=lambda code: InputError(
                          message=f"the vLLM server exited with code {code} during start-up: "
                          f"{self.log_tail(5)}",
@@ -243,7 +260,7 @@ class VllmServer:
     def _startup_timeout(self) -> InputError:
         return InputError(
             message=f"the vLLM server at {self.url} did not become healthy within "
-            f"{self.startup_timeout_s:.0f} s",
+            f"{self.launch.startup_timeout_s:.0f} s",
             file=self.log_path,
             field="vllm.startup_timeout_s",
             fix="raise vllm.startup_timeout_s, or read the server log for the cause",
@@ -291,40 +308,24 @@ class VllmServerEncoder:
         *,
         settings: EncodingSettings,
         log_dir: str | Path,
-        dtype: str = "float32",
-        quantization: str | None = None,
-        max_model_len: int | None = None,
-        gpu_memory_utilization: float = 0.1,
-        enforce_eager: bool | None = None,
-        startup_timeout_s: float = 300.0,
+        launch: ServerLaunch = DEFAULT_LAUNCH,
         concurrency: int = 4,
         max_batch: int = 64,
         timeout_s: float = 120.0,
         retries: int = 2,
         backoff_s: float = 0.5,
-        extra_args: Sequence[str] = (),
         dimensions: int | None = None,
     ) -> None:
         fields = vllm_request_fields(settings)  # refuses what the server cannot do, first
         self.settings = settings
-        self.server = VllmServer(
-            model_path,
-            settings=settings,
-            log_dir=log_dir,
-            dtype=dtype,
-            quantization=quantization,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enforce_eager=enforce_eager,
-            startup_timeout_s=startup_timeout_s,
-            extra_args=extra_args,
-        ).start()
+        self.server = VllmServer(model_path, settings=settings, log_dir=log_dir,
+                                 launch=launch).start()
         identity = json.dumps(
             {
                 "backend": BACKEND_NAME,
                 "model": model_fingerprint(model_path),
-                "dtype": dtype,
-                "quantization": quantization,
+                "dtype": launch.dtype,
+                "quantization": launch.quantization,
             },
             sort_keys=True,
         )
