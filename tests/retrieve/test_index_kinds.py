@@ -193,6 +193,14 @@ def test_a_recipe_runs_through_a_registered_stand_in_kind(stand_in: KindSpec,
     judged = outcome.summary["datasets"]["pydocs"]["variants"]["fp32-brute"]
     assert judged["metrics"]["nDCG@10"]["value"] == pytest.approx(
         index["loss"]["nDCG@10"]["ann"])
+    # the three losses (issue 30): the same vectors searched the same way lose nothing
+    per_query = tmp_path / "out" / "per_query" / "pydocs"
+    assert (per_query / "fp32-brute.exact.jsonl").is_file()
+    assert (per_query / "fp32-brute.index.jsonl").is_file()
+    for measure in ("nDCG@10", "overlap@10"):
+        split = judged["losses"][measure]
+        for loss in ("model", "index", "end_to_end"):
+            assert split[loss] == pytest.approx(0.0, abs=1e-6), (measure, loss)
 
 
 def _scattered(n_docs: int = 400, dim: int = 16) -> tuple[Documents, Queries]:

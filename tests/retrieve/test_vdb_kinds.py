@@ -380,9 +380,16 @@ def _recipe(tmp_path: Path, **pg_extra: Any) -> Path:
         candidates=[{"name": "fp32-pg", "index": {"kind": "pgvector", "allow_root": True,
                                                   "m": 8, "ef_construction": 32,
                                                   **pg_extra}},
-                    {"name": "fp32-qdrant", "index": {"kind": "qdrant"}}],
+                    {"name": "fp32-qdrant", "index": {"kind": "qdrant"}},
+                    # both losses: a narrower model (Matryoshka) in a binary index
+                    {"name": "d64-pg-bit", "vectors": {"dims": 64},
+                     "index": {"kind": "pgvector", "allow_root": True, "vector_type": "bit",
+                               "ef_search": 40, **pg_extra}}],
         metrics=["nDCG@10"], reference_metrics=["overlap@10"],
-        gates=[recipes.gate("nDCG@10", "qrels", max_drop="5%")], resamples=200)
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="5%"),
+               recipes.gate("overlap@10", "reference", min=0.5, loss="model"),
+               recipes.gate("overlap@10", "reference", min=0.5, loss="index")],
+        resamples=200)
     return recipes.write(tmp_path / "vdb.yaml", data)
 
 
@@ -403,6 +410,26 @@ def test_a_recipe_runs_through_pgvector_and_qdrant(pg: pg_server.Database,
     assert qd_entry["proof"]["params"]["indexed_vectors"] == 40
     # the same vectors, exact settings aside: a 40-document HNSW finds the exact top 10
     assert pg_entry["recall@10"] == pytest.approx(1.0) == qd_entry["recall@10"]
+    _three_losses(tmp_path / "out")
+
+
+def _three_losses(out: Path) -> None:
+    """Model, index and end-to-end loss in the summary, each gated on its own pair."""
+    summary = json.loads((out / "summary.json").read_text())["datasets"]["pydocs"]["variants"]
+    # fp32 in a database: no model loss, the index's only (none at 40 documents)
+    fp32 = summary["fp32-pg"]["losses"]
+    assert fp32["nDCG@10"]["model"] == pytest.approx(0.0, abs=1e-9)
+    assert fp32["overlap@10"]["model"] == pytest.approx(0.0, abs=1e-9)
+    assert fp32["overlap@10"]["index"] == pytest.approx(0.0, abs=1e-9)
+    # 64 of 384 dimensions, then 64 bits: each step loses agreement of its own
+    both = summary["d64-pg-bit"]["losses"]
+    assert both["overlap@10"]["model"] > 0 and both["overlap@10"]["index"] > 0
+    assert both["overlap@10"]["end_to_end"] > 0
+    assert both["nDCG@10"]["model"] + both["nDCG@10"]["index"] == pytest.approx(
+        both["nDCG@10"]["end_to_end"], abs=1e-9)
+    gates = {c["gate"].split(" on ")[0] for c in summary["d64-pg-bit"]["gate"]["checks"]}
+    assert gates == {"nDCG@10 vs qrels max_drop 5%", "model loss: overlap@10 vs reference min 0.5",
+                     "index loss: overlap@10 vs reference min 0.5"}
 
 
 @pytest.mark.slow

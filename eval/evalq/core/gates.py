@@ -28,6 +28,12 @@ HISTORICAL_METHOD: Method = "percentile"
 Against = Literal["qrels", "reference"]
 Stat = Literal["mean", "p1", "min"]
 Over = Literal["per_dataset", "pooled"]
+Loss = Literal["model", "index", "end_to_end"]
+"""Which loss a gate judges for a variant searched through an index (issue 30): the
+model's (its exact search against the reference's), the index's (its run through the
+index against its own exact search), or both together (its run through the index against
+the reference's exact search, the default and what a variant without an index has)."""
+LOSSES: tuple[str, ...] = ("model", "index", "end_to_end")
 Verdict = Literal["pass", "fail", "inconclusive"]
 Outcome = Literal["pass", "fail", "inconclusive", "ungated"]
 """A candidate's verdict: ``ungated`` when no gate applies to it (never ``pass``)."""
@@ -55,6 +61,7 @@ class GateSpec:
     # ``ndcg_cut_10``): ``evalq.plan.gates.gate_spec`` reads it off the measure registry,
     # so the decisions never parse a metric. ``None``: the column is named ``metric``.
     column: str | None = None
+    loss: Loss = "end_to_end"
 
     def __post_init__(self) -> None:
         def bad(message: str, fix: str, where: str = "gates") -> InputError:
@@ -113,6 +120,9 @@ class GateSpec:
                 f"{', '.join(METHODS)})",
                 "stats.method",
             )
+        if self.loss not in LOSSES:
+            raise bad(f"loss must be model, index or end_to_end, got {self.loss!r}",
+                      "write loss: end_to_end (default), model or index", "gates.loss")
         if self.over not in ("per_dataset", "pooled"):
             raise bad(
                 f"over must be per_dataset or pooled, got {self.over!r}",
@@ -137,6 +147,8 @@ class GateSpec:
     def label(self) -> str:
         """Human label: ``nDCG@10 vs qrels max_drop 1%``, ``cosine p1 vs reference min 0.99``."""
         metric = self.metric if self.stat == "mean" else f"{self.metric} {self.stat}"
+        if self.loss != "end_to_end":
+            metric = f"{self.loss} loss: {metric}"
         if self.max_drop is not None:
             drop = f"{self.max_drop * 100:g}%" if self.relative else f"{self.max_drop:g}"
             return f"{metric} vs {self.against} max_drop {drop}"

@@ -151,6 +151,9 @@ def score_dataset(
         })
         entry["vectors"] = {"query": asdict(q_agree.summary()),
                             "document": asdict(d_agree.summary())}
+        if exact_ranking is not None:
+            write_loss_views(folder, ds.name, variant.name, recipe, judged, ref.ranking,
+                             exact_ranking, ranking, qrels_values, q_agree)
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
 
@@ -198,6 +201,28 @@ def _agreement(ref: ReferenceState, ds: Any, query_vectors: np.ndarray, docs: An
         d_agree = vector_agreement(*common_dims(ref.doc_vectors, doc_vectors),
                                    list(ds.corpus.ids))
     return q_agree, d_agree
+
+
+def write_loss_views(folder: RunFolder, dataset: str, name: str, recipe: Recipe, judged: Any,
+                     reference_run: Ranking, exact: Ranking, indexed: Ranking,
+                     indexed_qrels: PerQuery, q_agree: Any) -> None:
+    """The per-query values a candidate searched through an index is gated on besides its
+    own (issue 30): ``<name>.exact``, its exact search (qrels measures; reference measures
+    against the reference's exact run): the model's loss; ``<name>.index``, its run
+    through the index (qrels measures; reference measures against its own exact run,
+    cosine left out as the vectors are the same): the index's loss, paired with
+    ``.exact``. Its own values (the index against the reference) are the end-to-end loss."""
+    measures = parse_measures(recipe.reference_metrics)
+    exact_qrels = evaluate_qrels(exact, judged, parse_measures(recipe.metrics))
+    model = dict(exact_qrels.values)
+    model.update(align(evaluate_reference(exact, reference_run, measures,
+                                          query_agreement=q_agree), exact_qrels.query_ids))
+    folder.write_per_query(dataset, f"{name}.exact", PerQuery(exact_qrels.query_ids, model))
+    index = dict(indexed_qrels.values)
+    index.update(align(evaluate_reference(indexed, exact,
+                                          [m for m in measures if m.family != "cosine"]),
+                       indexed_qrels.query_ids))
+    folder.write_per_query(dataset, f"{name}.index", PerQuery(indexed_qrels.query_ids, index))
 
 
 def _matryoshka(variant: Variant, model_dim: int | None) -> dict[str, Any]:

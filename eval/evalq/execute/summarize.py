@@ -26,8 +26,9 @@ from evalq.core.gates import (
     worst_of,
 )
 from evalq.core.values import PerQuery
-from evalq.decide.gate import decide_gates, decide_pooled, paired_values
+from evalq.decide.gate import decide_pooled, paired_values
 from evalq.decide.summary_stats import column, mean_entry, paired_entry
+from evalq.execute.losses import decide_losses, loss_pairs, loss_split
 from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
 from evalq.plan.gates import GateConfig, gate_spec
@@ -214,8 +215,12 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
         rs.VectorFidelity.model_validate(clean_json(ds_info["vectors"]))}
     mine = [(i, s) for i, (c, s) in enumerate(specs)
             if c.variants is None or name in c.variants]
-    gate = decide_gates(
-        [s for _, s in mine if s.over == "per_dataset"], values, ref_values,
+    pairs = loss_pairs(folder, ds_name, name, values, ref_values)  # issue 30
+    losses = loss_split(recipe.metrics, recipe.reference_metrics, pairs)
+    if losses is not None:  # a variant searched through an index only
+        entry["losses"] = losses
+    gate = decide_losses(
+        [s for _, s in mine if s.over == "per_dataset"], pairs,
         extra_values={"cosine": _text_cosines(folder, ds_name, name)},
         resamples=recipe.stats.resamples, seed=recipe.stats.seed)
     if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
@@ -230,8 +235,9 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
     entry["gate"] = rs.GateResult(passed=gate.passed,
                                   checks=[_stored(c) for c in gate.checks])
     for i, s in mine:
-        if s.over == "pooled":
-            cand, ref = paired_values(s, values, ref_values)
+        pair = pairs[s.loss]
+        if s.over == "pooled" and pair is not None:
+            cand, ref = paired_values(s, *pair)
             found.pooled_pairs.setdefault((name, i), []).append((ds_name, cand, ref))
     return gate, entry
 

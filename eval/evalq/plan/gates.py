@@ -46,6 +46,11 @@ class GateConfig(StrictOptions):
     variants: list[str] | None = None  # default: every candidate
     # Several datasets: each must pass (per_dataset) or one macro-averaged verdict (pooled).
     over: Literal["per_dataset", "pooled"] = "per_dataset"
+    # A variant searched through an index (retrieval kinds, issue 30): which loss the
+    # gate judges. model: its exact search against the reference's; index: its run
+    # through the index against its own exact search; end_to_end: its run through the
+    # index against the reference's exact search (what a variant without index has).
+    loss: Literal["model", "index", "end_to_end"] = "end_to_end"
 
     @model_validator(mode="after")
     def _one_rule(self) -> GateConfig:
@@ -106,4 +111,5 @@ def gate_spec(cfg: GateConfig | GateRule, default_confidence: float,
                     min=cfg.min, stat=cfg.stat, confidence=cfg.confidence or default_confidence,
                     method=method, min_nonzero=min_nonzero,
                     over=getattr(cfg, "over", "per_dataset"),
+                    loss=getattr(cfg, "loss", "end_to_end"),
                     column=parse_measure(cfg.metric).name)

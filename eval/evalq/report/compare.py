@@ -22,6 +22,7 @@ import numpy as np
 
 from evalq.core.comparison import MetricDiff, PairedValues
 from evalq.core.errors import InputError
+from evalq.report.losses import loss_rows, loss_text
 from evalq.report.markdown import md
 from evalq.report.runview import RunView
 from evalq.report.verdict import costs
@@ -56,6 +57,18 @@ class CostRow:
     b: float | None
 
 
+@dataclass(frozen=True)
+class LossChange:
+    """One measure's model, index or end-to-end loss in both runs (issue 30)."""
+
+    dataset: str
+    variant: str
+    metric: str
+    loss: str
+    a: float | None
+    b: float | None
+
+
 @dataclass
 class Comparison:
     a: RunView
@@ -67,6 +80,7 @@ class Comparison:
     costs: list[CostRow] = field(default_factory=list)
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
+    losses: list[LossChange] = field(default_factory=list)
 
     @property
     def changed(self) -> list[MetricDiff]:
@@ -213,6 +227,21 @@ def comparison(a: RunView, b: RunView, metrics: list[MetricDiff]) -> Comparison:
         ca, cb = costs(a, v), costs(b, v)
         for key in ("weight_bytes", "index_bytes", "throughput", "peak_rss_mb"):
             out.costs.append(CostRow(v, key, ca.get(key), cb.get(key)))
+    out.losses = _losses(a, b)
+    return out
+
+
+def _losses(a: RunView, b: RunView) -> list[LossChange]:
+    """The loss split of every (dataset, candidate, measure) both runs stored it for."""
+    in_b = {(r.dataset, r.variant, r.metric): r.split for r in loss_rows(b)}
+    out = []
+    for row in loss_rows(a):
+        other = in_b.get((row.dataset, row.variant, row.metric))
+        if other is None:
+            continue
+        out += [LossChange(row.dataset, row.variant, row.metric, loss,
+                           getattr(row.split, loss), getattr(other, loss))
+                for loss in ("model", "index", "end_to_end")]
     return out
 
 
@@ -286,6 +315,11 @@ def render_text(c: Comparison) -> str:
     if c.settings:
         lines.append("settings, versions and fingerprints that differ (A → B):")
         lines += [f"  {s.key}: {_short(s.a)} → {_short(s.b)}" for s in c.settings]
+    if c.losses:
+        lines.append("")
+        lines.append(f"{'losses':16} {'measure':12} {'loss':10} {'A':>8} {'B':>8}")
+        lines += [f"{_short(x.variant, 16):16} {_short(x.metric, 12):12} {x.loss:10} "
+                  f"{loss_text(x.a):>8} {loss_text(x.b):>8}" for x in c.losses]
     lines.append("")
     lines.append(f"{'costs':16} {'':12} {'A':>10} {'B':>10} {'B/A':>6}")
     for row in c.costs:
@@ -324,6 +358,12 @@ def render_markdown(c: Comparison) -> str:
                   "fingerprint(s) differ</summary>", "", "| key | A | B |", "|---|---|---|"]
         lines += [f"| {md(s.key)} | {md(_short(s.a, 60))} | {md(_short(s.b, 60))} |"
                   for s in c.settings]
+        lines += ["", "</details>", ""]
+    if c.losses:
+        lines += ["<details><summary>model loss and index loss</summary>", "",
+                  "| variant | measure | loss | A | B |", "|---|---|---|---:|---:|"]
+        lines += [f"| {md(x.variant)} | {md(x.metric)} | {x.loss} | {loss_text(x.a)} | "
+                  f"{loss_text(x.b)} |" for x in c.losses]
         lines += ["", "</details>", ""]
     lines += ["<details><summary>costs</summary>", "", "| variant | cost | A | B | B/A |",
               "|---|---|---:|---:|---:|"]

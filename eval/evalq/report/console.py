@@ -12,6 +12,7 @@ from typing import Any
 from rich.markup import escape
 
 from evalq.report.compact import print_compact
+from evalq.report.losses import LOSS_HEADERS, loss_rows
 from evalq.report.pipelines import pipeline_views, print_pipelines
 from evalq.report.runview import RunView, host_text
 from evalq.results.schema import EncodeSection, GateCheck, MetricEntry
@@ -60,6 +61,21 @@ def _mib(n: float | None) -> str:
 COMPACT_WIDTH = 100
 
 
+def _print_losses(console: Any, run: RunView) -> None:
+    """Candidates searched through an index: each measure's loss taken apart."""
+    rows = loss_rows(run)
+    if not rows:
+        return
+    from rich.table import Table
+
+    table = Table(title="model loss and index loss (positive = worse)", title_justify="left")
+    for i, head in enumerate(LOSS_HEADERS):
+        table.add_column(head, justify="right" if i >= 3 else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(escape(c) for c in row.cells()))
+    console.print(table)
+
+
 def print_run_table(run: RunView, wide: bool = False) -> None:
     """The table of a finished run, read from the folder it wrote (``RunView.load``)."""
     if not wide:
@@ -105,6 +121,7 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
         console.print(table)
         for name, v in ds.variants.items():
             _failed(console, name, list(v.gate.checks) if v.gate is not None else [])
+    _print_losses(console, run)
     for name, info in variants_info.items():
         # parity and pooled (suite) gates belong to the variant, not to one dataset
         _failed(console, name, info.suite_checks or [])

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evalq.report.losses import LOSS_HEADERS, LOSS_NOTE, loss_rows
 from evalq.report.pipelines import PipelineView, attribution_text, pipeline_views, verdict_text
 from evalq.report.runview import RunView, finite, host_text
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
@@ -71,11 +72,22 @@ def run_summary_markdown(run: RunView) -> str:
             lines.append(f"- **{md(v.name)}** · {md(f.gate)}{where} · *{md(f.verdict)}*: "
                          f"{md(f.reason)}")
         lines += ["", "</details>"]
+    lines += _loss_lines(run)
     for view in pipeline_views(summary):
         lines += _pipeline_lines(view)
     for w in summary.warnings if summary is not None else []:
         lines += ["", f"> ⚠️ {md(w)}"]
     return "\n".join(lines) + "\n"
+
+
+def _loss_lines(run: RunView) -> list[str]:
+    """Candidates searched through an index: each measure's loss taken apart."""
+    rows = loss_rows(run)
+    if not rows:
+        return []
+    return ["", "### Model loss and index loss", "", md(LOSS_NOTE), "",
+            "| " + " | ".join(LOSS_HEADERS) + " |", "|---|---|---|---:|---:|---:|",
+            *("| " + " | ".join(md(c) for c in r.cells()) + " |" for r in rows)]
 
 
 PIPELINE_ICON = {"pass": "✅ pass", "fail": "❌ failed", "inconclusive": "⚠️ inconclusive",

@@ -87,6 +87,19 @@ class VectorFidelity(Part):
     document: CosineStats
 
 
+class LossSplit(Part):
+    """One measure's loss for a candidate searched through an index (issue 30;
+    ``evalq.execute.losses``): the model's (its exact search against the reference's),
+    the index's (its run through the index against its own exact search) and both
+    together (end to end). Positive is worse: a drop of the mean for a qrels measure,
+    1 − mean agreement for a reference measure. ``None`` where it was not measured."""
+
+    against: Literal["qrels", "reference"]
+    model: float | None = None
+    index: float | None = None
+    end_to_end: float | None = None
+
+
 class EncodeCounts(Part):
     """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
 

@@ -49,6 +49,7 @@ from evalq.results.parts import (
     FirstStageCost,
     GateCheck,
     GateResult,
+    LossSplit,
     MeanEntry,
     MetricEntry,
     MetricRange,
@@ -100,6 +101,7 @@ __all__ = [
     "LoadSummary",
     "LoadVariant",
     "LoadWorkload",
+    "LossSplit",
     "ManifestDataset",
     "ManifestVariant",
     "MeanEntry",
@@ -158,6 +160,9 @@ class VariantDatasetEntry(Part):
     gate: GateResult | None = None
     encode: EncodeSection = Field(default_factory=EncodeSection)
     index: dict[str, Any] | None = None
+    # Model, index and end-to-end loss per measure, for a candidate searched through an
+    # index (issue 30); absent for other variants and in folders written before it.
+    losses: dict[str, LossSplit] | None = None
 
 
 class DatasetSummary(Part):
