@@ -9,16 +9,17 @@ Order of work, one server alive at a time:
    plan here;
 2. the parity texts through the reference (usually in-process) once;
 3. per variant: start its server (vLLM as ``evalq run`` does, a ``load.launch`` command,
-   or attach to a URL), read its batch settings, check parity, sweep every workload,
-   stop the server;
+   or attach to a URL), read its batch settings, check parity, embed the quality probes
+   at idle, sweep every workload (each step carries probes: ``load.quality``), stop the
+   server;
 4. knees -> capacity plan -> decision table with the quality verdict of the folder's
    latest ``evalq run`` -> ``load/summary.json``.
 
 Exit 0 when every workload found a knee within the error budget and every fp32 variant
 matched the reference; 1 when a workload broke its SLO (or its requests failed: timeouts,
-no successful request) at the first step, a step broke the error budget, a server died or
-parity failed; 2 for bad input or a server that never
-started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kept.
+no successful request) at the first step, a step broke the error budget, a server died,
+parity failed or the quality probes could not be embedded at idle; 2 for bad input or a
+server that never started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kept.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ candidate passages to a ``/rerank``-style route (``query`` + ``documents``, or T
 The sweep offers each level (rate or concurrency) in ascending order; a step *passes*
 when its p99 is under the workload's SLO, its server-error rate and its failed requests
 (timeouts included) are within the error budget, at least one request succeeded, and the
-generator sent every request it was asked to. The first step that fails
+generator sent every request it was asked to, and (with probes) its answers held the
+quality floor (:mod:`evalq.execute.load.quality`). The first step that fails
 ends the series (``stop_on_break``). The knee is the highest passing level before that:
 its offered rate for open-loop query traffic, its achieved texts/s for ingest and pairs/s
 for rerank, in the unit :mod:`evalq.execute.load.capacity` plans with.
