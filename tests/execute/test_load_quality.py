@@ -166,3 +166,34 @@ def test_a_healthy_server_holds_quality_at_every_level(tmp_path: Path) -> None:
             assert step["quality"]["probes"] > 0
             assert step["quality"]["cosine_min"] == pytest.approx(1.0, abs=1e-9)
             assert step["quality"]["overlap_min"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.vllm
+@pytest.mark.process
+@pytest.mark.server
+def test_a_real_vllm_server_keeps_its_declared_tolerance_under_load(tmp_path: Path) -> None:
+    """vLLM fp32 declares near-invariance to batch composition (tolerance 1e-6): its
+    answers under concurrent load must stay within ``1 - 1e-6`` of its idle answers."""
+    recipe = recipes.recipe(
+        "load-vllm", datasets=["pydocs"], queries=20, docs=40,
+        reference={"name": "fp32", "backend": "inprocess"},
+        candidates=[{"name": "vllm-fp32", "backend": "vllm", "dtype": "float32",
+                     "vllm": {"mode": "server", "gpu_memory_utilization": 0.1}}],
+        load={**FAST, "warmup_s": 0.3, "duration_s": 1.0, "timeout_s": 30,
+              "quality": {"share": 0.25},
+              "workloads": [{"name": "query", "kind": "query", "slo_p99_ms": 30000,
+                             "closed_loop": {"concurrency": [1, 4]}},
+                            {"name": "ingest", "kind": "ingest", "slo_p99_ms": 30000,
+                             "batch_sizes": [8], "closed_loop": {"concurrency": [2]}}]})
+    path = recipes.write(tmp_path / "recipe.yaml", recipe)
+    assert _load(tmp_path, path) == 0
+    v = _summary(tmp_path)["variants"]["vllm-fp32"]
+    assert v["quality"]["min_cosine"] == pytest.approx(1 - 1e-6)
+    assert "tolerance" in v["quality"]["floor_source"]
+    for workload in v["workloads"].values():
+        for step in workload["steps"]:
+            assert step["verdict"] == "pass", step["reasons"]
+            assert step["quality"]["probes"] > 0
+            assert step["quality"]["overlap_min"] == 1.0
