@@ -147,6 +147,21 @@ def test_a_server_that_degrades_under_concurrency_is_caught(
     assert "min cos" in out and "knee stopped by quality at level 4" in out
 
 
+def test_quality_broken_at_the_first_level_leaves_no_knee_and_exits_1(tmp_path: Path) -> None:
+    behaviour = Behaviour(delay_ms=20, text_vectors=True, dim=16, noise_above=2, noise=1.0)
+    with LoadTestServer(behaviour) as server:
+        recipe = _quality_recipe(tmp_path, server.url, [
+            {"name": "query", "kind": "query", "slo_p99_ms": 5000,
+             "closed_loop": {"concurrency": [4]}}], {"share": 0.25, "min_cosine": 0.99})
+        assert _load(tmp_path, recipe) == 1
+    s = _summary(tmp_path)
+    knee = s["variants"]["srv"]["workloads"]["query"]["knee"]
+    assert knee["per_s"] is None
+    assert knee["reason"].startswith("quality under load broke at the first step")
+    assert s["decision"][0]["feasible"] is False
+    assert any("quality under load" in b for b in s["broken"])
+
+
 def test_a_healthy_server_holds_quality_at_every_level(tmp_path: Path) -> None:
     with LoadTestServer(Behaviour(delay_ms=2, text_vectors=True, dim=16)) as server:
         recipe = _quality_recipe(tmp_path, server.url, [
