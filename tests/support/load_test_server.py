@@ -2,10 +2,12 @@
 latency and errors.
 
 It speaks just enough of the OpenAI ``/v1/embeddings``, ``/rerank``, ``/v1/models`` and
-``/health`` routes for the generator (its vectors are constant, not embeddings: these
-tests measure timing and counting, never quality). Every behaviour a test asserts on is
-injected and counted here, so a test can compare what the generator saw with what the
-server did: ``delay_ms`` for every request, ``slow_every``/``slow_ms`` for a tail,
+``/health`` routes for the generator (its vectors are constant, not embeddings, unless
+``text_vectors``: then each text gets its own fixed vector, so rankings mean something;
+``noise_above``/``noise`` degrade the vectors of requests answered while more than N are
+in flight, the batch-dependent server quality under load must catch). Every behaviour
+a test asserts on is injected and counted here, so a test can compare what the generator
+saw with what the server did: ``delay_ms`` for every request, ``slow_every``/``slow_ms`` for a tail,
 ``fail_every`` for HTTP 500s, ``wrong_count`` for malformed answers, and the maximum
 number of requests it held at once (an open-loop generator keeps sending while the
 server is slow; a closed-loop one cannot exceed its concurrency).
@@ -20,8 +22,10 @@ import argparse
 import asyncio
 import os
 import threading
+import zlib
 from dataclasses import dataclass
 
+import numpy as np
 from aiohttp import web
 
 
@@ -34,6 +38,20 @@ class Behaviour:
     wrong_count: bool = False
     die_after: int = 0  # exit the process after N answers (as a process only)
     dim: int = 2  # length of the constant vector (384 passes a MiniLM run's shape checks)
+    text_vectors: bool = False  # a fixed vector per text (by its CRC) instead of a constant
+    noise_above: int = 0  # add noise to answers while more than this many are in flight
+    noise: float = 0.0  # the noise's size relative to the vector's norm
+
+
+def vector(text: str, behaviour: Behaviour, noisy: bool, n: int) -> list[float]:
+    if not behaviour.text_vectors:
+        base = np.full(behaviour.dim, 0.5)
+    else:
+        base = np.random.default_rng(zlib.crc32(text.encode())).standard_normal(behaviour.dim)
+    if noisy:
+        jitter = np.random.default_rng(n).standard_normal(behaviour.dim)
+        base = base + behaviour.noise * np.linalg.norm(base) / np.linalg.norm(jitter) * jitter
+    return [float(x) for x in base]
 
 
 class Counters:
@@ -43,10 +61,11 @@ class Counters:
         self.slow = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.noisy = 0  # answers degraded by noise_above
 
 
 def make_app(behaviour: Behaviour, counters: Counters) -> web.Application:
-    async def answer(items: int, key: str) -> web.Response:
+    async def answer(items: int, key: str, texts: list[str] | None = None) -> web.Response:
         counters.requests += 1
         n = counters.requests
         counters.in_flight += 1
@@ -64,8 +83,11 @@ def make_app(behaviour: Behaviour, counters: Counters) -> web.Application:
             if behaviour.wrong_count:
                 items += 1
             if key == "data":
-                data = [{"index": i, "embedding": [0.5] * behaviour.dim, "object": "embedding"}
-                        for i in range(items)]
+                noisy = bool(behaviour.noise_above and counters.in_flight > behaviour.noise_above)
+                counters.noisy += noisy
+                texts = (texts or []) + [""] * items
+                data = [{"index": i, "embedding": vector(texts[i], behaviour, noisy, n),
+                         "object": "embedding"} for i in range(items)]
             else:
                 data = [{"index": i, "relevance_score": 0.5} for i in range(items)]
             return web.json_response({key: data, "model": "test"})
@@ -76,7 +98,7 @@ def make_app(behaviour: Behaviour, counters: Counters) -> web.Application:
 
     async def embeddings(request: web.Request) -> web.Response:
         body = await request.json()
-        return await answer(len(body["input"]), "data")
+        return await answer(len(body["input"]), "data", list(body["input"]))
 
     async def rerank(request: web.Request) -> web.Response:
         body = await request.json()

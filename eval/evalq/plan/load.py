@@ -164,6 +164,25 @@ class Launch(StrictOptions):
         return self
 
 
+class LoadQuality(StrictOptions):
+    """``load.quality`` — probe texts with known idle vectors, sent during every step.
+
+    ``probes`` queries and as many documents (drawn by ``load.seed``; 0 turns the check
+    off) are embedded once at idle through the served endpoint; under load every
+    ``1/share``-th request of a query or ingest series carries probe texts, and the
+    answers are compared with the idle vectors. A step whose probe cosine falls under
+    ``min_cosine`` (default: from the backend's declared batch-composition tolerance,
+    see :func:`evalq.execute.load.quality.cosine_floor`), or whose top-``top_k`` overlap
+    falls under ``min_overlap`` (default: reported only), does not count for the knee.
+    """
+
+    probes: int = Field(default=16, ge=0, le=1000)
+    share: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(default=10, ge=1, le=1000)
+    min_cosine: float | None = Field(default=None, ge=-1, le=1, allow_inf_nan=False)
+    min_overlap: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+
+
 class LoadSection(StrictOptions):
     """``load:`` — how ``evalq load`` drives the served variants."""
 
@@ -180,6 +199,7 @@ class LoadSection(StrictOptions):
     parity: bool = True
     seed: int = 0
     allow_hosts: list[str] = Field(default_factory=list)  # non-loopback hosts, named explicitly
+    quality: LoadQuality = Field(default_factory=LoadQuality)  # answers under load vs idle
 
     @model_validator(mode="after")
     def _unique(self) -> LoadSection:

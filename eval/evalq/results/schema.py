@@ -379,6 +379,7 @@ class LoadKnee(Part):
     series: str | None = None
     reason: str
     level: float | None = None
+    stopped_by: str | None = None  # the first failing step of its series: verdict, why
 
 
 class LoadWorkload(Part):
@@ -398,6 +399,9 @@ class LoadVariant(Part):
     started_by_evalq: bool | None = None
     server_settings: dict[str, Any] | None = None
     parity: dict[str, Any] | None = None
+    # probes under load (execute.load.quality): probe set, floor and its source; each
+    # step's own figures are under steps[].quality (absent in folders written before)
+    quality: dict[str, Any] | None = None
     knees: dict[str, dict[str, Any]] | None = None
     plan: dict[str, Any] | None = None
 

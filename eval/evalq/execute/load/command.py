@@ -9,16 +9,17 @@ Order of work, one server alive at a time:
    plan here;
 2. the parity texts through the reference (usually in-process) once;
 3. per variant: start its server (vLLM as ``evalq run`` does, a ``load.launch`` command,
-   or attach to a URL), read its batch settings, check parity, sweep every workload,
-   stop the server;
+   or attach to a URL), read its batch settings, check parity, embed the quality probes
+   at idle, sweep every workload (each step carries probes: ``load.quality``), stop the
+   server;
 4. knees -> capacity plan -> decision table with the quality verdict of the folder's
    latest ``evalq run`` -> ``load/summary.json``.
 
 Exit 0 when every workload found a knee within the error budget and every fp32 variant
 matched the reference; 1 when a workload broke its SLO (or its requests failed: timeouts,
-no successful request) at the first step, a step broke the error budget, a server died or
-parity failed; 2 for bad input or a server that never
-started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kept.
+no successful request) at the first step, a step broke the error budget, a server died,
+parity failed or the quality probes could not be embedded at idle; 2 for bad input or a
+server that never started (naming the URL and the log); 130 on Ctrl-C, with the finished steps kept.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from evalq.core import messages
 from evalq.data.manifest import load_datasets
@@ -41,9 +44,16 @@ from evalq.engines.registry import embedding_backend
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
 from evalq.execute.load.formats import decision_lines, served_format
+from evalq.execute.load.quality import (
+    ProbeRun,
+    QualityFloor,
+    choose_probes,
+    cosine_floor,
+    embed_idle,
+)
 from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
-from evalq.execute.load.sweep import TextPool, run_workload
+from evalq.execute.load.sweep import Endpoint, TextPool, embed_request, run_workload
 from evalq.plan.load import CapacitySection, LoadPlan, LoadSection
 from evalq.plan.types import ParityPlan, Plan, VariantPlan
 from evalq.results.folder import (
@@ -130,11 +140,15 @@ def _format_step(variant: str, workload: str, step: dict[str, Any]) -> str:
     cpu = step["server"].get("cpu_cores")
     cpu_text = f" server {cpu:.2f} cores" if cpu is not None else ""
     errors = f" errors {step['errors']}" if step["errors"] else ""
+    q = step.get("quality") or {}
+    quality = (f" probes {q['probes']} cos min {q['cosine_min']:.6f} top-{q['top_k']} "
+               f"overlap min {q['overlap_min']:.2f}" if q.get("probes") else
+               " probes 0" if q else "")
     p50 = "-" if lat["p50"] is None else f"{lat['p50']:.1f}"
     p99 = "-" if lat["p99"] is None else f"{lat['p99']:.1f}"
     return (f"{variant} {workload} [{step['series']}] {level}: {step['ok']} ok, "
             f"{achieved:.2f} req/s {texts:.1f} texts/s p50 {p50} p99 {p99} ms{cpu_text}"
-            f"{errors} -> {step['verdict']}")
+            f"{quality}{errors} -> {step['verdict']}")
 
 
 def replan(capacity: CapacitySection | None, run_root: Path) -> int:
@@ -224,6 +238,10 @@ def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                  f"({'checked' if p['checked'] else 'reported only'})")
             if p["passed"] is False:
                 broken.append(f"{variant.name}: parity failed ({p['reason']})")
+        probes, problem = _probe_run(variant, resolved, section, pool, served.endpoint)
+        entry["quality"] = probes_record(probes, section, problem)
+        if problem:
+            broken.append(f"{variant.name}: quality probes not embedded at idle ({problem})")
         folder.write_summary(summary)
         for workload in section.workloads:
             wentry: dict[str, Any] = {"kind": workload.kind, "mode": workload.mode,
@@ -238,18 +256,68 @@ def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                 folder.write_summary(summary)
                 _log(_format_step(variant.name, workload.name, step))
 
-            outcome = run_workload(served.endpoint, workload, section, pool, on_step)
+            outcome = run_workload(served.endpoint, workload, section, pool, on_step, probes)
             knee = outcome.knee
             assert knee is not None
             wentry["knee"] = {"per_s": knee.per_s, "unit": knee.unit,
                               "lower_bound": knee.lower_bound, "series": outcome.knee_series,
                               "reason": knee.reason, "level": knee.level}
+            stop = next((s for s in outcome.series.get(outcome.knee_series or "", [])
+                         if s["verdict"] != "pass"), None)
+            if stop is not None:  # why the knee is not higher (latency, errors, quality)
+                wentry["knee"]["stopped_by"] = (f"{stop['verdict']} at level "
+                                                f"{stop['level']:g}: {'; '.join(stop['reasons'])}")
             broken += [f"{variant.name} {workload.name}: {b}" for b in outcome.broken]
             folder.write_summary(summary)
             if outcome.server_died:
                 broken.append(f"{variant.name}: the server died; remaining workloads skipped")
                 break
     return broken
+
+
+def _probe_run(variant: EncoderVariant, resolved: Plan, section: LoadSection, pool: TextPool,
+               endpoint: Endpoint) -> tuple[ProbeRun | None, str | None]:
+    """The variant's probe set embedded at idle (before any load), with its quality floor
+    (``load.quality``, else :func:`cosine_floor` of the backend's declared
+    batch-composition tolerance); ``(None, why)`` when the idle answers failed."""
+    q = section.quality
+    if q.probes == 0 or not pool.queries or not pool.documents:
+        return None, None
+    qi, di = choose_probes(q.probes, len(pool.queries), len(pool.documents), section.seed)
+    queries, documents = [pool.queries[i] for i in qi], [pool.documents[i] for i in di]
+
+    def make(texts: Any, tokens: int) -> Any:
+        return embed_request(endpoint, texts, tokens)
+
+    try:
+        qv = embed_idle(endpoint.url, [make([t], 0) for t in queries], section.timeout_s)
+        dv = embed_idle(endpoint.url, [make([t], 0) for t in documents], section.timeout_s)
+    except RuntimeError as exc:
+        return None, str(exc)
+    spec = embedding_backend(variant.backend)
+    tolerance = (spec.batch_dependence(variant).tolerance if spec.batch_dependence
+                 else None)
+    if q.min_cosine is not None:
+        floor = QualityFloor(q.min_cosine, q.min_overlap, "load.quality.min_cosine")
+    else:
+        cosine, source = cosine_floor(tolerance, resolved.parity.min_cosine)
+        floor = QualityFloor(cosine, q.min_overlap, source)
+    _log(f"{variant.name}: {len(qi)} probe queries and {len(di)} probe documents embedded "
+         f"at idle; quality floor cosine {floor.min_cosine:.6f} ({floor.source})")
+    return ProbeRun(queries, [pool.query_tokens[i] for i in qi], documents,
+                    [pool.document_tokens[i] for i in di], np.stack(qv), np.stack(dv), make, q,
+                    floor), None
+
+
+def probes_record(probes: ProbeRun | None, section: LoadSection,
+                  problem: str | None) -> dict[str, Any]:
+    """``variants.<name>.quality`` in the summary: the probe set and the floor."""
+    if probes is None:
+        return {"enabled": False, "error": problem} if problem else {"enabled": False}
+    return {"enabled": True, "queries": len(probes.queries), "documents": len(probes.documents),
+            "seed": section.seed, "share": probes.settings.share,
+            "top_k": probes.settings.top_k, "min_cosine": probes.floor.min_cosine,
+            "min_overlap": probes.floor.min_overlap, "floor_source": probes.floor.source}
 
 
 def _finish(cap: CapacitySection | None, run_root: Path, summary: dict[str, Any],
@@ -307,12 +375,20 @@ def _knee_step(passing: list[dict[str, Any]], level: float | None) -> dict[str, 
 _SHORT_UNIT = {"requests/s": "req/s"}
 
 
+def _cosine(*steps: dict[str, Any] | None) -> str:
+    """Probe cosine min of one step, or the worst over steps; '-' when none was probed."""
+    values = [s["quality"]["cosine_min"] for s in steps
+              if s and (s.get("quality") or {}).get("cosine_min") is not None]
+    return f"{min(values):.6f}" if values else "-"
+
+
 def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
     """The knees and the decision table, on the result channel (stdout)."""
     say = messages.output.info
     say(f"\nevalq load: {summary['recipe']} ({summary['status']}) -> {folder.root}")
     head = (f"{'variant':22s} {'workload':10s} {'series':10s} {'knee':>14s} {'p99@knee':>9s} "
-            f"{'peak p99':>9s} {'srv cores':>9s} {'srv MiB':>8s}")
+            f"{'peak p99':>9s} {'srv cores':>9s} {'srv MiB':>8s} {'cos@knee':>9s} "
+            f"{'min cos':>9s}")
     say(head)
     say("-" * len(head))
     for name, entry in summary["variants"].items():
@@ -331,7 +407,9 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
             mem = max((s["server"].get("peak_rss_mb") or 0.0 for s in steps), default=0.0)
             say(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
                 f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
-                f"{mem:>8.0f}")
+                f"{mem:>8.0f} {_cosine(at):>9s} {_cosine(*steps):>9s}")
+            if k.get("stopped_by"):
+                say(f"  {'':20s} knee stopped by {k['stopped_by']}")
     decision = summary.get("decision") or []
     if decision:
         say("\ndecision: each format's quality verdict beside its knees and its plan")

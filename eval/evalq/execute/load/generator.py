@@ -50,6 +50,8 @@ class RequestSpec:
     tokens: int = 0
     pairs: int = 0
     expect: int | None = None  # items the answer must carry (embeddings, scores)
+    # probe texts it carries, one ("q" | "d", probe index) per text (execute.load.quality)
+    probe: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ candidate passages to a ``/rerank``-style route (``query`` + ``documents``, or T
 The sweep offers each level (rate or concurrency) in ascending order; a step *passes*
 when its p99 is under the workload's SLO, its server-error rate and its failed requests
 (timeouts included) are within the error budget, at least one request succeeded, and the
-generator sent every request it was asked to. The first step that fails
+generator sent every request it was asked to, and (with probes) its answers held the
+quality floor (:mod:`evalq.execute.load.quality`). The first step that fails
 ends the series (``stop_on_break``). The knee is the highest passing level before that:
 its offered rate for open-loop query traffic, its achieved texts/s for ingest and pairs/s
 for rerank, in the unit :mod:`evalq.execute.load.capacity` plans with.
@@ -24,7 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from evalq.execute.load.capacity import NEEDS_ANSWERS, Knee
-from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, StepMeasurement
+from evalq.execute.load.generator import (
+    LoadGenerator,
+    RequestSpec,
+    StepBounds,
+    StepMeasurement,
+    count_items,
+)
+from evalq.execute.load.quality import ProbeRun, judge_quality, step_quality
 from evalq.execute.load.serverstats import ProcessSampler
 from evalq.plan.load import LoadSection, Workload
 from evalq.plan.loadbudget import MAX_POOL_TEXTS
@@ -189,6 +197,9 @@ def knee_of(workload: Workload, series: dict[str, list[dict[str, Any]]]) -> tupl
     if best is None:
         first = next((s for steps in series.values() for s in steps), None)
         why = "; ".join(first["reasons"]) if first else "no step ran"
+        if first is not None and first["verdict"] == "quality":
+            return Knee(workload.kind, None, unit, reason=f"quality under load broke at the "
+                        f"first step ({why})"), None
         if first is not None and first["verdict"] == "failed":
             return Knee(workload.kind, None, unit, reason=f"requests failed at the first step "
                         f"({why}): {NEEDS_ANSWERS}"), None
@@ -218,17 +229,26 @@ class WorkloadOutcome:
 
 
 def run_workload(endpoint: Endpoint, workload: Workload, section: LoadSection, pool: TextPool,
-                 on_step: Callable[[dict[str, Any], StepMeasurement], None]) -> WorkloadOutcome:
-    """Sweep one workload against one endpoint; ``on_step`` sees each finished step."""
+                 on_step: Callable[[dict[str, Any], StepMeasurement], None],
+                 probes: ProbeRun | None = None) -> WorkloadOutcome:
+    """Sweep one workload against one endpoint; ``on_step`` sees each finished step.
+    With ``probes``, each step carries probe texts and records their ``quality``
+    (:mod:`evalq.execute.load.quality`), which a step must also hold to pass."""
     bounds = StepBounds(warmup_s=section.warmup_s, duration_s=section.duration_s,
                         max_requests=section.max_requests, timeout_s=section.timeout_s,
                         max_in_flight=section.max_in_flight)
     outcome = WorkloadOutcome()
+    if workload.kind == "rerank":  # scores, not vectors: nothing to compare
+        probes = None
     for s_index, (label, requests) in enumerate(build_series(endpoint, workload, pool)):
         steps: list[dict[str, Any]] = []
         outcome.series[label] = steps
+        if probes is not None:
+            requests = probes.interleave(workload.kind, requests)
         for l_index, level in enumerate(workload.levels):
-            gen = LoadGenerator(endpoint.url, bounds)
+            collector = probes.collector() if probes is not None else None
+            gen = LoadGenerator(endpoint.url, bounds, validate=count_items if collector is None
+                                else collector.validator(count_items))
             with ProcessSampler(endpoint.pid) as sampler:
                 if workload.mode == "open":
                     seed = section.seed + 1000 * s_index + l_index
@@ -237,6 +257,10 @@ def run_workload(endpoint: Endpoint, workload: Workload, section: LoadSection, p
                     m = asyncio.run(gen.closed_loop(requests, int(level)))
             figures = m.as_dict()
             verdict, reasons = judge_step(figures, workload, section.error_budget)
+            if probes is not None and collector is not None:
+                figures["quality"] = step_quality(probes, collector)
+                verdict, reasons = judge_quality(verdict, reasons, figures["quality"],
+                                                 probes.floor)
             if endpoint.alive is not None and not endpoint.alive():
                 verdict = "server_died"
                 reasons.append("the server process exited during the step")
