@@ -72,7 +72,7 @@ def _folder(tmp_path: Path, recipe: Recipe, per_variant: dict[str, PerQuery],
     manifest = {"recipe": recipe.model_dump(mode="json"), "variants": variants,
                 "status": "finished"}
     folder.write_manifest(manifest)
-    summary, _ = build_summary(recipe, variants, folder)
+    summary, _ = build_summary(recipe.sections(), variants, folder)
     return folder.root, folder.write_summary(summary)
 
 

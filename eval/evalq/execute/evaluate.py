@@ -238,7 +238,7 @@ def _finish(run: _Run) -> dict[str, Any]:
         pipelines = run_pipelines(recipe, run.recipe_path, run.datasets, folder.root,
                                   run.judged, manifest["variants"], run.cache)
         manifest["pipelines"] = pipelines.manifest
-    summary, _ = build_summary(recipe, manifest["variants"], folder)
+    summary, _ = build_summary(run.plan.sections, manifest["variants"], folder)
     if pipelines is not None:  # retriever-stage gates judge a dense candidate too
         summary = with_pipelines(summary, pipelines.summary, pipelines.passed,
                                  pipelines.failed_gates)
@@ -317,7 +317,7 @@ def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSetti
                                    progress=show_progress, **options)
             score_dataset(recipe, variant, role, ds, docs, queries, depth, folder,
                           run.reference, run.judged[ds.name], record)
-            if sensitivity.measured(recipe, variant):  # #14: other batch compositions
+            if sensitivity.measured(plan.sections, variant):  # #14: other batch compositions
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
                     recipe, variant, encoder, ds, run.reference[ds.name], folder, options, depth,
                     show_progress, docs, queries)

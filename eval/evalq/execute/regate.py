@@ -130,7 +130,7 @@ def regate(results: str | Path, *, method: str | None = None) -> Regated:
                          file=file, field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
     variants = stored_variants(typed, manifest, recipe.reference.name, file)
-    summary, verdicts = build_summary(recipe, variants, folder)
+    summary, verdicts = build_summary(recipe.sections(), variants, folder)
     pipeline_verdicts: dict[str, VariantGate] = {}
     changed: tuple[str, ...] = ()
     if recipe.pipelines:  # pipeline gates, from pipelines/<name>/per_query

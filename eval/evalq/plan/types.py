@@ -19,6 +19,7 @@ from evalq.core.values import EncodingSettings
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.options import EncoderVariant, LaunchCommand
 from evalq.plan.load import CapacitySection, LoadSection
+from evalq.plan.run import RunSections
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,9 @@ class Plan:
     batch_tokens: int | None  # the recipe's in-process batch budget (variants may override)
     executor: ExecutorSpec
     parity: ParityPlan
+    # The recipe's deciding sections as written: measure lists, gates, statistics,
+    # report options, pipelines, batch sensitivity (evalq.plan.run).
+    sections: RunSections
     only: tuple[str, ...] | None = None  # --only, as given
     load: LoadSection | None = None  # the recipe's load test (``evalq load``)
     capacity: CapacitySection | None = None  # its demand and prices

@@ -36,6 +36,7 @@ from evalq.measure.registry import parse_measure
 from evalq.plan.gates import GateConfig, StatsOptions, gate_spec
 from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.plan.pipelines import PipelineSpec
+from evalq.plan.run import ReportOptions, RunSections
 from evalq.plan.sensitivity import BatchSensitivity
 from evalq.recipe.graph_files import resolve_graph_files
 from evalq.recipe.pipeline_checks import check_pipelines
@@ -137,14 +138,6 @@ class ParityOptions(StrictOptions):
     min_cosine: float = Field(default=0.9999, ge=-1, le=1, allow_inf_nan=False)
 
 
-class ReportOptions(StrictOptions):
-    """What reports read from the recipe: which cost the recommendation minimizes, and how
-    many words of each shown document the run stores for them (0 = no texts stored)."""
-
-    cost: Literal["weight_bytes", "index_bytes", "throughput"] = "weight_bytes"
-    snippet_words: int = Field(default=30, ge=0)
-
-
 class Recipe(StrictOptions):
     name: PathName
     description: str = ""
@@ -200,6 +193,15 @@ class Recipe(StrictOptions):
     @property
     def variants(self) -> list[Variant]:
         return [self.reference, *self.candidates]
+
+    def sections(self) -> RunSections:
+        """The deciding sections `evalq run`'s executors read (:mod:`evalq.plan.run`):
+        the plan carries them, and regate and calibrate build them from a stored recipe."""
+        return RunSections(
+            recipe=self.name, reference=self.reference.name, metrics=tuple(self.metrics),
+            reference_metrics=tuple(self.reference_metrics), gates=tuple(self.gates),
+            stats=self.stats, report=self.report, title_separator=self.title_separator,
+            pipelines=tuple(self.pipelines), batch_sensitivity=self.batch_sensitivity)
 
 
 def _loc_to_path(loc: tuple[Any, ...]) -> KeyPath:
