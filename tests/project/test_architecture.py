@@ -358,6 +358,7 @@ DECLARATIONS = frozenset({
     "evalq.plan.sensitivity",  # the batch_sensitivity: block
     "evalq.plan.gates",  # GateConfig, StatsOptions, gate_spec
     "evalq.plan.pipelines",  # the pipelines: models
+    "evalq.plan.variant",  # SearchedVariant: a variant and its index kind
     "evalq.plan.run",  # RunSections, ReportOptions: the deciding sections as written
 })
 # Registries: the names and declarations of one kind of extension (recipe choices and
@@ -409,7 +410,8 @@ def test_the_declaration_check_sees_an_implementation_import(tmp_path: Path) -> 
 # the recipe (regate, calibrate and certify still re-read the recipe a results folder
 # stores: docs/development/architecture.md).
 RECIPE_FREE = ("engines", "encode", "retrieve", "plan", "execute/load",
-               "execute/summarize.py", "execute/sensitivity.py")
+               "execute/summarize.py", "execute/sensitivity.py",
+               "execute/dataset_scoring.py", "execute/sensitivity_measure.py")
 
 
 def _part_files(part: str) -> list[Path]:

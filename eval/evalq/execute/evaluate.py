@@ -267,8 +267,7 @@ def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, A
 
 def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSettings,
                  model_path: Path) -> tuple[VariantRecord, np.ndarray | None]:
-    plan, recipe, datasets, folder, depth = (run.plan, run.recipe, run.datasets, run.folder,
-                                             run.depth)
+    plan, datasets, folder, depth = run.plan, run.datasets, run.folder, run.depth
     ray_exec, show_progress, separator = run.ray_exec, run.show_progress, plan.title_separator
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
@@ -315,12 +314,12 @@ def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSetti
                                     role="document", progress=show_progress, **options)
             queries = encode_texts(encoder, list(ds.queries.texts), role="query",
                                    progress=show_progress, **options)
-            score_dataset(recipe, variant, role, ds, docs, queries, depth, folder,
+            score_dataset(plan.sections, variant, role, ds, docs, queries, depth, folder,
                           run.reference, run.judged[ds.name], record)
             if sensitivity.measured(plan.sections, variant):  # #14: other batch compositions
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
-                    recipe, variant, encoder, ds, run.reference[ds.name], folder, options, depth,
-                    show_progress, docs, queries)
+                    plan.sections, variant, encoder, ds, run.reference[ds.name], folder, options,
+                    depth, show_progress, docs, queries)
     finally:
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0

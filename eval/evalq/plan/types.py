@@ -20,6 +20,7 @@ from evalq.encode.options import ExecutorSpec
 from evalq.engines.options import EncoderVariant, LaunchCommand
 from evalq.plan.load import CapacitySection, LoadSection
 from evalq.plan.run import RunSections
+from evalq.plan.variant import SearchedVariant
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class VariantPlan:
     endpoint: str | None
     cached: str  # what keys this variant's cache chunks
     gates: tuple[str, ...]
-    options: EncoderVariant
+    options: SearchedVariant  # the recipe's variant: engine options and index kind
     where: str
     # Whose quantization decides whether this variant must match the reference exactly:
     # itself, or the onnx variant whose graph its launched server serves (onnx_from).

@@ -18,7 +18,6 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     Field,
-    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
@@ -29,7 +28,7 @@ from evalq.core.locations import resolve_recipe
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
-from evalq.engines.options import ONNX_BACKEND, EncoderVariant, SettingsOverrides
+from evalq.engines.options import ONNX_BACKEND, SettingsOverrides
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.measure.registry import parse_measure
@@ -38,11 +37,12 @@ from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.plan.pipelines import PipelineSpec
 from evalq.plan.run import ReportOptions, RunSections
 from evalq.plan.sensitivity import BatchSensitivity
+from evalq.plan.variant import SearchedVariant
 from evalq.recipe.graph_files import resolve_graph_files
 from evalq.recipe.pipeline_checks import check_pipelines
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
 from evalq.retrieve.kinds import KindOptions
-from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
+from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, INDEX_KINDS
 
 
 class ModelSpec(StrictOptions):
@@ -76,25 +76,14 @@ class EncodingOverrides(SettingsOverrides):
                                     **over.model_dump(exclude_none=True)})
 
 
-class Variant(EncoderVariant):
+class Variant(SearchedVariant):
     """A recipe variant: what its engine builds (:class:`evalq.engines.options.EncoderVariant`,
-    declared by the engines), the ANN index its search builds, and the checks that need the
-    backend registry."""
+    declared by the engines), the index its search builds (:class:`evalq.plan.variant.
+    SearchedVariant`), and the checks that need the backend registry."""
 
     # a registered embedding backend (engines/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
     encoding: EncodingOverrides = EncodingOverrides()
-    # A registered retrieval kind that indexes vectors (evalq.retrieve.registry), chosen by
-    # `kind:` (left out: faiss); unset = exact search only.
-    index: SerializeAsAny[KindOptions] | None = Field(
-        default=None, description="a registered index kind's options, chosen by `kind:` "
-        "(no `kind:` = faiss); see [Index kinds](index-kinds.md)")
-
-    @field_validator("index", mode="before")
-    @classmethod
-    def _registered_index_kind(cls, value: Any) -> Any:
-        return None if value is None else INDEX_KINDS.parse(value, "vectors",
-                                                            DEFAULT_VECTOR_KIND)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -123,12 +112,6 @@ class Variant(EncoderVariant):
             raise ValueError("'index' and 'vectors.quantize' both compress the stored vectors; "
                              "use one (a FAISS factory such as 'Flat' + SQ8 / PQ covers both)")
         return self
-
-    @property
-    def searches_index(self) -> bool:
-        """Whether the variant is judged on an index kind other than exact search (whose
-        run is then the baseline its index loss is measured against)."""
-        return self.index is not None and self.index.kind != EXACT_KIND
 
 
 class ParityOptions(StrictOptions):
