@@ -234,8 +234,8 @@ def _finish(run: _Run) -> dict[str, Any]:
 
     recipe, manifest, folder = run.recipe, run.manifest, run.folder
     pipelines = None
-    if recipe.pipelines:  # first stage -> reranker pipelines (evalq.execute.pipelines)
-        pipelines = run_pipelines(recipe, run.recipe_path, run.datasets, folder.root,
+    if run.plan.sections.pipelines:  # first stage -> reranker (evalq.execute.pipelines)
+        pipelines = run_pipelines(run.plan, run.recipe_path, run.datasets, folder.root,
                                   run.judged, manifest["variants"], run.cache)
         manifest["pipelines"] = pipelines.manifest
     summary, _ = build_summary(run.plan.sections, manifest["variants"], folder)

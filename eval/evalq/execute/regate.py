@@ -130,12 +130,12 @@ def regate(results: str | Path, *, method: str | None = None) -> Regated:
                          file=file, field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
     variants = stored_variants(typed, manifest, recipe.reference.name, file)
-    summary, verdicts = build_summary(recipe.sections(), variants, folder)
+    sections = recipe.sections()
+    summary, verdicts = build_summary(sections, variants, folder)
     pipeline_verdicts: dict[str, VariantGate] = {}
     changed: tuple[str, ...] = ()
-    if recipe.pipelines:  # pipeline gates, from pipelines/<name>/per_query
-
-        piped = regate_pipelines(recipe, folder, stored)
+    if sections.pipelines:  # pipeline gates, from pipelines/<name>/per_query
+        piped = regate_pipelines(sections, folder, stored)
         pipeline_verdicts, changed = piped.verdicts, tuple(piped.changed)
         # as the run did: retriever-stage gates judge a candidate
         summary = with_pipelines(summary, piped.summary, piped.passed)
