@@ -383,7 +383,7 @@ def _add_parity(par: argparse.ArgumentParser) -> None:
 def _parity(args: argparse.Namespace) -> int:
     loaded = load_recipe_source(args.recipe)  # a file, or a built-in recipe's name
     plan = build_plan(loaded.recipe, loaded.path, use_cache=False, located=loaded.located)
-    return EXIT_OK if parity_only(plan, loaded.recipe, texts=args.texts) else EXIT_GATE_FAILED
+    return EXIT_OK if parity_only(plan, texts=args.texts) else EXIT_GATE_FAILED
 
 
 def _add_load(load: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ no implementation, so an executor imports it and not the recipe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,9 @@ class Plan:
     # The recipe's deciding sections as written: measure lists, gates, statistics,
     # report options, pipelines, batch sensitivity (evalq.plan.run).
     sections: RunSections
+    # The recipe as JSON: what the manifest stores, and `evalq gate` / `calibrate` /
+    # `certify` re-read from a results folder.
+    recorded: Mapping[str, Any]
     only: tuple[str, ...] | None = None  # --only, as given
     load: LoadSection | None = None  # the recipe's load test (``evalq load``)
     capacity: CapacitySection | None = None  # its demand and prices
