@@ -3,7 +3,8 @@
 :func:`evalq.recipe.plan.build_plan` makes a :class:`Plan` from a recipe, once, before
 any model loads; the app hands it to the executors (``evalq.execute``), which read the
 datasets, limits, batching, cache folders, encoding executor, parity texts, the load
-test's sections and each variant's resolved model, settings and engine options from it.
+test's sections, each variant's resolved model, settings, engine options and index kind,
+and the recipe's deciding sections (:class:`evalq.plan.run.RunSections`) from it.
 This module declares them: frozen dataclasses over the options the lower parts declare
 (:class:`evalq.engines.options.EncoderVariant`, :class:`evalq.encode.options.ExecutorSpec`),
 no implementation, so an executor imports it and not the recipe.
@@ -111,11 +112,10 @@ class VariantPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """A recipe resolved for one run: the executors' input for datasets, limits, batching,
-    cache folders, the encoding executor, parity, the variants and the load test (the
-    recipe still supplies `evalq run`'s pipelines, gate configs and statistics options,
-    batch sensitivity, report options and measure lists:
-    docs/development/architecture.md says what is left)."""
+    """A recipe resolved for one run: the executors' only input for datasets, limits,
+    batching, cache folders, the encoding executor, parity, the variants, the load test,
+    and (``sections``) the measure lists, gates, statistics, report options, pipelines and
+    batch sensitivity as written."""
 
     recipe: str
     recipe_file: Path
