@@ -406,14 +406,8 @@ def test_the_declaration_check_sees_an_implementation_import(tmp_path: Path) -> 
 
 
 # Parts that take their own options and the plan, never a recipe object (issue 28).
-# A part is a package folder or one module; execute's modules join as they stop taking
-# the recipe (regate, calibrate and certify still re-read the recipe a results folder
-# stores: docs/development/architecture.md).
-RECIPE_FREE = ("engines", "encode", "retrieve", "plan", "execute/load",
-               "execute/summarize.py", "execute/sensitivity.py",
-               "execute/dataset_scoring.py", "execute/sensitivity_measure.py",
-               "execute/pipelines.py", "execute/pipeline_regate.py", "execute/evaluate.py",
-               "execute/regate.py", "execute/calibrate.py")
+# A part is a package folder or one module.
+RECIPE_FREE = ("engines", "encode", "retrieve", "plan", "execute")
 
 
 def _part_files(part: str) -> list[Path]:
