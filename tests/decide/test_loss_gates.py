@@ -63,7 +63,7 @@ def _summary(tmp_path: Path, gates: list[dict[str, Any]]) -> RunSummary:
                        "datasets": {"pydocs": {"documents": 100, "encode": {}}}}
                 for name in ("fp32", "db", "plain")}
     recipe = _recipe(gates)
-    summary, _ = build_summary(recipe, variants, folder)
+    summary, _ = build_summary(recipe.sections(), variants, folder)
     folder.write_manifest({"recipe": recipe.model_dump(mode="json"), "variants": variants,
                            "status": "finished"})
     folder.write_summary(summary)
@@ -161,7 +161,7 @@ def test_a_run_without_an_index_shows_no_split(tmp_path: Path) -> None:
         (folder.root / "per_query" / "pydocs" / f"{name}.jsonl").unlink()
     recipe = _recipe([])
     manifest = folder.read_manifest_data()
-    summary, _ = build_summary(recipe, manifest["variants"], folder)
+    summary, _ = build_summary(recipe.sections(), manifest["variants"], folder)
     folder.write_summary(summary)
     run = RunView.load(folder.root)
     assert "Model loss and index loss" not in run_summary_markdown(run)

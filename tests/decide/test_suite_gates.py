@@ -149,9 +149,10 @@ def test_pooled_needs_an_allowed_drop() -> None:
 @pytest.mark.slow
 @pytest.mark.model
 def test_calibration_reads_real_differences(suite: dict[str, Any]) -> None:
+    from evalq.app.gate_command import stored_sections_of
     from evalq.execute.calibrate import results_populations
 
-    populations = results_populations(suite["out"])
+    populations = results_populations(suite["out"], stored_sections_of(suite["out"]))
     names = {p.name for p in populations}
     # every candidate x dataset x allowed-drop gate, with the margin that gate used
     assert "dyn-int8/pydocs/nDCG@10" in names and "fp32-again/beir-tiny/RR@10" in names

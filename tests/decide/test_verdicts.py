@@ -72,7 +72,7 @@ def _folder(tmp_path: Path, recipe: Recipe, per_variant: dict[str, PerQuery],
     manifest = {"recipe": recipe.model_dump(mode="json"), "variants": variants,
                 "status": "finished"}
     folder.write_manifest(manifest)
-    summary, _ = build_summary(recipe, variants, folder)
+    summary, _ = build_summary(recipe.sections(), variants, folder)
     return folder.root, folder.write_summary(summary)
 
 
@@ -319,9 +319,11 @@ def test_gate_method_re_decides_pipeline_gates(tmp_path: Path,
 def test_regate_returns_what_it_decided_and_prints_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The executor decides; the app (gate_command) prints and writes the CI outputs."""
+    from evalq.app.gate_command import stored_sections_of
     from evalq.execute.regate import regate
 
-    done = regate(_pipeline_folder(tmp_path), method="percentile")
+    folder = _pipeline_folder(tmp_path)
+    done = regate(folder, stored_sections_of(folder, "percentile"))
     assert capsys.readouterr().out == ""
     assert done.passed and done.summary["passed"] and done.stored_passed is False
     assert list(done.pipeline_verdicts) == ["pipeline p pydocs bm25+int8@5"]

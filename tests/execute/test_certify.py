@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from evalq.app.cli import main
+from evalq.app.verify_command import stored_plans
 from evalq.core.host import current_class
-from evalq.execute.certify import certify, verify
+from evalq.execute.certify import certify, read_certificate, verify
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -32,7 +33,9 @@ def certified(report_runs, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def certificate(certified: Path) -> Path:
-    written, _ = certify(certified, probe=16)
+    manifest = json.loads((certified / "manifest.json").read_text())
+    variants, plan_for = stored_plans(manifest["recipe"], Path(manifest["recipe_file"]))
+    written, _ = certify(certified, variants, plan_for, probe=16)
     assert [p.name for p in written] == ["dyn-int8.json"]  # only what passed
     return written[0]
 
@@ -62,7 +65,9 @@ def test_other_vectors_and_another_class_are_a_mismatch_naming_it(
     cert["identity"]["host"]["numerics_class"] = "x86-64/another-class"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(cert))
-    found = verify(other)
+    stored = read_certificate(other)
+    _, plan_for = stored_plans(stored["recipe"], Path(stored["recipe_file"]))
+    found = verify(stored, plan_for(stored["variant"]))
     assert not found.matched and found.min_cosine < 0.99
     assert any("another numerics class" in c for c in found.causes)
     assert main(["verify", str(other)]) == 1

@@ -285,7 +285,8 @@ def test_gate_command_re_decides_pipeline_gates(pipeline_run, tmp_path, capsys):
     manifest = json.loads((folder / "manifest.json").read_text())
     from evalq.recipe.schema import Recipe
 
-    same = regate_pipelines(Recipe.model_validate(manifest["recipe"]), RunFolder(folder), stored)
+    same = regate_pipelines(Recipe.model_validate(manifest["recipe"]).sections(), RunFolder(folder),
+                            stored)
     (check,) = same.verdicts["pipeline dense-ce pydocs fp32+dyn-int8@5"].checks
     assert check.verdict == run_gate["checks"][0]["verdict"] == "pass" and not same.changed
     # A raised floor (score_tau >= 1.01 is unreachable) flips the verdict; nothing reruns.

@@ -158,15 +158,16 @@ def test_one_failing_composition_fails_the_candidate(tmp_path):
                   "stored_as": "batch-sensitivity/c/as-run"},
                  {"id": "tokens-256", "batch_tokens": 256, "shuffle_seed": None,
                   "stored_as": "batch-sensitivity/c/tokens-256"}]}
-    section, gate, note = apply_sensitivity(recipe, specs, as_run, entry, folder, "ds", "c")
+    section, gate, note = apply_sensitivity(recipe.sections(), specs, as_run, entry, folder,
+                                            "ds", "c")
     assert not gate.passed and section["passed_as_run"]
     assert section["failing_compositions"] == ["tokens-256"]
     assert section["metric_range"]["nDCG@10"]["range"] == pytest.approx(0.2)
     assert "fails under tokens-256" in note
 
     as_run_rule = load_recipe(_recipe(tmp_path, verdict="as-run"))
-    section, gate, note = apply_sensitivity(as_run_rule, specs, as_run, entry, folder, "ds",
-                                            "c")
+    section, gate, note = apply_sensitivity(as_run_rule.sections(), specs, as_run, entry,
+                                            folder, "ds", "c")
     assert gate.passed and section["failing_compositions"] == ["tokens-256"]
     assert "as run only" in note
 
@@ -188,7 +189,8 @@ def test_a_slice_too_small_to_decide_is_inconclusive_not_failed(tmp_path, capsys
              "slice": {"queries": 30, "documents": 60},
              "compositions": [{"id": "as-run", "batch_tokens": 2048, "shuffle_seed": None,
                                "stored_as": "batch-sensitivity/c/as-run"}]}
-    section, gate, note = apply_sensitivity(recipe, specs, as_run, entry, folder, "ds", "c")
+    section, gate, note = apply_sensitivity(recipe.sections(), specs, as_run, entry, folder,
+                                            "ds", "c")
     assert not gate.passed
     assert section["failing_compositions"] == []
     assert section["inconclusive_compositions"] == ["as-run"]

@@ -122,6 +122,7 @@ FOUND = [("summary.json", ("datasets", "tiny", "variants", "fp32", "encode", "do
 def test_report_compare_and_calibrate_refuse_wrong_typed_loose_parts(
         finished: Path, tmp_path: Path, name: str, path: tuple[str, ...], value: Any) -> None:
     from evalq.app.compare_command import compare_runs
+    from evalq.app.gate_command import stored_sections_of
     from evalq.execute.calibrate import results_populations
     from evalq.report.page import write_report
 
@@ -131,6 +132,6 @@ def test_report_compare_and_calibrate_refuse_wrong_typed_loose_parts(
     (work / name).write_text(json.dumps(_damaged(doc, path, value)))
     for read in (lambda: write_report([work], work / "report.html"),
                  lambda: compare_runs(finished, work), lambda: compare_runs(work, finished),
-                 lambda: results_populations(work)):
+                 lambda: results_populations(work, stored_sections_of(work))):
         with contextlib.suppress(InputError):
             read()  # accepted, or refused as bad input: nothing else

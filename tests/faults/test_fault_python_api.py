@@ -28,7 +28,7 @@ class _Started(Exception):
 def started(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
-    def stop(plan: Any, recipe: Any, **options: Any) -> None:
+    def stop(plan: Any, **options: Any) -> None:
         seen.update(options, only=None if plan.only is None else list(plan.only))
         raise _Started
 

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from evalq.app.cli import main
 from evalq.app.compare_command import compare_runs
+from evalq.app.gate_command import stored_sections_of
 from evalq.app.scaffold import InitAnswers
 from evalq.app.scaffold import write_recipe as write_scaffold
 from evalq.core.errors import InputError
@@ -252,7 +253,7 @@ def _report(folder: Path) -> None:
 
 
 def _calibrate(folder: Path) -> None:
-    results_populations(folder)
+    results_populations(folder, stored_sections_of(folder))
 
 
 # -- the tiers --------------------------------------------------------------------------

@@ -226,7 +226,7 @@ def execute_recipe(loaded: RecipeSource, *, output: Path | None = None,
     plan = build_plan(loaded.recipe, loaded.path, output=output, only=only,
                       max_queries=max_queries, max_docs=max_docs, use_cache=use_cache,
                       located=loaded.located)
-    return run_recipe(plan, loaded.recipe, progress=progress, executor=executor,
+    return run_recipe(plan, progress=progress, executor=executor,
                       address=address)
 
 

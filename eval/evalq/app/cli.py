@@ -20,7 +20,7 @@ from pathlib import Path
 from evalq.app import console
 from evalq.app.api import run  # the Python API's run: one code path for both
 from evalq.app.compare_command import compare_command
-from evalq.app.gate_command import gate_command
+from evalq.app.gate_command import gate_command, stored_sections_of
 from evalq.app.metrics_command import metrics_report
 from evalq.app.plan_command import print_plan, validate_files
 from evalq.app.scaffold import InitAnswers, init_command, parse_trec
@@ -290,7 +290,8 @@ def _add_calibrate(cal: argparse.ArgumentParser) -> None:
 @register_command("calibrate", "simulate the gates' error rates on a results "
                   "folder's per-query differences and a synthetic panel", _add_calibrate)
 def _calibrate(args: argparse.Namespace) -> int:
-    print(calibrate_report(args.results, trials=args.trials, json_path=args.json))
+    sections = stored_sections_of(args.results) if args.results is not None else None
+    print(calibrate_report(args.results, sections, trials=args.trials, json_path=args.json))
     return EXIT_OK
 
 
@@ -383,7 +384,7 @@ def _add_parity(par: argparse.ArgumentParser) -> None:
 def _parity(args: argparse.Namespace) -> int:
     loaded = load_recipe_source(args.recipe)  # a file, or a built-in recipe's name
     plan = build_plan(loaded.recipe, loaded.path, use_cache=False, located=loaded.located)
-    return EXIT_OK if parity_only(plan, loaded.recipe, texts=args.texts) else EXIT_GATE_FAILED
+    return EXIT_OK if parity_only(plan, texts=args.texts) else EXIT_GATE_FAILED
 
 
 def _add_load(load: argparse.ArgumentParser) -> None:

@@ -11,16 +11,29 @@ from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.core.host import current_class
 from evalq.execute.regate import Regated, regate
+from evalq.plan.run import RunSections
+from evalq.recipe.stored import stored_sections
 from evalq.report.junit import to_junit
 from evalq.report.markdown import job_summary
 from evalq.report.runview import class_warning
+from evalq.results.folder import RunFolder
+
+
+def stored_sections_of(results: str | Path, method: str | None = None) -> RunSections:
+    """The deciding sections of the recipe a results folder's manifest stores (the
+    manifest's typed check first, so a damaged file names its field), for the executors
+    that re-decide it (regate, calibrate) and take no recipe."""
+    folder = RunFolder(results)
+    folder.read_manifest()
+    return stored_sections(folder.read_manifest_data().get("recipe"), method,
+                           folder.root / "manifest.json")
 
 
 def gate_command(results: str | Path, *, junit: str | Path | None = None,
                  markdown: str | Path | None = None, method: str | None = None) -> bool:
     """Re-decide, print every verdict with its checks, write the requested outputs;
     returns whether every gate passed."""
-    done = regate(results, method=method)
+    done = regate(results, stored_sections_of(results, method))
     print_verdicts(done)
     if junit is not None:
         try:

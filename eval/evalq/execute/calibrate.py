@@ -1,17 +1,16 @@
 """`evalq calibrate [RESULTS_DIR]`: the gate's error rates on the synthetic panel, and on
 the per-query differences of a finished results folder.
 
-The simulation itself (:mod:`evalq.decide.calibration`) is a pure function of arrays; this module
-is the command around it: it reads a results folder and the recipe stored in its manifest,
-so it belongs with the other commands that take a folder, not with the statistics.
+The simulation itself (:mod:`evalq.decide.calibration`) is a pure function of arrays; this
+module is the command around it: it reads a results folder, with the deciding sections of
+the recipe its manifest stores (which the app reads back), so it belongs with the other
+commands that take a folder, not with the statistics.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-
-from pydantic import ValidationError
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
@@ -25,30 +24,23 @@ from evalq.decide.calibration import (
     table,
 )
 from evalq.decide.gate import paired_values
-from evalq.execute.regate import stored_recipe
 from evalq.plan.gates import gate_spec
-from evalq.recipe.schema import Recipe
+from evalq.plan.run import RunSections
 from evalq.results.folder import RunFolder
 
 
-def results_populations(folder: str | Path) -> list[Population]:
+def results_populations(folder: str | Path, sections: RunSections) -> list[Population]:
     """Per-query differences of every candidate × dataset × allowed-drop gate of a results
-    folder, with the margin that gate used."""
+    folder, with the margin that gate used; ``sections``: the deciding parts of the recipe
+    its manifest stores (the app reads them back, ``evalq.recipe.stored``)."""
     run = RunFolder(folder)
     manifest = run.read_manifest()  # typed: a damaged file is an InputError naming the field
-    stored = run.read_manifest_data().get("recipe") or {}
-    try:
-        recipe = Recipe.model_validate(stored_recipe(stored, None))
-    except ValidationError as exc:  # a hand-edited one
-        raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
-                         file=run.root / "manifest.json", field="recipe",
-                         fix="rerun 'evalq run' to write a fresh folder") from None
-    reference = recipe.reference.name
+    reference = sections.reference
     if reference not in manifest.variants:
         raise InputError(message=f"the manifest has no variant '{reference}' (the recipe's "
                          "reference)", file=run.root / "manifest.json", field="variants",
                          fix="rerun 'evalq run' to write a fresh folder")
-    specs = [gate_spec(g, recipe.stats.confidence, recipe.stats) for g in recipe.gates]
+    specs = [gate_spec(g, sections.stats.confidence, sections.stats) for g in sections.gates]
     specs = [s for s in specs if s.max_drop is not None]
     populations = []
     for ds in manifest.variants[reference].datasets:
@@ -66,7 +58,8 @@ def results_populations(folder: str | Path) -> list[Population]:
     return populations
 
 
-def calibrate_report(results: Path | None, *, trials: int = 2000,
+def calibrate_report(results: Path | None, sections: RunSections | None = None, *,
+                     trials: int = 2000,
                      json_path: Path | None = None) -> str:
     """`evalq calibrate [RESULTS_DIR]`: the table as text (the app prints it), and the
     JSON written when asked for."""
@@ -77,7 +70,10 @@ def calibrate_report(results: Path | None, *, trials: int = 2000,
         atomicio.check_output_location(json_path, folder=False, field="--json")
     populations = synthetic_panel()
     if results is not None:
-        populations = results_populations(results) + populations
+        if sections is None:
+            raise ValueError("calibrate_report needs the stored recipe's sections with a "
+                             "results folder")
+        populations = results_populations(results, sections) + populations
     cells = calibrate(populations, trials=trials)
     if json_path is not None:
         atomicio.write_json(json_path, report(cells))

@@ -22,7 +22,7 @@ served variant is left out with a note.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +37,11 @@ from evalq.data.manifest import load_datasets
 from evalq.encode.parity import pick_parity_texts
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
+from evalq.engines.options import EncoderVariant
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.verify_causes import compare, cosines
-from evalq.recipe.plan import build_plan
-from evalq.recipe.schema import Recipe, Variant
+from evalq.plan.types import Plan
+from evalq.plan.variant import SearchedVariant
 from evalq.results.folder import RunFolder, clean_json
 
 CERT_VERSION = 1
@@ -75,20 +76,19 @@ def probe_texts(datasets: list[Any], count: int) -> list[tuple[str, str]]:
 
 
 @contextmanager
-def _encoder(recipe: Recipe, recipe_path: Path, name: str, max_queries: int | None,
-             max_docs: int | None, *, served: Variant | None = None,
+def _encoder(plan: Plan, name: str, max_queries: int | None,
+             max_docs: int | None, *, served: EncoderVariant | None = None,
              ) -> Iterator[tuple[Any, Any, list[Any], str | None]]:
     """The variant's encoder as the run built it (same calibration corpus, so a derived
     graph is the cached one on this machine), or the client of ``served`` with the same
     settings; its settings, the datasets, and the weights fingerprint the plan resolved."""
-    plan = build_plan(recipe, recipe_path, use_cache=False, only=[name])
     vp = plan.variant(name)
-    variant = next(v for v in recipe.variants if v.name == name)
-    datasets = load_datasets(recipe.datasets, recipe_path, max_queries, max_docs)
+    variant = vp.options
+    datasets = load_datasets(list(plan.dataset_specs), plan.recipe_file, max_queries,
+                             max_docs)
     ctx = BuildContext(vp.model_folder(), vp.encoding_settings(),
-                       Path(recipe.cache_dir) / "logs", resolve_device(variant.device),
-                       Path(recipe.cache_dir),
-                       corpus_calibration(datasets, recipe.title_separator))
+                       plan.work_dir / "logs", resolve_device(variant.device),
+                       plan.work_dir, corpus_calibration(datasets, plan.title_separator))
     encoder = create_encoder(served or variant, ctx)
     try:
         yield encoder, vp.encoding_settings(), datasets, vp.model_fingerprint
@@ -123,24 +123,30 @@ def _reference_distance(summary: dict[str, Any], name: str) -> float:
     return max(0.0, 1.0 - min(means)) if means else 0.0
 
 
-def certify(results: str | Path, *, probe: int = 32) -> tuple[list[Path], list[str]]:
+# A plan for one variant of the stored recipe (the app builds it: evalq.recipe.plan).
+PlanFor = Callable[[str], Plan]
+
+
+def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_for: PlanFor,
+            *, probe: int = 32) -> tuple[list[Path], list[str]]:
     """Write ``certificates/<variant>.json`` for every candidate of a finished run whose
-    verdict is ``pass`` and whose engine runs in-process; returns the files and notes."""
+    verdict is ``pass`` and whose engine runs in-process; returns the files and notes.
+    ``variants`` are the stored recipe's by name, ``plan_for`` plans one of them (the app
+    reads the stored recipe; this takes no recipe)."""
     folder = RunFolder(results)
     manifest, summary = folder.read_manifest_data(), folder.read_summary()
-    recipe = Recipe.model_validate(manifest["recipe"])
     recipe_path = Path(str(manifest.get("recipe_file") or ""))
     options = manifest.get("options") or {}
     written, notes = [], []
     for name, info in summary.variants.items():
         if info.role != "candidate" or info.verdict != "pass":
             continue
-        variant = next(v for v in recipe.variants if v.name == name)
+        variant = variants[name]
         if variant.backend not in LOCAL_BACKENDS:
             notes.append(f"{name}: backend {variant.backend} is served; certificates "
                          f"cover in-process engines ({', '.join(LOCAL_BACKENDS)})")
             continue
-        with _encoder(recipe, recipe_path, name, options.get("max_queries"),
+        with _encoder(plan_for(name), name, options.get("max_queries"),
                       options.get("max_docs")) as (encoder, settings, datasets, weights):
             texts = probe_texts(datasets, probe)
             together = _embed(encoder, settings, texts)
@@ -210,20 +216,20 @@ def _identity_differences(identity: dict[str, Any], weights: str | None,
     return differs
 
 
-def verify(path: str | Path, *, url: str | None = None,
+def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
            model: str | None = None) -> Verification:
-    """Encode the certificate's probe set with this machine's engine, or with the
-    OpenAI-compatible endpoint at ``url`` (serving ``model``; default: the certified
-    model's folder name, as the recipe's ``http.model`` would), and compare."""
-    cert = read_certificate(path)
-    recipe = Recipe.model_validate(cert["recipe"])
+    """Encode the certificate's probe set (``cert``: :func:`read_certificate`) with this
+    machine's engine, or with the OpenAI-compatible endpoint at ``url`` (serving ``model``;
+    default: the certified model's folder name, as the recipe's ``http.model`` would), and
+    compare. ``plan``: the certified variant's, from the recipe the certificate stores
+    (the app builds it)."""
     name, identity, probe_part = cert["variant"], cert["identity"], cert["probe"]
     options = cert.get("options") or {}
     probe = list(zip(probe_part["roles"], probe_part["texts"], strict=True))
-    served = None if url is None else Variant(
+    served = None if url is None else EncoderVariant(
         name=f"{name}-served", backend="openai",
         http={"url": url, **({"model": model} if model else {})})
-    with _encoder(recipe, Path(cert["recipe_file"]), name, options.get("max_queries"),
+    with _encoder(plan, name, options.get("max_queries"),
                   options.get("max_docs"), served=served) as (encoder, settings, _, weights):
         vectors = _embed(encoder, settings, probe)
     stored = np.asarray(probe_part["vectors"], dtype=np.float32)

@@ -25,7 +25,8 @@ from evalq.execute import streamed as streamrun
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference, vector_agreement
 from evalq.measure.registry import parse_measures
-from evalq.recipe.schema import Recipe, Variant
+from evalq.plan.run import RunSections
+from evalq.plan.variant import SearchedVariant
 from evalq.results.folder import RunFolder
 from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import (
@@ -84,9 +85,9 @@ class VariantRecord:
 
 
 def score_dataset(
-    recipe: Recipe, variant: Variant, role: str, ds: Any, docs: Any, queries: Any, depth: int,
-    folder: RunFolder, reference: dict[str, ReferenceState], judged: Any,
-    record: VariantRecord,
+    sections: RunSections, variant: SearchedVariant, role: str, ds: Any, docs: Any,
+    queries: Any, depth: int, folder: RunFolder, reference: dict[str, ReferenceState],
+    judged: Any, record: VariantRecord,
 ) -> None:
     sharded = isinstance(docs, streamrun.ShardedDocuments)  # a streamed corpus
     model_dim = None
@@ -104,7 +105,7 @@ def score_dataset(
     if exact_ranking is not None:
         folder.write_run(ds.name, f"{variant.name}.exact", exact_ranking)
     folder.write_run(ds.name, variant.name, ranking)
-    qrels_values = evaluate_qrels(ranking, judged, parse_measures(recipe.metrics))
+    qrels_values = evaluate_qrels(ranking, judged, parse_measures(sections.metrics))
     entry: dict[str, Any] = {
         "encode": {"documents": asdict(docs.stats), "queries": asdict(queries.stats)},
         "search_s": search_s,
@@ -130,10 +131,10 @@ def score_dataset(
     if exact_ranking is not None and indexed is not None:
         ref_state = reference.get(ds.name)
         entry["index"] = judge_index(
-            indexed, exact_ranking, judged=judged, metrics=recipe.metrics,
-            reference_metrics=recipe.reference_metrics,
+            indexed, exact_ranking, judged=judged, metrics=sections.metrics,
+            reference_metrics=sections.reference_metrics,
             reference_run=ref_state.ranking if ref_state else None,
-            reference_values=folder.read_per_query(ds.name, recipe.reference.name)
+            reference_values=folder.read_per_query(ds.name, sections.reference)
             if ref_state else None)
     values = dict(qrels_values.values)
     if role == "reference":
@@ -142,7 +143,7 @@ def score_dataset(
         ref = reference[ds.name]
         q_agree, d_agree = _agreement(ref, ds, queries.vectors, docs, doc_vectors, sharded)
         ref_values = evaluate_reference(ranking, ref.ranking,
-                                        parse_measures(recipe.reference_metrics),
+                                        parse_measures(sections.reference_metrics),
                                         query_agreement=q_agree)
         values.update(align(ref_values, qrels_values.query_ids))
         folder.write_per_text(ds.name, variant.name, {
@@ -152,7 +153,7 @@ def score_dataset(
         entry["vectors"] = {"query": asdict(q_agree.summary()),
                             "document": asdict(d_agree.summary())}
         if exact_ranking is not None:
-            write_loss_views(folder, ds.name, variant.name, recipe, judged, ref.ranking,
+            write_loss_views(folder, ds.name, variant.name, sections, judged, ref.ranking,
                              exact_ranking, ranking, qrels_values, q_agree)
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
@@ -167,7 +168,7 @@ class _Searched:
     indexed: IndexRun | None = None
 
 
-def _search(variant: Variant, ds: Any, docs: Any, queries: Any, depth: int, stored: Any,
+def _search(variant: SearchedVariant, ds: Any, docs: Any, queries: Any, depth: int, stored: Any,
             sharded: bool) -> _Searched:
     """The exact search (sharded for a streamed corpus), then the variant's index kind
     when it has one other than exact: both through the retrieval kinds' registry."""
@@ -203,7 +204,8 @@ def _agreement(ref: ReferenceState, ds: Any, query_vectors: np.ndarray, docs: An
     return q_agree, d_agree
 
 
-def write_loss_views(folder: RunFolder, dataset: str, name: str, recipe: Recipe, judged: Any,
+def write_loss_views(folder: RunFolder, dataset: str, name: str, sections: RunSections,
+                     judged: Any,
                      reference_run: Ranking, exact: Ranking, indexed: Ranking,
                      indexed_qrels: PerQuery, q_agree: Any) -> None:
     """The per-query values a candidate searched through an index is gated on besides its
@@ -212,8 +214,8 @@ def write_loss_views(folder: RunFolder, dataset: str, name: str, recipe: Recipe,
     through the index (qrels measures; reference measures against its own exact run,
     cosine left out as the vectors are the same): the index's loss, paired with
     ``.exact``. Its own values (the index against the reference) are the end-to-end loss."""
-    measures = parse_measures(recipe.reference_metrics)
-    exact_qrels = evaluate_qrels(exact, judged, parse_measures(recipe.metrics))
+    measures = parse_measures(sections.reference_metrics)
+    exact_qrels = evaluate_qrels(exact, judged, parse_measures(sections.metrics))
     model = dict(exact_qrels.values)
     model.update(align(evaluate_reference(exact, reference_run, measures,
                                           query_agreement=q_agree), exact_qrels.query_ids))
@@ -225,7 +227,7 @@ def write_loss_views(folder: RunFolder, dataset: str, name: str, recipe: Recipe,
     folder.write_per_query(dataset, f"{name}.index", PerQuery(indexed_qrels.query_ids, index))
 
 
-def _matryoshka(variant: Variant, model_dim: int | None) -> dict[str, Any]:
+def _matryoshka(variant: SearchedVariant, model_dim: int | None) -> dict[str, Any]:
     """The index record's Matryoshka part: the width kept of the model's width."""
     if model_dim is None:
         return {}

@@ -13,6 +13,7 @@ in memory; a candidate's are reduced to per-query values as soon as they exist.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import shutil
 import sys
@@ -51,7 +52,7 @@ from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.measure.judged import JudgedIndex
 from evalq.plan.types import ParityPlan, Plan, VariantPlan
-from evalq.recipe.schema import Recipe, Variant
+from evalq.plan.variant import SearchedVariant
 from evalq.results import rundir
 from evalq.results.folder import (
     RunFolder,
@@ -75,7 +76,7 @@ class RunOutcome:
     summary: dict[str, Any]
 
 
-def run_recipe(plan: Plan, recipe: Recipe, *, progress: bool | None = None,
+def run_recipe(plan: Plan, *, progress: bool | None = None,
                executor: str | None = None, address: str | None = None) -> RunOutcome:
     """Run every variant ``plan`` selected, then the pipelines, and write the results
     folder ``plan.output``. The app builds the plan (``evalq.recipe.plan.build_plan``);
@@ -85,7 +86,7 @@ def run_recipe(plan: Plan, recipe: Recipe, *, progress: bool | None = None,
     folder this wrote (``evalq.app.api.run``)."""
 
     recipe_path = plan.recipe_file
-    run = _prepare(plan, recipe, progress=progress, executor=executor, address=address)
+    run = _prepare(plan, progress=progress, executor=executor, address=address)
     try:
         _run_variants(run)
         summary = _finish(run)
@@ -109,10 +110,9 @@ class _Run:
     what the variants add as they finish (the reference's state, records, manifest)."""
 
     plan: Plan
-    recipe: Recipe
     recipe_path: Path
     planned: dict[str, VariantPlan]
-    variants: list[Variant]
+    variants: list[SearchedVariant]
     datasets: list[Any]
     depth: int
     folder: RunFolder
@@ -131,7 +131,7 @@ class _Run:
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
 
 
-def _prepare(plan: Plan, recipe: Recipe, *, progress: bool | None, executor: str | None,
+def _prepare(plan: Plan, *, progress: bool | None, executor: str | None,
              address: str | None) -> _Run:
     """Probe, load the datasets, lock and prepare the folder, write the first manifest
     (status ``running``)."""
@@ -142,7 +142,7 @@ def _prepare(plan: Plan, recipe: Recipe, *, progress: bool | None, executor: str
     # The plan selected the variants (--only checked there) and resolved their models and
     # settings; the run reads them from it instead of resolving them again.
     planned = {vp.name: vp for vp in plan.variants}
-    variants = [v for v in recipe.variants if v.name in planned]
+    variants = [vp.options for vp in plan.variants]
 
     targets = probe_targets(plan)
     http_probe = probe_http_variants(targets, recipe_path)  # before any encoding
@@ -168,7 +168,7 @@ def _prepare(plan: Plan, recipe: Recipe, *, progress: bool | None, executor: str
         "environment": environment(),
         "host": host_record(),
         "recipe_file": str(recipe_path),
-        "recipe": recipe.model_dump(mode="json"),
+        "recipe": copy.deepcopy(dict(plan.recorded)),
         "options": {"max_queries": max_queries, "max_docs": max_docs,
                     "only": list(plan.only) if plan.only is not None else None,
                     "use_cache": plan.cache_dir is not None, "depth": depth},
@@ -182,7 +182,7 @@ def _prepare(plan: Plan, recipe: Recipe, *, progress: bool | None, executor: str
         "http_probe": http_probe,
     }
     folder.write_manifest(manifest)
-    return _Run(plan=plan, recipe=recipe, recipe_path=recipe_path, planned=planned,
+    return _Run(plan=plan, recipe_path=recipe_path, planned=planned,
                 variants=variants, datasets=datasets, depth=depth, folder=folder, lock=lock,
                 cache=cache, ray_exec=ray_exec, http_probe=http_probe,
                 probes={t.variant.name: t for t in targets}, model_paths=model_paths,
@@ -232,18 +232,19 @@ def _finish(run: _Run) -> dict[str, Any]:
     (still inside the run's guard: SIGTERM or a bug here is recorded too); returns the
     summary as written."""
 
-    recipe, manifest, folder = run.recipe, run.manifest, run.folder
+    manifest, folder = run.manifest, run.folder
     pipelines = None
-    if recipe.pipelines:  # first stage -> reranker pipelines (evalq.execute.pipelines)
-        pipelines = run_pipelines(recipe, run.recipe_path, run.datasets, folder.root,
+    if run.plan.sections.pipelines:  # first stage -> reranker (evalq.execute.pipelines)
+        pipelines = run_pipelines(run.plan, run.recipe_path, run.datasets, folder.root,
                                   run.judged, manifest["variants"], run.cache)
         manifest["pipelines"] = pipelines.manifest
-    summary, _ = build_summary(recipe, manifest["variants"], folder)
+    summary, _ = build_summary(run.plan.sections, manifest["variants"], folder)
     if pipelines is not None:  # retriever-stage gates judge a dense candidate too
         summary = with_pipelines(summary, pipelines.summary, pipelines.passed,
                                  pipelines.failed_gates)
     write_snippets(folder, run.datasets, [r.name for r in run.records],
-                   words=recipe.report.snippet_words, title_separator=run.plan.title_separator)
+                   words=run.plan.sections.report.snippet_words,
+                   title_separator=run.plan.title_separator)
     manifest["finished"] = now_iso()
     manifest["status"] = "finished"
     # The engines are loaded now: what they chose joins the host facts, and the summary
@@ -257,7 +258,8 @@ def _finish(run: _Run) -> dict[str, Any]:
     return written
 
 
-def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, Any]) -> None:
+def _record_memory(record: VariantRecord, variant: SearchedVariant,
+                   figures: dict[str, Any]) -> None:
     """This variant's own peak memory (sampled while it ran, not the process lifetime's)."""
     record.timings["peak_rss_mb"] = figures["peak_rss_mb"]
     record.timings["peak_rss_method"] = figures["peak_rss_method"]
@@ -265,10 +267,9 @@ def _record_memory(record: VariantRecord, variant: Variant, figures: dict[str, A
         record.timings["children_peak_rss_mb"] = figures["children_peak_rss_mb"]
 
 
-def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSettings,
+def _run_variant(run: _Run, variant: SearchedVariant, role: str, settings: EncodingSettings,
                  model_path: Path) -> tuple[VariantRecord, np.ndarray | None]:
-    plan, recipe, datasets, folder, depth = (run.plan, run.recipe, run.datasets, run.folder,
-                                             run.depth)
+    plan, datasets, folder, depth = run.plan, run.datasets, run.folder, run.depth
     ray_exec, show_progress, separator = run.ray_exec, run.show_progress, plan.title_separator
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
@@ -315,12 +316,12 @@ def _run_variant(run: _Run, variant: Variant, role: str, settings: EncodingSetti
                                     role="document", progress=show_progress, **options)
             queries = encode_texts(encoder, list(ds.queries.texts), role="query",
                                    progress=show_progress, **options)
-            score_dataset(recipe, variant, role, ds, docs, queries, depth, folder,
+            score_dataset(plan.sections, variant, role, ds, docs, queries, depth, folder,
                           run.reference, run.judged[ds.name], record)
-            if sensitivity.measured(recipe, variant):  # #14: other batch compositions
+            if sensitivity.measured(plan.sections, variant):  # #14: other batch compositions
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
-                    recipe, variant, encoder, ds, run.reference[ds.name], folder, options, depth,
-                    show_progress, docs, queries)
+                    plan.sections, variant, encoder, ds, run.reference[ds.name], folder, options,
+                    depth, show_progress, docs, queries)
     finally:
         encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0
@@ -336,7 +337,7 @@ def probe_targets(plan: Plan) -> list[ProbeTarget]:
 
 
 @contextlib.contextmanager
-def _launched(run: _Run, variant: Variant, model_path: Path, graph: ServedGraph
+def _launched(run: _Run, variant: SearchedVariant, model_path: Path, graph: ServedGraph
               ) -> Iterator[None]:
     """The server the recipe's ``load.launch`` names for this variant, alive while the
     variant runs; probed as soon as it answers, since the start-of-run probe could not
@@ -379,7 +380,7 @@ def _parity_entry(vectors: np.ndarray, settings: EncodingSettings,
 
 
 
-def parity_only(plan: Plan, recipe: Recipe, *, texts: int = 32) -> bool:
+def parity_only(plan: Plan, *, texts: int = 32) -> bool:
     """`evalq parity`: the parity preflight alone, one backend alive at a time (the app
     plans it without the cache)."""
 
@@ -388,8 +389,8 @@ def parity_only(plan: Plan, recipe: Recipe, *, texts: int = 32) -> bool:
     sample = parity_sample(datasets, texts)
     ref: tuple[np.ndarray, EncodingSettings] | None = None
     ok = True
-    for variant in recipe.variants:
-        planned = plan.variant(variant.name)
+    for planned in plan.variants:
+        variant = planned.options
         model_path, settings = planned.model_folder(), planned.encoding_settings()
         ctx = BuildContext(model_path, settings, plan.work_dir / "logs",
                            resolve_device(variant.device), plan.work_dir,

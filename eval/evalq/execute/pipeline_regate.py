@@ -20,6 +20,7 @@ from evalq.core.errors import InputError
 from evalq.core.gates import VariantGate
 from evalq.execute.pipelines import applicable_gates, combination_gates
 from evalq.measure.registry import parse_measure
+from evalq.plan.run import RunSections
 from evalq.results.folder import RunFolder
 
 
@@ -36,12 +37,12 @@ class PipelineVerdicts:
         return not self.failed
 
 
-def regate_pipelines(recipe: Any, folder: RunFolder,
+def regate_pipelines(sections: RunSections, folder: RunFolder,
                      stored_summary: dict[str, Any]) -> PipelineVerdicts:
-    """Re-decide the gates of every pipeline of ``recipe`` stored in ``folder``."""
+    """Re-decide the gates of every pipeline of ``sections`` stored in ``folder``."""
     stored = copy.deepcopy(stored_summary.get("pipelines") or {})
     out = PipelineVerdicts(summary=stored)
-    for spec in recipe.pipelines:
+    for spec in sections.pipelines:
         if spec.name not in stored:
             raise InputError(message=f"the recipe names pipeline '{spec.name}', which this "
                              "folder's summary.json does not hold", file=folder.root /
@@ -66,7 +67,7 @@ def regate_pipelines(recipe: Any, folder: RunFolder,
                                     pipe_folder, ds_name, name)
                     gate = combination_gates(spec, entry["kind"], int(depth_key),
                                              dict(values.values), dict(reference.values),
-                                             recipe.stats)
+                                             sections.stats)
                     stored_gate = entry.pop("gate", None) or {}
                     entry["verdict"] = "ungated" if gate is None else gate.verdict
                     if gate is None:

@@ -69,6 +69,7 @@ from evalq.measure.reference import evaluate_reference
 from evalq.measure.registry import parse_measure, parse_measures
 from evalq.plan.gates import gate_spec
 from evalq.plan.pipelines import PipelineGate, PipelineSpec
+from evalq.plan.types import Plan
 from evalq.results.folder import RunFolder
 from evalq.retrieve import firststage
 from evalq.retrieve.firststage import Bm25Options, FirstStageRun
@@ -144,18 +145,18 @@ def _memory_figures(figures: dict[str, Any]) -> dict[str, Any]:
     return {"peak_rss_mb": figures["peak_rss_mb"], "peak_rss_method": figures["peak_rss_method"]}
 
 
-def run_pipelines(recipe: Any, recipe_path: Path, datasets: list[Any], out_dir: Path,
+def run_pipelines(plan: Plan, recipe_path: Path, datasets: list[Any], out_dir: Path,
                   judged: dict[str, Any], variant_records: dict[str, Any],
                   embedding_cache: Any = None) -> PipelineOutcome:
-    """Every pipeline of ``recipe`` on every dataset (called by ``runner`` after the
+    """Every pipeline of ``plan`` on every dataset (called by ``runner`` after the
     embedding variants ran; ``variant_records`` is the manifest's per-variant entries,
     ``embedding_cache`` the run's, which bi-encoder scorers embed through)."""
 
     outcome = PipelineOutcome()
-    cache = ScoreCache(Path(recipe.cache_dir) / "rerank")
+    cache = ScoreCache(plan.work_dir / "rerank")
     try:
-        for i, spec in enumerate(recipe.pipelines):
-            result = _run_one(recipe, i, spec, recipe_path, datasets, out_dir, judged,
+        for i, spec in enumerate(plan.sections.pipelines):
+            result = _run_one(plan, i, spec, recipe_path, datasets, out_dir, judged,
                               variant_records, cache, embedding_cache)
             outcome.manifest[spec.name] = result["manifest"]
             outcome.summary[spec.name] = result["summary"]
@@ -166,11 +167,11 @@ def run_pipelines(recipe: Any, recipe_path: Path, datasets: list[Any], out_dir: 
     return outcome
 
 
-def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path, ds: Any,
+def _first_stages(spec: PipelineSpec, index: int, plan: Plan, recipe_path: Path, ds: Any,
                   out_dir: Path, variant_records: dict[str, Any]) -> list[FirstStageRun]:
     fs = spec.first_stage
     field_base = f"pipelines.{index}.first_stage"
-    texts = ds.corpus.texts_for_encoding(recipe.title_separator)
+    texts = ds.corpus.texts_for_encoding(plan.title_separator)
     if fs.kind == "bm25":
         return [firststage.text_first_stage(
             INDEX_KINDS.get(fs.kind), fs.bm25 or Bm25Options(), texts, ds.corpus.ids,
@@ -181,7 +182,7 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
         if not path.is_absolute():
             path = recipe_path.resolve().parent / path
         return [given_runs.run_file(path, ds.corpus.ids, ds.queries.ids, f"{field_base}.run")]
-    names = [fs.reference or recipe.reference.name, *fs.candidates]
+    names = [fs.reference or plan.sections.reference, *fs.candidates]
     runs = []
     for name in names:
         if name not in variant_records:
@@ -202,12 +203,12 @@ def _first_stages(spec: PipelineSpec, index: int, recipe: Any, recipe_path: Path
     return runs
 
 
-def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
+def _run_one(plan: Plan, index: int, spec: PipelineSpec, recipe_path: Path,
              datasets: list[Any], out_dir: Path, judged: dict[str, Any],
              variant_records: dict[str, Any], cache: Any,
              embedding_cache: Any = None) -> dict[str, Any]:
     folder = RunFolder(inside(out_dir, "pipelines", spec.name))
-    cache_dir = Path(recipe.cache_dir)
+    cache_dir = plan.work_dir
     rr_paths = {
         v.name: resolve_reranker_model(v.model or spec.reranker.model, cache_dir, recipe_path,
                                        f"pipelines.{index}.reranker.model")
@@ -227,18 +228,18 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
                              fix=f"use depths <= {len(ds.corpus)} (or raise max_docs)")
         log.info(f"[evalq] pipeline {spec.name} on {ds.name}: first stage "
                  f"{spec.first_stage.label}")
-        runs = _first_stages(spec, index, recipe, recipe_path, ds, out_dir, variant_records)
+        runs = _first_stages(spec, index, plan, recipe_path, ds, out_dir, variant_records)
         manifest["first_stage"][ds.name] = {r.name: r.record for r in runs}
         qids = ds.queries.ids
         cands = {r.name: candidate_lists(r.ranking, qids, spec.max_depth) for r in runs}
-        doc_texts = ds.corpus.texts_for_encoding(recipe.title_separator)
+        doc_texts = ds.corpus.texts_for_encoding(plan.title_separator)
         pairs = np.unique(np.concatenate([
             np.stack([np.repeat(np.arange(len(qids)), spec.max_depth), c.ravel()], axis=1)
             for c in cands.values()]), axis=0)
         pairs = pairs[pairs[:, 1] >= 0]
         scores: dict[str, dict[str, np.ndarray]] = {}
         for variant in spec.reranker.variants:
-            flat, entry = _score_with(recipe, spec, variant, rr_paths[variant.name], ds,
+            flat, entry = _score_with(plan, spec, variant, rr_paths[variant.name], ds,
                                       doc_texts, pairs, out_dir, variant_records, cache,
                                       embedding_cache)
             scores[variant.name] = {f: gather(pairs, flat, c, len(ds.corpus))
@@ -246,7 +247,7 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
             manifest["rerankers"].setdefault(variant.name, {"backend": entry.pop("backend"),
                                                             "datasets": {}})
             manifest["rerankers"][variant.name]["datasets"][ds.name] = entry
-        ds_summary, ds_failed = _evaluate(recipe, spec, ds, runs, cands, scores,
+        ds_summary, ds_failed = _evaluate(plan, spec, ds, runs, cands, scores,
                                           judged[ds.name], folder)
         summary["datasets"][ds.name] = ds_summary
         failed.extend(ds_failed)
@@ -264,7 +265,7 @@ def _run_one(recipe: Any, index: int, spec: PipelineSpec, recipe_path: Path,
     return {"manifest": manifest, "summary": summary}
 
 
-def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path, ds: Any,
+def _score_with(plan: Plan, spec: PipelineSpec, variant: Any, model_path: Path, ds: Any,
                 doc_texts: list[str], pairs: np.ndarray, out_dir: Path,
                 variant_records: dict[str, Any], cache: Any,
                 embedding_cache: Any) -> tuple[np.ndarray, dict[str, Any]]:
@@ -281,11 +282,11 @@ def _score_with(recipe: Any, spec: PipelineSpec, variant: Any, model_path: Path,
     with PeakRss() as memory:  # this reranker's own peak, not the process lifetime's
         reranker, tokens, self_batching = build_reranker(
             spec.reranker, variant, model_path, device,
-            logs_dir=out_dir / "logs", cache_dir=Path(recipe.cache_dir),
+            logs_dir=out_dir / "logs", cache_dir=plan.work_dir,
             embedding_cache=embedding_cache,
-            layout=dense_layout(recipe.variants, variant_records, ds,
-                                recipe.title_separator, recipe.cache_chunk),
-            calibration=corpus_calibration([ds], recipe.title_separator))
+            layout=dense_layout([v.options for v in plan.variants], variant_records, ds,
+                                plan.title_separator, plan.limits.cache_chunk),
+            calibration=corpus_calibration([ds], plan.title_separator))
         try:
             startup_s = time.perf_counter() - began
             flat, score_stats = score_pairs(
@@ -315,10 +316,10 @@ def _check_quantization(spec: PipelineSpec, index: int, recipe_path: Path) -> No
                              fix=exc.fix) from None
 
 
-def _evaluate(recipe: Any, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun],
+def _evaluate(plan: Plan, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun],
               cands: dict[str, np.ndarray], scores: dict[str, dict[str, np.ndarray]],
               judged: Any, folder: RunFolder) -> tuple[dict[str, Any], list[str]]:
-    s = recipe.stats
+    s = plan.sections.stats
     qids, doc_ids = ds.queries.ids, ds.corpus.ids
     f0, r0 = runs[0].name, spec.reranker.reference.name
     fs_names = [r.name for r in runs]

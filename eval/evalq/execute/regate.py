@@ -1,6 +1,7 @@
 """`evalq gate RESULTS_DIR`: re-decide the gates of a finished run from what it stored.
 
-Uses the recipe recorded in the manifest and the same ``scoring.build_summary`` that
+Uses the deciding sections of the recipe recorded in the manifest (the app reads them
+back with ``evalq.recipe.stored`` and hands them over) and the same ``scoring.build_summary`` that
 ``evalq run`` used, over the stored per-query values (pipeline gates: the same decision
 over ``pipelines/<name>/per_query``, ``evalq.execute.pipeline_regate``): the verdicts are
 reproduced exactly, and a difference from the stored summary is reported (it means the folder was
@@ -17,33 +18,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from evalq.core.errors import InputError
-from evalq.core.gates import DEFAULT_MIN_NONZERO, HISTORICAL_METHOD, VariantGate
+from evalq.core.gates import VariantGate
 from evalq.execute.pipeline_regate import regate_pipelines
 from evalq.execute.summarize import build_summary, with_pipelines
-from evalq.recipe.schema import Recipe
+from evalq.plan.run import RunSections
 from evalq.results.folder import RunFolder, stored_form
 from evalq.results.schema import RunManifest, RunSummary
-
-
-def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
-    """The recipe as it decided: results written before ``stats.method`` existed were
-    decided by the percentile bootstrap without the sparse-data rule, so that is what
-    re-decides them. ``method`` (``evalq gate --method``) overrides, for comparison."""
-
-    stats = recipe.get("stats") or {}
-    if not isinstance(stats, dict):  # damaged: left for the recipe's validation to refuse
-        return recipe
-    options = dict(stats)
-    if "method" not in options:
-        options["method"] = HISTORICAL_METHOD
-        options.setdefault("min_nonzero", 0)
-    if method is not None:
-        options["method"] = method
-        if method == HISTORICAL_METHOD:
-            options["min_nonzero"] = 0
-        elif options.get("min_nonzero") == 0:
-            options["min_nonzero"] = DEFAULT_MIN_NONZERO
-    return {**recipe, "stats": options}
 
 
 @dataclass(frozen=True)
@@ -117,28 +97,23 @@ def stored_variants(manifest: RunManifest, data: dict[str, Any], reference: str,
     return variants
 
 
-def regate(results: str | Path, *, method: str | None = None) -> Regated:
+def regate(results: str | Path, sections: RunSections) -> Regated:
+    """Re-decide ``results`` with ``sections``: the deciding parts of the recipe its
+    manifest stores, which the app reads back (``evalq.recipe.stored``)."""
     folder = RunFolder(results)
     file = folder.root / "manifest.json"
     manifest = folder.read_manifest_data()
     typed = folder.read_manifest()
     stored = folder.read_summary_data()
-    try:
-        recipe = Recipe.model_validate(stored_recipe(manifest.get("recipe") or {}, method))
-    except ValidationError as exc:  # a hand-edited manifest is bad input, not our bug
-        raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
-                         file=file, field="recipe",
-                         fix="rerun 'evalq run' to write a fresh folder") from None
-    variants = stored_variants(typed, manifest, recipe.reference.name, file)
-    summary, verdicts = build_summary(recipe, variants, folder)
+    variants = stored_variants(typed, manifest, sections.reference, file)
+    summary, verdicts = build_summary(sections, variants, folder)
     pipeline_verdicts: dict[str, VariantGate] = {}
     changed: tuple[str, ...] = ()
-    if recipe.pipelines:  # pipeline gates, from pipelines/<name>/per_query
-
-        piped = regate_pipelines(recipe, folder, stored)
+    if sections.pipelines:  # pipeline gates, from pipelines/<name>/per_query
+        piped = regate_pipelines(sections, folder, stored)
         pipeline_verdicts, changed = piped.verdicts, tuple(piped.changed)
         # as the run did: retriever-stage gates judge a candidate
         summary = with_pipelines(summary, piped.summary, piped.passed)
     return Regated(decided=summary, verdicts=verdicts, pipeline_verdicts=pipeline_verdicts,
-                   recipe_name=recipe.name, manifest=manifest, root=folder.root,
+                   recipe_name=sections.recipe, manifest=manifest, root=folder.root,
                    stored_passed=stored.get("passed"), changed=changed)

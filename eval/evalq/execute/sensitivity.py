@@ -38,11 +38,12 @@ from evalq.decide.gate import decide_gates
 from evalq.decide.summary_stats import column
 from evalq.encode.composition import declared_dependence
 from evalq.measure.registry import parse_measure
+from evalq.plan.run import RunSections
 from evalq.plan.sensitivity import BatchSensitivity
 
 if TYPE_CHECKING:
     from evalq.core.gates import GateSpec
-    from evalq.recipe.schema import Recipe, Variant
+    from evalq.engines.options import EncoderVariant
     from evalq.results.folder import RunFolder
 
 # Stored names hold a "/" (a variant name cannot), so they never collide with a variant
@@ -71,11 +72,11 @@ def compositions(opts: BatchSensitivity, run_tokens: int) -> list[Composition]:
     return out
 
 
-def measured(recipe: Recipe, variant: Variant) -> bool:
+def measured(sections: RunSections, variant: EncoderVariant) -> bool:
     """Whether ``variant`` gets re-encoded under several compositions in this run."""
 
-    opts = recipe.batch_sensitivity
-    if opts is None or variant is recipe.reference:
+    opts = sections.batch_sensitivity
+    if opts is None or variant.name == sections.reference:
         return False
     if opts.variants is not None:
         return variant.name in opts.variants
@@ -113,14 +114,14 @@ def between_compositions(stacks: Sequence[np.ndarray]) -> dict[str, Any]:
 
 
 def apply_sensitivity(
-    recipe: Recipe, specs: Sequence[GateSpec], gate: VariantGate, measured_entry: Mapping[str, Any],
-    folder: RunFolder, dataset: str, variant: str,
+    sections: RunSections, specs: Sequence[GateSpec], gate: VariantGate, measured_entry:
+    Mapping[str, Any], folder: RunFolder, dataset: str, variant: str,
 ) -> tuple[dict[str, Any], VariantGate, str]:
     """Gate every composition from stored values; returns the summary section, the
     variant's gate on this dataset (worst composition under ``verdict: worst``) and the
     sentence the summary's warnings carry."""
 
-    opts = recipe.batch_sensitivity
+    opts = sections.batch_sensitivity
     rule = opts.verdict if opts is not None else "worst"
     ref_values = folder.read_per_query(dataset, measured_entry["reference_stored_as"])
     rows, extra_checks, failing, undecided = [], [], [], []
@@ -133,9 +134,9 @@ def apply_sensitivity(
                             for part in ("query", "document")
                             for v in per_text.get(part, {}).values()], dtype=np.float64)
         comp_gate = decide_gates(specs, values, ref_values, extra_values={"cosine": cosines},
-                                 resamples=recipe.stats.resamples, seed=recipe.stats.seed)
+                                 resamples=sections.stats.resamples, seed=sections.stats.seed)
         metrics: dict[str, Any] = {}
-        for name in [*recipe.metrics, *(m for m in recipe.reference_metrics if m in gated)]:
+        for name in [*sections.metrics, *(m for m in sections.reference_metrics if m in gated)]:
             col = column(values, name, parse_measure(name).name)
             if col is None:
                 continue
@@ -161,7 +162,7 @@ def apply_sensitivity(
             c, gate=f"{c.gate} [batch composition {comp['id']} on "
                     f"{measured_entry['slice']['queries']} queries]") for c in comp_gate.checks]
     spread = {name: {"min": min(v), "max": max(v), "range": max(v) - min(v),
-                     "of": "delta vs reference" if name in recipe.metrics else "value"}
+                     "of": "delta vs reference" if name in sections.metrics else "value"}
               for name, v in metric_values.items() if name in gated and v}
     worst = failing[0] if failing else (undecided[0] if undecided else None)
     passed_all = not failing and not undecided

@@ -26,14 +26,15 @@ from evalq.measure.registry import parse_measures
 from evalq.retrieve.search import search
 
 if TYPE_CHECKING:
-    from evalq.recipe.schema import Recipe, Variant
+    from evalq.plan.run import RunSections
+    from evalq.plan.variant import SearchedVariant
     from evalq.results.folder import RunFolder
 
 
 def measure_dataset(
-    recipe: Recipe, variant: Variant, encoder: Any, ds: Any, reference: Any, folder: RunFolder,
-    options: Mapping[str, Any], depth: int, show_progress: bool, run_docs: Any,
-    run_queries: Any,
+    sections: RunSections, variant: SearchedVariant, encoder: Any, ds: Any, reference: Any,
+    folder: RunFolder, options: Mapping[str, Any], depth: int, show_progress: bool,
+    run_docs: Any, run_queries: Any,
 ) -> dict[str, Any]:
     """Re-encode ``variant`` on the slice of ``ds`` under every composition and score each.
 
@@ -44,7 +45,7 @@ def measure_dataset(
     turns into summary figures and verdicts.
     """
 
-    opts = recipe.batch_sensitivity
+    opts = sections.batch_sensitivity
     assert opts is not None
     began = time.perf_counter()
     sub = slice_dataset(ds, opts.max_queries, opts.max_docs)
@@ -55,8 +56,8 @@ def measure_dataset(
     ref_q, ref_d = reference.query_vectors[q_rows], reference.doc_vectors[d_rows]
     ref_ranking = search(ref_q, ref_d, doc_ids=list(sub.corpus.ids),
                          query_ids=list(sub.queries.ids), depth=depth)
-    ref_values = evaluate_qrels(ref_ranking, judged, parse_measures(recipe.metrics))
-    ref_name = stored_name(recipe.reference.name, "slice")
+    ref_values = evaluate_qrels(ref_ranking, judged, parse_measures(sections.metrics))
+    ref_name = stored_name(sections.reference, "slice")
     folder.write_per_query(sub.name, ref_name,
                            PerQuery(ref_values.query_ids, dict(ref_values.values)))
     slice_reference = {sub.name: ReferenceState(ref_ranking, ref_q, ref_d)}
@@ -65,7 +66,7 @@ def measure_dataset(
     # explicitly: each composition must really be computed, never read from another's.
     key = dict(cache_composition(variant) or {"backend": variant.backend})
     entries, stacks = [], []
-    doc_texts = sub.corpus.texts_for_encoding(recipe.title_separator)
+    doc_texts = sub.corpus.texts_for_encoding(sections.title_separator)
     for comp in compositions(opts, int(options["batch_tokens"])):
         t0 = time.perf_counter()
         if comp.id == "as-run":
@@ -81,7 +82,7 @@ def measure_dataset(
         name = stored_name(variant.name, comp.id)
         record = VariantRecord(name=name, role="candidate", description={},
                                settings=encoder.settings)
-        score_dataset(recipe, variant.model_copy(update={"name": name}), "candidate", sub,
+        score_dataset(sections, variant.model_copy(update={"name": name}), "candidate", sub,
                        docs, queries, depth, folder, slice_reference, judged, record)
         scored = record.datasets[sub.name]
         entries.append({**comp.as_dict(), "stored_as": name,

@@ -32,7 +32,7 @@ from evalq.execute.losses import decide_losses, loss_pairs, loss_split
 from evalq.execute.sensitivity import apply_sensitivity
 from evalq.measure.registry import parse_measure
 from evalq.plan.gates import GateConfig, gate_spec
-from evalq.recipe.schema import Recipe
+from evalq.plan.run import RunSections
 from evalq.results import schema as rs
 from evalq.results.folder import RunFolder, clean_json
 
@@ -105,7 +105,7 @@ class _Gathered:
         default_factory=dict)
 
 
-def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
+def build_summary(sections: RunSections, variants: Mapping[str, Mapping[str, Any]],
                   folder: RunFolder) -> tuple[rs.RunSummary, dict[str, VariantGate]]:
     """``variants``: the manifest's per-variant entries (role, settings, backend, timings,
     parity, datasets), reference first.
@@ -114,10 +114,10 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     ``on <dataset>``); ``over: pooled`` gates once per variant over all datasets. The
     parity preflight is one check per variant, whatever the number of datasets.
     """
-    reference = recipe.reference.name
+    reference = sections.reference
     warnings, settings_differ = _settings_warnings(variants, reference)
-    specs = [(cfg, gate_spec(cfg, recipe.stats.confidence, recipe.stats))
-             for cfg in recipe.gates]
+    specs = [(cfg, gate_spec(cfg, sections.stats.confidence, sections.stats))
+             for cfg in sections.gates]
     found = _Gathered({}, {}, {}, warnings)
     for name, info in variants.items():
         if name != reference:
@@ -125,13 +125,13 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
             found.checks[name] = []
             found.suite_checks[name] = [] if parity is None else [parity]
             found.preflights[name] = len(found.suite_checks[name])
-    datasets = {ds_name: _dataset_entry(recipe, specs, variants, folder, ds_name, found)
+    datasets = {ds_name: _dataset_entry(sections, specs, variants, folder, ds_name, found)
                 for ds_name in variants[reference]["datasets"]}
     suite_checks = found.suite_checks
     for (name, i), pairs in found.pooled_pairs.items():
         suite_checks[name].append(decide_pooled(specs[i][1], pairs,
-                                                resamples=recipe.stats.resamples,
-                                                seed=recipe.stats.seed))
+                                                resamples=sections.stats.resamples,
+                                                seed=sections.stats.seed))
     # Gated: a per-dataset, sensitivity or pooled gate applies. The parity preflight is
     # checked first (suite_checks[name][0]) but alone it certifies nothing.
     verdicts = {name: VariantGate(all(c.passed for c in (*suite_checks[name], *mine)),
@@ -145,14 +145,14 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
         for name, info in variants.items()}
     return rs.RunSummary(
         schema_version=rs.SCHEMA_VERSION,
-        recipe=recipe.name,
+        recipe=sections.recipe,
         reference=reference,
         passed=all(v.passed for v in verdicts.values()),
         failed_gates=[f"{name}: {c.gate} ({c.verdict})" for name, v in verdicts.items()
                       for c in v.checks if not c.passed],
-        stats=rs.StatsPart(method=recipe.stats.method, min_nonzero=recipe.stats.min_nonzero,
-                           confidence=recipe.stats.confidence,
-                           resamples=recipe.stats.resamples, seed=recipe.stats.seed),
+        stats=rs.StatsPart(method=sections.stats.method, min_nonzero=sections.stats.min_nonzero,
+                           confidence=sections.stats.confidence,
+                           resamples=sections.stats.resamples, seed=sections.stats.seed),
         suite=rs.SuitePart(datasets=list(datasets),
                            gates=[rs.SuiteGate(gate=s.label, over=s.over) for _, s in specs]),
         datasets=datasets,
@@ -161,12 +161,12 @@ def build_summary(recipe: Recipe, variants: Mapping[str, Mapping[str, Any]],
     ), verdicts
 
 
-def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
+def _dataset_entry(sections: RunSections, specs: list[tuple[GateConfig, GateSpec]],
                    variants: Mapping[str, Mapping[str, Any]], folder: RunFolder, ds_name: str,
                    found: _Gathered) -> rs.DatasetSummary:
     """One dataset's summary entry: every variant's metrics, a candidate's gates (its
     checks and pooled pairs land in ``found``)."""
-    reference = recipe.reference.name
+    reference = sections.reference
     ref_values = folder.read_per_query(ds_name, reference)
     documents: int | None = None
     entries: dict[str, rs.VariantDatasetEntry] = {}
@@ -176,19 +176,19 @@ def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
         values = ref_values if name == reference else folder.read_per_query(
             ds_name, name, like=ref_values)
         metrics: dict[str, rs.MetricEntry] = {}
-        for m in recipe.metrics:
+        for m in sections.metrics:
             cand = _column(values, m, folder, ds_name, name)
-            mean = clean_json(mean_entry(cand, recipe.stats))
+            mean = clean_json(mean_entry(cand, sections.stats))
             if name == reference:
                 metrics[m] = rs.MetricEntry(**mean)
                 continue
             metrics[m] = rs.MetricEntry(**mean, vs_reference=rs.PairedEntry(**clean_json(
                 paired_entry(cand, _column(ref_values, m, folder, ds_name, reference),
-                             recipe.stats,
-                             _entry_confidence(specs, m, name, recipe.stats.confidence)))))
+                             sections.stats,
+                             _entry_confidence(specs, m, name, sections.stats.confidence)))))
         parts: dict[str, Any] = {}
         if name != reference:
-            gate, parts = _candidate_gate(recipe, specs, folder, ds_name, name, ds_info,
+            gate, parts = _candidate_gate(sections, specs, folder, ds_name, name, ds_info,
                                           values, ref_values, found)
             found.checks[name].extend(gate.checks)
         entries[name] = rs.VariantDatasetEntry(
@@ -199,7 +199,7 @@ def _dataset_entry(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
                              documents=documents)
 
 
-def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
+def _candidate_gate(sections: RunSections, specs: list[tuple[GateConfig, GateSpec]],
                     folder: RunFolder, ds_name: str, name: str,
                     ds_info: Mapping[str, Any], values: PerQuery, ref_values: PerQuery,
                     found: _Gathered) -> tuple[VariantGate, dict[str, Any]]:
@@ -209,23 +209,23 @@ def _candidate_gate(recipe: Recipe, specs: list[tuple[GateConfig, GateSpec]],
     entry: dict[str, Any] = {
         "reference_metrics": {
             m: rs.MeanEntry(**clean_json(mean_entry(_column(values, m, folder, ds_name, name),
-                                                    recipe.stats)))
-            for m in recipe.reference_metrics},
+                                                    sections.stats)))
+            for m in sections.reference_metrics},
         "vectors": None if ds_info.get("vectors") is None else
         rs.VectorFidelity.model_validate(clean_json(ds_info["vectors"]))}
     mine = [(i, s) for i, (c, s) in enumerate(specs)
             if c.variants is None or name in c.variants]
     pairs = loss_pairs(folder, ds_name, name, values, ref_values)  # issue 30
-    losses = loss_split(recipe.metrics, recipe.reference_metrics, pairs)
+    losses = loss_split(sections.metrics, sections.reference_metrics, pairs)
     if losses is not None:  # a variant searched through an index only
         entry["losses"] = losses
     gate = decide_losses(
         [s for _, s in mine if s.over == "per_dataset"], pairs,
         extra_values={"cosine": _text_cosines(folder, ds_name, name)},
-        resamples=recipe.stats.resamples, seed=recipe.stats.seed)
+        resamples=sections.stats.resamples, seed=sections.stats.seed)
     if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
         section, gate, note = apply_sensitivity(
-            recipe, [s for _, s in mine if s.over == "per_dataset"], gate,
+            sections, [s for _, s in mine if s.over == "per_dataset"], gate,
             ds_info["batch_sensitivity"], folder, ds_name, name)
         entry["batch_sensitivity"] = rs.SensitivitySection.model_validate(clean_json(section))
         found.warnings.append(note)

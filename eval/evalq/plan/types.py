@@ -3,7 +3,8 @@
 :func:`evalq.recipe.plan.build_plan` makes a :class:`Plan` from a recipe, once, before
 any model loads; the app hands it to the executors (``evalq.execute``), which read the
 datasets, limits, batching, cache folders, encoding executor, parity texts, the load
-test's sections and each variant's resolved model, settings and engine options from it.
+test's sections, each variant's resolved model, settings, engine options and index kind,
+and the recipe's deciding sections (:class:`evalq.plan.run.RunSections`) from it.
 This module declares them: frozen dataclasses over the options the lower parts declare
 (:class:`evalq.engines.options.EncoderVariant`, :class:`evalq.encode.options.ExecutorSpec`),
 no implementation, so an executor imports it and not the recipe.
@@ -11,6 +12,7 @@ no implementation, so an executor imports it and not the recipe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from evalq.core.values import EncodingSettings
 from evalq.encode.options import ExecutorSpec
 from evalq.engines.options import EncoderVariant, LaunchCommand
 from evalq.plan.load import CapacitySection, LoadSection
+from evalq.plan.run import RunSections
+from evalq.plan.variant import SearchedVariant
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class VariantPlan:
     endpoint: str | None
     cached: str  # what keys this variant's cache chunks
     gates: tuple[str, ...]
-    options: EncoderVariant
+    options: SearchedVariant  # the recipe's variant: engine options and index kind
     where: str
     # Whose quantization decides whether this variant must match the reference exactly:
     # itself, or the onnx variant whose graph its launched server serves (onnx_from).
@@ -108,11 +112,10 @@ class VariantPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """A recipe resolved for one run: the executors' input for datasets, limits, batching,
-    cache folders, the encoding executor, parity, the variants and the load test (the
-    recipe still supplies `evalq run`'s pipelines, gate configs and statistics options,
-    batch sensitivity, report options and measure lists:
-    docs/development/architecture.md says what is left)."""
+    """A recipe resolved for one run: the executors' only input for datasets, limits,
+    batching, cache folders, the encoding executor, parity, the variants, the load test,
+    and (``sections``) the measure lists, gates, statistics, report options, pipelines and
+    batch sensitivity as written."""
 
     recipe: str
     recipe_file: Path
@@ -134,6 +137,12 @@ class Plan:
     batch_tokens: int | None  # the recipe's in-process batch budget (variants may override)
     executor: ExecutorSpec
     parity: ParityPlan
+    # The recipe's deciding sections as written: measure lists, gates, statistics,
+    # report options, pipelines, batch sensitivity (evalq.plan.run).
+    sections: RunSections
+    # The recipe as JSON: what the manifest stores, and `evalq gate` / `calibrate` /
+    # `certify` re-read from a results folder.
+    recorded: Mapping[str, Any]
     only: tuple[str, ...] | None = None  # --only, as given
     load: LoadSection | None = None  # the recipe's load test (``evalq load``)
     capacity: CapacitySection | None = None  # its demand and prices

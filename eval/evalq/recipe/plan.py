@@ -172,6 +172,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         batch_tokens=recipe.batch_tokens, executor=recipe.executor,
         parity=ParityPlan(recipe.parity.enabled, recipe.parity.texts,
                           recipe.parity.min_cosine),
+        sections=recipe.sections(), recorded=recipe.model_dump(mode="json"),
         only=tuple(only) if only else None, load=recipe.load, capacity=recipe.capacity,
         machine_notes=tuple(problems.notes),
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),

@@ -18,7 +18,6 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     Field,
-    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
@@ -29,19 +28,21 @@ from evalq.core.locations import resolve_recipe
 from evalq.core.names import PathName
 from evalq.core.options import StrictOptions
 from evalq.encode.options import ExecutorSpec
-from evalq.engines.options import ONNX_BACKEND, EncoderVariant, SettingsOverrides
+from evalq.engines.options import ONNX_BACKEND, SettingsOverrides
 from evalq.engines.quantize import validate_quantization
 from evalq.engines.registry import BACKENDS, allowed_backend, backend_enum, options_misplaced
 from evalq.measure.registry import parse_measure
 from evalq.plan.gates import GateConfig, StatsOptions, gate_spec
 from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.plan.pipelines import PipelineSpec
+from evalq.plan.run import ReportOptions, RunSections
 from evalq.plan.sensitivity import BatchSensitivity
+from evalq.plan.variant import SearchedVariant
 from evalq.recipe.graph_files import resolve_graph_files
 from evalq.recipe.pipeline_checks import check_pipelines
 from evalq.recipe.yamlsource import KeyPath, Located, load_yaml
 from evalq.retrieve.kinds import KindOptions
-from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
+from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, INDEX_KINDS
 
 
 class ModelSpec(StrictOptions):
@@ -75,25 +76,14 @@ class EncodingOverrides(SettingsOverrides):
                                     **over.model_dump(exclude_none=True)})
 
 
-class Variant(EncoderVariant):
+class Variant(SearchedVariant):
     """A recipe variant: what its engine builds (:class:`evalq.engines.options.EncoderVariant`,
-    declared by the engines), the ANN index its search builds, and the checks that need the
-    backend registry."""
+    declared by the engines), the index its search builds (:class:`evalq.plan.variant.
+    SearchedVariant`), and the checks that need the backend registry."""
 
     # a registered embedding backend (engines/registry.py); the schema lists them
     backend: str = Field(default="inprocess", json_schema_extra=backend_enum("embedding"))
     encoding: EncodingOverrides = EncodingOverrides()
-    # A registered retrieval kind that indexes vectors (evalq.retrieve.registry), chosen by
-    # `kind:` (left out: faiss); unset = exact search only.
-    index: SerializeAsAny[KindOptions] | None = Field(
-        default=None, description="a registered index kind's options, chosen by `kind:` "
-        "(no `kind:` = faiss); see [Index kinds](index-kinds.md)")
-
-    @field_validator("index", mode="before")
-    @classmethod
-    def _registered_index_kind(cls, value: Any) -> Any:
-        return None if value is None else INDEX_KINDS.parse(value, "vectors",
-                                                            DEFAULT_VECTOR_KIND)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -123,26 +113,12 @@ class Variant(EncoderVariant):
                              "use one (a FAISS factory such as 'Flat' + SQ8 / PQ covers both)")
         return self
 
-    @property
-    def searches_index(self) -> bool:
-        """Whether the variant is judged on an index kind other than exact search (whose
-        run is then the baseline its index loss is measured against)."""
-        return self.index is not None and self.index.kind != EXACT_KIND
-
 
 class ParityOptions(StrictOptions):
     enabled: bool = True
     texts: int = Field(default=32, ge=1)
     # a cosine: NaN passed validate and then failed every check 'required >= nan'
     min_cosine: float = Field(default=0.9999, ge=-1, le=1, allow_inf_nan=False)
-
-
-class ReportOptions(StrictOptions):
-    """What reports read from the recipe: which cost the recommendation minimizes, and how
-    many words of each shown document the run stores for them (0 = no texts stored)."""
-
-    cost: Literal["weight_bytes", "index_bytes", "throughput"] = "weight_bytes"
-    snippet_words: int = Field(default=30, ge=0)
 
 
 class Recipe(StrictOptions):
@@ -200,6 +176,15 @@ class Recipe(StrictOptions):
     @property
     def variants(self) -> list[Variant]:
         return [self.reference, *self.candidates]
+
+    def sections(self) -> RunSections:
+        """The deciding sections `evalq run`'s executors read (:mod:`evalq.plan.run`):
+        the plan carries them, and regate and calibrate build them from a stored recipe."""
+        return RunSections(
+            recipe=self.name, reference=self.reference.name, metrics=tuple(self.metrics),
+            reference_metrics=tuple(self.reference_metrics), gates=tuple(self.gates),
+            stats=self.stats, report=self.report, title_separator=self.title_separator,
+            pipelines=tuple(self.pipelines), batch_sensitivity=self.batch_sensitivity)
 
 
 def _loc_to_path(loc: tuple[Any, ...]) -> KeyPath:
