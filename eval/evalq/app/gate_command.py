@@ -14,6 +14,7 @@ from evalq.execute.regate import Regated, regate
 from evalq.report.junit import to_junit
 from evalq.report.markdown import job_summary
 from evalq.report.runview import class_warning
+from evalq.report.verdict import gates_word
 
 
 def gate_command(results: str | Path, *, junit: str | Path | None = None,
@@ -39,7 +40,7 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
             raise InputError(message=f"cannot write the markdown summary ({exc.strerror})",
                              file=markdown, field="--markdown",
                              fix="give --markdown a path in a writable folder") from None
-    print("gates " + ("PASSED" if done.passed else "FAILED"))
+    print("gates " + gates_word(done.decided))
     return done.passed
 
 
