@@ -20,7 +20,12 @@ from evalq.report.verdict import gates_word
 def gate_command(results: str | Path, *, junit: str | Path | None = None,
                  markdown: str | Path | None = None, method: str | None = None) -> bool:
     """Re-decide, print every verdict with its checks, write the requested outputs;
-    returns whether every gate passed."""
+    returns whether every gate passed. Each output's place is checked first (a file where
+    a folder is needed is named as such, not as an OS error), before any work."""
+    for path, flag in ((junit, "--junit"), (markdown, "--markdown")):
+        if path is not None:
+            atomicio.check_output_location(path, folder=False, field=flag,
+                                           what=flag.lstrip("-"))
     done = regate(results, method=method)
     print_verdicts(done)
     if junit is not None:
