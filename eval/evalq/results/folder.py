@@ -221,18 +221,21 @@ class RunFolder:
             raise InputError(message="per-query values missing", file=path,
                              fix="rerun 'evalq run'; the folder is incomplete")
         ids: list[str] = []
-        columns: dict[str, list[float]] = {}
+        rows: list[dict[str, Any]] = []
         try:
             for line in path.read_text(encoding="utf-8").splitlines():
                 row = json.loads(line)
                 ids.append(str(row.pop("query_id")))
-                for k, v in row.items():
-                    columns.setdefault(k, []).append(_number(v, k, path, len(ids)))
+                rows.append(dict(row))
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
             raise InputError(message=f"line {len(ids) + 1} is not a per-query row "
                              f"({type(exc).__name__}: {exc})", file=path, line=len(ids) + 1,
                              fix="rerun 'evalq run'; the file is truncated or was edited"
                              ) from None
+        columns: dict[str, list[float]] = {}
+        for number, row in enumerate(rows, start=1):
+            for k, v in row.items():
+                columns.setdefault(k, []).append(_number(v, k, path, number))
         if len({len(c) for c in columns.values()} | {len(ids)}) > 1:
             raise InputError(message="rows name different measures", file=path,
                              fix="rerun 'evalq run'; the file was edited")
