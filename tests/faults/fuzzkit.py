@@ -41,9 +41,15 @@ hostile_text = st.one_of(
 
 
 def run_fuzzer(name: str, examples: int, strategy: st.SearchStrategy[Any],
-               check: Callable[[Any], None]) -> None:
+               check: Callable[[Any], None]) -> tuple[int, int]:
     """``check`` on ``examples`` generated inputs (derandomized: the same ones every run);
-    an :class:`InputError` counts as a refusal, anything else fails the test."""
+    an :class:`InputError` counts as a refusal, anything else fails the test. Returns
+    (and prints) the accepted and refused counts.
+
+    A fuzzer must see both: one whose inputs are all refused never reaches the code past
+    the parser's first check (a parser that raises KeyError on valid input would pass it),
+    and one whose inputs are all accepted cannot tell a parser that takes garbage from one
+    that refuses it. Either fails the test, naming the counts."""
     key = (name, examples)
     COUNTS[key] = REFUSED[key] = 0
 
@@ -59,7 +65,15 @@ def run_fuzzer(name: str, examples: int, strategy: st.SearchStrategy[Any],
             assert str(exc), "an InputError without a message"
 
     fuzz()
+    refused = REFUSED[key]
+    accepted = COUNTS[key] - refused
+    print(f"\nfuzz {name}: {COUNTS[key]} inputs, {accepted} accepted, {refused} refused")
     assert COUNTS[key] >= examples, (name, COUNTS[key])
+    assert accepted > 0, (f"{name}: none of {COUNTS[key]} inputs was accepted; the fuzzer "
+                          "never reaches past the parser's refusals")
+    assert refused > 0, (f"{name}: none of {COUNTS[key]} inputs was refused; the fuzzer "
+                         "cannot tell a parser that accepts garbage from one that refuses it")
+    return accepted, refused
 
 
 def files_under(root: Path) -> set[Path]:

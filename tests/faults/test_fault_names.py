@@ -19,6 +19,7 @@ from faultkit import no_traceback, recipe_data, run_cli
 
 from evalq.core.errors import InputError
 from evalq.core.names import MAX_NAME_LENGTH, inside, path_name_problem
+from evalq.data.manifest import load_dataset
 from support import recipes
 
 HOSTILE = ["../escaped", "../../etc/x", "/tmp/abs", "a/b", "a\\b", ".hidden", "..", ".",
@@ -175,3 +176,24 @@ def test_every_file_a_run_writes_lies_under_its_folders(
     expected = {out, tmp_path / "recipe.yaml", work} | (
         {tmp_path / "elsewhere"} if cache == "outside" else set())
     assert set(tmp_path.iterdir()) == expected
+
+
+@pytest.mark.parametrize("by", ["name", "path"])
+def test_load_dataset_checks_a_manifest_file_name_as_validate_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], by: str) -> None:
+    """The Python API's ``load_dataset`` used to take an unsafe manifest file name as the
+    dataset's name unchecked; it now runs the one check ``validate`` and ``run`` run."""
+    data = recipe_data(tmp_path)
+    spec = dict(data["datasets"][0])
+    del spec["name"]
+    (tmp_path / "datasets").mkdir()
+    manifest = recipes.write(tmp_path / "datasets" / "my data.yaml", spec)
+    data["datasets"] = ["my data"]
+    cli = run_cli(capsys, "validate", str(recipes.write(tmp_path / "recipe.yaml", data)))
+    with pytest.raises(InputError) as caught:
+        if by == "name":
+            load_dataset("my data", search_dirs=[tmp_path / "datasets"])
+        else:
+            load_dataset(str(manifest))
+    assert caught.value.file == manifest and caught.value.field == "name"
+    assert str(caught.value) in cli.err  # the same check, the same words

@@ -227,3 +227,25 @@ def test_unwritable_junit_path_names_the_flag(finished: Path, tmp_path: Path,
         junit = blocker / "junit.xml"
     result = run_cli(capsys, "gate", str(finished / "out"), "--junit", str(junit))
     assert result.code == 2 and "field '--junit'" in result.err and no_traceback(result.err)
+
+
+@pytest.mark.parametrize("flag", ["--markdown", "--junit"])
+@pytest.mark.parametrize("where", ["under a file", "a folder"])
+def test_an_output_under_a_file_says_so(finished: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str], flag: str,
+                                        where: str) -> None:
+    """Issue 32 (gate_markdown_under_file): ``--markdown afile/s.md`` said only 'cannot write
+    the markdown summary (File exists)'; it names the file in the way, before any work."""
+    afile = tmp_path / "afile"
+    if where == "a folder":
+        afile.mkdir()
+        target = afile
+    else:
+        afile.write_text("x")
+        target = afile / "s.out"
+    result = run_cli(capsys, "gate", str(finished / "out"), flag, str(target))
+    assert result.code == 2 and f"field '{flag}'" in result.err, result.err
+    assert ("is a file, so no file can be created under it" in result.err
+            or "it is a folder, not a file"
+            in result.err), result.err
+    assert "File exists" not in result.err and no_traceback(result.err)

@@ -74,10 +74,23 @@ workload = st.fixed_dictionaries(
     optional={"open_loop": st.fixed_dictionaries({"rates": levels}),
               "closed_loop": st.fixed_dictionaries({"concurrency": levels}),
               "batch_sizes": levels, "depth": numbers, "endpoint": hostile_text})
-load_section = st.fixed_dictionaries(
+hostile_section = st.fixed_dictionaries(
     {"workloads": st.lists(workload, min_size=0, max_size=3)},
     optional={k: plausible for k in ("warmup_s", "duration_s", "max_requests", "timeout_s",
                                    "max_in_flight", "error_budget", "seed")})
+# Schedules a user would write, varied, so that accepted ones are explored too: a fuzzer
+# whose every input is refused never reaches the load budget (run_fuzzer requires both).
+sane_workload = st.fixed_dictionaries(
+    {"name": st.sampled_from(["q", "w1", "ingest.a"]), "kind": st.just("query"),
+     "slo_p99_ms": st.integers(10, 5000),
+     "open_loop": st.fixed_dictionaries({"rates": st.lists(
+         st.integers(1, 500), min_size=1, max_size=4, unique=True).map(sorted)})})
+sane_section = st.fixed_dictionaries(
+    {"workloads": st.lists(sane_workload, min_size=1, max_size=2,
+                           unique_by=lambda w: w["name"])},
+    optional={"duration_s": st.floats(0.5, 60), "max_requests": st.integers(1, 5000),
+              "timeout_s": st.floats(0.5, 30), "error_budget": st.floats(0, 0.5)})
+load_section = st.one_of(hostile_section, sane_section)
 
 
 def _load_recipe(section: dict[str, Any]) -> None:
@@ -104,6 +117,8 @@ def _load_answer(value: tuple[bytes, int | None]) -> None:
     body, expect = value
     verdict = count_items(body, RequestSpec(path="/v1/embeddings", body=b"{}", expect=expect))
     assert verdict in (None, "bad_response")
+    if verdict == "bad_response":  # the generator's refusal: a counted bad answer
+        raise InputError(message="counted as bad_response")
     if verdict is None and expect is not None:
         parsed = json.loads(body)
         items = parsed.get("data", parsed.get("results")) if isinstance(parsed, dict) else parsed

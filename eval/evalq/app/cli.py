@@ -106,10 +106,29 @@ def build_parser() -> argparse.ArgumentParser:
     return _parser()
 
 
+# Flags whose value may start with '-' (a negative margin): argparse would read "-5%" as an
+# unknown option and say only "expected one argument"; attached as --margin=-5% it reaches
+# the value check, which names the flag and the fix.
+_DASH_VALUE_FLAGS = ("--margin",)
+
+
+def _dash_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in _DASH_VALUE_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_dash_values(sys.argv[1:] if argv is None else list(argv)))
     if args.version:
         print(f"evalq {__version__}")
         return EXIT_OK

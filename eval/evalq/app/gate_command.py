@@ -16,6 +16,7 @@ from evalq.recipe.stored import stored_sections
 from evalq.report.junit import to_junit
 from evalq.report.markdown import job_summary
 from evalq.report.runview import class_warning
+from evalq.report.verdict import gates_word
 from evalq.results.folder import RunFolder
 
 
@@ -32,7 +33,12 @@ def stored_sections_of(results: str | Path, method: str | None = None) -> RunSec
 def gate_command(results: str | Path, *, junit: str | Path | None = None,
                  markdown: str | Path | None = None, method: str | None = None) -> bool:
     """Re-decide, print every verdict with its checks, write the requested outputs;
-    returns whether every gate passed."""
+    returns whether every gate passed. Each output's place is checked first (a file where
+    a folder is needed is named as such, not as an OS error), before any work."""
+    for path, flag in ((junit, "--junit"), (markdown, "--markdown")):
+        if path is not None:
+            atomicio.check_output_location(path, folder=False, field=flag,
+                                           what=flag.lstrip("-"))
     done = regate(results, stored_sections_of(results, method))
     print_verdicts(done)
     if junit is not None:
@@ -52,7 +58,7 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
             raise InputError(message=f"cannot write the markdown summary ({exc.strerror})",
                              file=markdown, field="--markdown",
                              fix="give --markdown a path in a writable folder") from None
-    print("gates " + ("PASSED" if done.passed else "FAILED"))
+    print("gates " + gates_word(done.decided))
     return done.passed
 
 

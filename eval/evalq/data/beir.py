@@ -104,6 +104,13 @@ def check_layout(folder: Path, split: str) -> tuple[Path, Path, Path]:
         )
     corpus, queries = folder / CORPUS_FILE, folder / QUERIES_FILE
     qrels = folder / "qrels" / f"{split}.tsv"
+    folders = [p for p in (corpus, queries, qrels) if p.is_dir()]
+    if folders:
+        raise InputError(
+            f"{', '.join(str(p.relative_to(folder)) for p in folders)} is a folder, not a file "
+            f"(a BEIR folder holds the files {CORPUS_FILE}, {QUERIES_FILE} and "
+            f"qrels/{split}.tsv)", file=folder,
+            fix="put the file itself there (unpack the dataset again if it came nested)")
     missing = [p for p in (corpus, queries, qrels) if not p.is_file()]
     if missing:
         splits = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))

@@ -171,6 +171,18 @@ def read_manifest(path: str | Path) -> DatasetSpec:
     return spec
 
 
+def dataset_name(spec: DatasetSpec, file: Path | None = None) -> str:
+    """The one check of a dataset's name, for ``evalq validate`` / ``run`` (the plan) and the
+    Python API's :func:`load_dataset` alike: its ``name:``, else its manifest's file name,
+    else its source, as a safe file name, since it becomes a folder in the results
+    (:mod:`evalq.core.names`)."""
+    name = spec.name or (file.stem if file is not None else spec.source)
+    return check_path_name(name, what=f"dataset '{name}'", file=file,
+                           field=None if file is None else "name",
+                           fix="give the dataset a `name:` of letters, digits, '.', '_' and "
+                           "'-' (it becomes a folder in the results), or rename its manifest")
+
+
 def _manifest_files(search_dirs: Sequence[str | Path]) -> list[Path]:
     files: list[Path] = []
     for folder in search_dirs:
@@ -413,9 +425,7 @@ def load_dataset(
             )
         file, spec = manifests[name_or_spec]
     base = file.parent if file is not None else Path(base_dir or ".")
-    name = spec.name or check_path_name(
-        file.stem if file else spec.source, what="the dataset's name (its manifest's file name)",
-        file=file, field="name", fix="add `name: ...` to the manifest, or rename the file")
+    name = dataset_name(spec, file)
     if spec.stream is not None:
         streamed, full_fp = _open_streamed(
             spec, base, name, max_queries if max_queries is not None else spec.max_queries,

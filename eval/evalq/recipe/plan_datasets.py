@@ -17,8 +17,7 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.core.locations import dataset_search_dirs
-from evalq.core.names import check_path_name
-from evalq.data.manifest import find_manifests, parse_spec
+from evalq.data.manifest import dataset_name, find_manifests, parse_spec
 from evalq.recipe.plan_variants import Problems
 
 
@@ -42,7 +41,6 @@ def check_datasets(recipe: Any, path: Path, problems: Problems) -> None:
             except InputError as exc:
                 problems.add_error(key, exc)
                 continue
-            name = spec.name or spec.source
             where: Path | None = None
         else:
             if manifests is None:
@@ -51,12 +49,8 @@ def check_datasets(recipe: Any, path: Path, problems: Problems) -> None:
             if found is None:  # a path to a manifest, or unknown: the loader reports it
                 continue
             where, spec = found
-            name = spec.name or where.stem
         try:
-            check_path_name(name, what=f"dataset '{name}'", file=where,
-                            field=None if where is None else "name",
-                            fix="give the dataset a `name:` of letters, digits, '.', '_' "
-                            "and '-' (it becomes a folder in the results)")
+            dataset_name(spec, where)
         except InputError as exc:
             if where is None:
                 problems.add_error((*key, "name"), exc)

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from evalq.report.pipelines import pipeline_views, print_pipelines
 from evalq.report.runview import RunView, finite, host_text
-from evalq.report.verdict import candidate_verdicts, costs, recommend
+from evalq.report.verdict import candidate_verdicts, costs, gates_word, recommend
 
 _STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
           "inconclusive": ("inconclusive", "yellow"), "ungated": ("ungated", "dim"),
@@ -90,7 +90,9 @@ def print_compact(run: RunView, width: int = 100) -> None:
         console.print(f"  certified on {escape(run.numerics_class)}; for other CPUs run "
                       f"evalq certify {escape(str(run.root))} here, then evalq verify "
                       f"{cert} on them", highlight=False)
-    verdict = "[green]PASSED[/green]" if summary.passed else "[red]FAILED[/red]"
+    word = gates_word(summary)
+    colour = {"PASSED": "green", "FAILED": "red"}.get(word, "yellow")
+    verdict = f"[{colour}]{word}[/{colour}]"
     out_dir = escape(str(run.root))
     console.print(f"gates {verdict}; results in {out_dir}; full table: --wide, "
                   f"or evalq report {out_dir}", highlight=False)

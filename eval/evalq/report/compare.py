@@ -22,6 +22,7 @@ import numpy as np
 
 from evalq.core.comparison import MetricDiff, PairedValues
 from evalq.core.errors import InputError
+from evalq.core.values import PerQuery
 from evalq.report.losses import loss_rows, loss_text
 from evalq.report.markdown import md
 from evalq.report.runview import RunView
@@ -136,7 +137,7 @@ def check_comparable(a: RunView, b: RunView) -> None:
                             f"{rb.fingerprint} (A {ra.queries} queries / {ra.documents} "
                             f"documents, B {rb.queries} / {rb.documents})")
             continue
-        qa, qb = a.per_query(ds, a.reference), b.per_query(ds, b.reference)
+        qa, qb = _stored(a, ds, a.reference, b), _stored(b, ds, b.reference, a)
         if qa is None or qb is None:
             problems.append(f"dataset {ds!r}: the reference's per-query values are missing "
                             f"in {'A' if qa is None else 'B'}")
@@ -173,8 +174,24 @@ def _both(a: RunView, b: RunView) -> list[str]:
     return [v for v in a.variants if a.ran(v) and b.ran(v)]
 
 
+def _stored(run: RunView, ds: str, variant: str, other: RunView) -> PerQuery | None:
+    """A variant's per-query values on a dataset; refused (exit 2 naming the file) when
+    either run measured the variant there but this run's file is gone, so that compare
+    never calls identical what it could not read."""
+    values = run.per_query(ds, variant)
+    if values is None and (run.entry(ds, variant) is not None
+                           or other.per_query(ds, variant) is not None):
+        raise InputError(message="per-query values missing: compare cannot pair this "
+                         f"variant's values on {ds!r}",
+                         file=run.root / "per_query" / ds / f"{variant}.jsonl",
+                         field="RUN_A RUN_B",
+                         fix="rerun 'evalq run' into this folder (or restore the file); "
+                         "compare only complete runs")
+    return values
+
+
 def _pair(ds: str, variant: str, metric: str, a: RunView, b: RunView) -> PairedValues | None:
-    pa, pb = a.per_query(ds, variant), b.per_query(ds, variant)
+    pa, pb = _stored(a, ds, variant, b), _stored(b, ds, variant, a)
     if pa is None or pb is None or metric not in pa.values or metric not in pb.values:
         return None
     row_b = {q: i for i, q in enumerate(pb.query_ids)}

@@ -15,6 +15,7 @@ from evalq.report.compact import print_compact
 from evalq.report.losses import LOSS_HEADERS, loss_rows
 from evalq.report.pipelines import pipeline_views, print_pipelines
 from evalq.report.runview import RunView, host_text
+from evalq.report.verdict import gates_word
 from evalq.results.schema import EncodeSection, GateCheck, MetricEntry
 
 
@@ -135,5 +136,7 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
                           + (f", engine processes {info.children_peak_rss_mb:.0f} MiB"
                              if info.children_peak_rss_mb else ""))
     print_pipelines(console, pipeline_views(summary))
-    verdict = "[green]PASSED[/green]" if summary.passed else "[red]FAILED[/red]"
+    word = gates_word(summary)
+    colour = {"PASSED": "green", "FAILED": "red"}.get(word, "yellow")
+    verdict = f"[{colour}]{word}[/{colour}]"
     console.print(f"gates {verdict}; results in {escape(str(run.root))}")

@@ -18,12 +18,15 @@ from evalq.report.contents import sections_for
 from evalq.report.history import render_history
 from evalq.report.html import Page
 from evalq.report.runview import RunView, host_text
+from evalq.report.verdict import gates_word
 
 
 def _header(run: RunView) -> Markup:
     summary = run.summary
     if summary is None:
         verdict, css = f"run {run.manifest.status or 'unfinished'}", "warn"
+    elif gates_word(summary) != "PASSED" and summary.passed:
+        verdict, css = "no candidate gated", "warn"
     elif summary.passed:
         verdict, css = "every gate PASSED", "pass"
     else:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from evalq.core.gates import stored_verdict
 from evalq.report.runview import RunView, finite
-from evalq.results.schema import GateCheck
+from evalq.results.schema import GateCheck, RunSummary
 
 Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdict"]
 
@@ -256,3 +256,14 @@ def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> R
         best, key,
         f"{best}: the cheapest of {len(passing)} passing candidate"
         f"{'s' if len(passing) != 1 else ''} by {label}, {_fmt_cost(key, value)}{versus}")
+
+
+def gates_word(summary: RunSummary) -> str:
+    """The run's one-word gate outcome: ``FAILED``, ``PASSED``, or, when nothing was gated
+    (``--only fp32``, or candidates without a gate), ``NOT CHECKED (no candidate gated)``
+    rather than a PASSED that no gate decided."""
+    if not summary.passed:
+        return "FAILED"
+    gated = any(v.role == "candidate" and v.passed is not None
+                for v in summary.variants.values()) or bool(summary.pipelines)
+    return "PASSED" if gated else "NOT CHECKED (no candidate gated)"

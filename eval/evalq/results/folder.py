@@ -221,18 +221,21 @@ class RunFolder:
             raise InputError(message="per-query values missing", file=path,
                              fix="rerun 'evalq run'; the folder is incomplete")
         ids: list[str] = []
-        columns: dict[str, list[float]] = {}
+        rows: list[dict[str, Any]] = []
         try:
             for line in path.read_text(encoding="utf-8").splitlines():
                 row = json.loads(line)
                 ids.append(str(row.pop("query_id")))
-                for k, v in row.items():
-                    columns.setdefault(k, []).append(math.nan if v is None else float(v))
+                rows.append(dict(row))
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
             raise InputError(message=f"line {len(ids) + 1} is not a per-query row "
                              f"({type(exc).__name__}: {exc})", file=path, line=len(ids) + 1,
                              fix="rerun 'evalq run'; the file is truncated or was edited"
                              ) from None
+        columns: dict[str, list[float]] = {}
+        for number, row in enumerate(rows, start=1):
+            for k, v in row.items():
+                columns.setdefault(k, []).append(_number(v, k, path, number))
         if len({len(c) for c in columns.values()} | {len(ids)}) > 1:
             raise InputError(message="rows name different measures", file=path,
                              fix="rerun 'evalq run'; the file was edited")
@@ -249,6 +252,19 @@ class RunFolder:
     def datasets(self) -> Iterable[str]:
         folder = self.root / "per_query"
         return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def _number(value: Any, measure: str, path: Path, line: int) -> float:
+    """A stored per-query value: a JSON number, or null for undefined. Anything else
+    (``true``, ``"0.5"``) is a damaged file: read as a number it would move a gate."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(message=f"{measure!r} is {json.dumps(value)}, "
+                         "not a number", file=path, field=measure, line=line,
+                         fix="rerun 'evalq run'; per-query values are numbers or null, "
+                         "and the file was edited")
+    return float(value)
 
 
 def stored_form(summary: RunSummary) -> dict[str, Any]:

@@ -19,7 +19,9 @@ plan). Cost per million queries = replicas · $/replica-hour / (target_qps · 36
 A workload whose SLO broke at the very first step has no knee: more replicas do not make
 one request faster, so the plan is *infeasible* for that variant, with the reason. So is
 one whose first step's requests failed (timed out, or none succeeded): a knee and a plan
-need successful requests.
+need successful requests. And so is one whose first open-loop level was not delivered
+(:func:`unsustained`: sent late, or offered over too short a time to measure): a knee
+read from a rate nobody served would plan capacity that does not exist.
 """
 
 from __future__ import annotations
@@ -33,6 +35,37 @@ SECONDS_PER_DAY = 86_400.0
 # Ends the reason of a knee whose first step's requests failed (timeouts, no answer): not
 # a slow server that more replicas cannot speed up, but traffic that measured nothing.
 NEEDS_ANSWERS = "a knee and a capacity plan need successful requests"
+# Ends the reason of a knee whose first level the generator did not deliver.
+NEEDS_SUSTAINED = "a knee and a capacity plan need a level that was sustained"
+# An open-loop level counts only if the generator delivered it: its requests went out on
+# their schedule, the p99 send lag (send - scheduled) within SUSTAIN_LAG_SHARE of the
+# period they were offered over, and that period at least MIN_OFFERED_S. Below that a
+# clock tick and the event loop, not the server, are measured: 20 requests "offered at
+# 10^9/s" are scheduled in 20 ns and sent over milliseconds. (A server that falls
+# behind is the SLO's to judge: latency counts from the scheduled time.)
+SUSTAIN_LAG_SHARE = 0.1
+MIN_OFFERED_S = 0.01
+
+
+def unsustained(figures: Mapping[str, Any]) -> str | None:
+    """Why an open-loop step's offered rate was not delivered (None: it was, or the step
+    is closed-loop, whose level is a concurrency the generator always holds)."""
+    if figures.get("mode") != "open":
+        return None
+    offered = figures.get("offered_realized_rps")
+    window = float(figures.get("sent") or 0) / offered if offered else 0.0
+    lag_ms = ((figures.get("generator") or {}).get("lag_ms") or {}).get("p99") or 0.0
+    rate = f"{offered:.4g} req/s" if offered else "the level"
+    if window < MIN_OFFERED_S:
+        return (f"unsustained: {figures.get('sent', 0)} requests at {rate} were offered over "
+                f"{window * 1e3:.3g} ms, under the {MIN_OFFERED_S * 1e3:g} ms a rate can be "
+                "measured over; no knee or capacity is read from it (raise max_requests or "
+                "duration_s, or lower the rate)")
+    if lag_ms / 1e3 > SUSTAIN_LAG_SHARE * window:
+        return (f"unsustained: the generator sent {rate} late (p99 send lag {lag_ms:.3g} ms, "
+                f"over {SUSTAIN_LAG_SHARE:.0%} of the {window * 1e3:.4g} ms offered); no "
+                "knee or capacity is read from it")
+    return None
 
 
 @dataclass(frozen=True)
@@ -99,7 +132,8 @@ def plan_variant(variant: str, knees: Mapping[str, Knee], demand: Demand,
         if knee.per_s is None or knee.per_s <= 0:
             why = knee.reason or "no knee"
             return VariantPlan(variant, feasible=False, replicas=None, load=None,
-                               notes=[*notes, f"{kind}: {why}" if why.endswith(NEEDS_ANSWERS)
+                               notes=[*notes, f"{kind}: {why}"
+                                      if why.endswith((NEEDS_ANSWERS, NEEDS_SUSTAINED))
                                       else f"{kind}: {why}; more replicas do not make one "
                                       "request faster"])
         if kind == "query":

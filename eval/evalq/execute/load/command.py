@@ -64,6 +64,7 @@ from evalq.results.folder import (
     package_versions,
 )
 from evalq.results.load import LoadFolder, quality_verdicts
+from evalq.results.rundir import RunLock
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,18 @@ def run_load(resolved: Plan, plan: LoadPlan) -> int:
     """The whole command; returns the exit code (0 or 1; errors raise). The app checked
     the load section (``check_load``, which chose the variants) and planned the recipe
     (``resolved``: capabilities of the vLLM variants on this machine, paths, outputs,
-    every problem at once) before any server starts."""
+    every problem at once) before any server starts. The results folder is locked as
+    ``evalq run`` locks it: a load into a folder another evalq is writing is refused
+    (exit 2 naming the holder's PID) before any traffic."""
+    lock = RunLock(resolved.output)
+    lock.acquire()
+    try:
+        return _run_load(resolved, plan)
+    finally:
+        lock.release()
+
+
+def _run_load(resolved: Plan, plan: LoadPlan) -> int:
     section, recipe_path, run_root = plan.section, resolved.recipe_file, resolved.output
     folder = LoadFolder(run_root)
     folder.prepare()

@@ -8,12 +8,13 @@ candidate passages to a ``/rerank``-style route (``query`` + ``documents``, or T
 
 The sweep offers each level (rate or concurrency) in ascending order; a step *passes*
 when its p99 is under the workload's SLO, its server-error rate and its failed requests
-(timeouts included) are within the error budget, at least one request succeeded, and the
-generator sent every request it was asked to, and (with probes) its answers held the
-quality floor (:mod:`evalq.execute.load.quality`). The first step that fails
-ends the series (``stop_on_break``). The knee is the highest passing level before that:
-its offered rate for open-loop query traffic, its achieved texts/s for ingest and pairs/s
-for rerank, in the unit :mod:`evalq.execute.load.capacity` plans with.
+(timeouts included) are within the error budget, at least one request succeeded, the
+generator sent every request it was asked to, (open loop) the offered rate was delivered
+(``capacity.unsustained``: an undelivered level is ``unsustained``), and (with probes) its
+answers held the quality floor (:mod:`evalq.execute.load.quality`). The first step that
+fails ends the series (``stop_on_break``). The knee is the highest passing level before
+that: its offered rate for open-loop query traffic, its achieved texts/s for ingest and
+pairs/s for rerank, in the unit :mod:`evalq.execute.load.capacity` plans with.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from evalq.execute.load.capacity import NEEDS_ANSWERS, Knee
+from evalq.execute.load.capacity import NEEDS_ANSWERS, NEEDS_SUSTAINED, Knee, unsustained
 from evalq.execute.load.generator import (
     LoadGenerator,
     RequestSpec,
@@ -162,6 +163,10 @@ def judge_step(m: dict[str, Any], workload: Workload, error_budget: float) -> tu
         reasons.append(f"no successful request ({m['errors']})" if not m["ok"] else
                        f"failed requests (timeouts included) {failed_rate:.1%} > error budget "
                        f"{error_budget:.1%} ({m['errors']})")
+    why = unsustained(m)
+    if verdict == "pass" and why:
+        verdict = "unsustained"
+        reasons.append(why)
     return verdict, reasons
 
 
@@ -197,6 +202,9 @@ def knee_of(workload: Workload, series: dict[str, list[dict[str, Any]]]) -> tupl
     if best is None:
         first = next((s for steps in series.values() for s in steps), None)
         why = "; ".join(first["reasons"]) if first else "no step ran"
+        if first is not None and first["verdict"] == "unsustained":
+            return Knee(workload.kind, None, unit, reason=f"the first level was not "
+                        f"sustained ({why}): {NEEDS_SUSTAINED}"), None
         if first is not None and first["verdict"] == "quality":
             return Knee(workload.kind, None, unit, reason=f"quality under load broke at the "
                         f"first step ({why})"), None
