@@ -4,8 +4,10 @@ latency and errors.
 It speaks just enough of the OpenAI ``/v1/embeddings``, ``/rerank``, ``/v1/models`` and
 ``/health`` routes for the generator (its vectors are constant, not embeddings, unless
 ``text_vectors``: then each text gets its own fixed vector, so rankings mean something;
-``noise_above``/``noise`` degrade the vectors of requests answered while more than N are
-in flight, the batch-dependent server quality under load must catch). Every behaviour
+``noise_above``/``noise`` degrade every answer once more than N requests have been in
+flight at once: a server that stays degraded after it is pushed past N, which quality
+under load must catch; sticky, so the test does not depend on how a loaded CI machine
+happens to interleave the requests). Every behaviour
 a test asserts on is injected and counted here, so a test can compare what the generator
 saw with what the server did: ``delay_ms`` for every request, ``slow_every``/``slow_ms`` for a tail,
 ``fail_every`` for HTTP 500s, ``wrong_count`` for malformed answers, and the maximum
@@ -39,7 +41,7 @@ class Behaviour:
     die_after: int = 0  # exit the process after N answers (as a process only)
     dim: int = 2  # length of the constant vector (384 passes a MiniLM run's shape checks)
     text_vectors: bool = False  # a fixed vector per text (by its CRC) instead of a constant
-    noise_above: int = 0  # add noise to answers while more than this many are in flight
+    noise_above: int = 0  # add noise once more than this many have been in flight at once
     noise: float = 0.0  # the noise's size relative to the vector's norm
 
 
@@ -83,7 +85,8 @@ def make_app(behaviour: Behaviour, counters: Counters) -> web.Application:
             if behaviour.wrong_count:
                 items += 1
             if key == "data":
-                noisy = bool(behaviour.noise_above and counters.in_flight > behaviour.noise_above)
+                noisy = bool(behaviour.noise_above
+                             and counters.max_in_flight > behaviour.noise_above)
                 counters.noisy += noisy
                 texts = (texts or []) + [""] * items
                 data = [{"index": i, "embedding": vector(texts[i], behaviour, noisy, n),
