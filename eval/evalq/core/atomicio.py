@@ -33,6 +33,15 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+def named(exc: OSError, path: str | Path) -> OSError:
+    """``exc`` with ``path`` as its file name when it has none. A full disk surfaces in
+    ``write()`` / ``fsync()`` / a library's own writer, whose ``OSError`` names no file: the
+    message then said only 'No space left on device', not which results or cache file."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
+
+
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` atomically. Mode is 0666 minus the umask (0644 usually), like any
     ``open()`` would give: ``mkstemp``'s private 0600 would hide results and cache files
@@ -47,6 +56,9 @@ def write_bytes(path: str | Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise named(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -111,7 +123,10 @@ def built_folder(target: Path, build: Callable[[Path], T], *,
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-{_host()}-{os.getpid()}-",
                                  dir=target.parent))
     try:
-        result = build(work)
+        try:
+            result = build(work)
+        except OSError as exc:  # e.g. a graph export filling the disk: name the cache folder
+            raise named(exc, target) from exc
         work.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
         if target.exists() and not complete(target):
             shutil.rmtree(target)

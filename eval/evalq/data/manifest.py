@@ -125,13 +125,29 @@ def default_search_dirs() -> list[Path]:
     return [d.path for d in dataset_search_dirs()]
 
 
+def _fields_at(loc: Sequence[Any]) -> list[str]:
+    """The fields of the block an unknown key sits in (``stream:``, ``hf:``, ...)."""
+    model: Any = DatasetSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        inner = [field.annotation, *getattr(field.annotation, "__args__", ())] if field else []
+        model = next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), 0)
+        if not model:
+            return list(DatasetSpec.model_fields)
+    return list(model.model_fields)
+
+
 def _validation_error(exc: ValidationError, file: str | Path | None) -> InputError:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or None
     problem = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        problem = "unknown field"
-        fix = f"remove it; allowed fields: {', '.join(DatasetSpec.model_fields)}"
+        allowed = _fields_at(first["loc"][:-1])
+        guess = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
+        problem = "unknown field" + (f"; did you mean '{guess[0]}'?" if guess else "")
+        fix = f"remove it; allowed fields: {', '.join(allowed)}"
     else:
         fix = "see datasets/README or an existing manifest for the expected fields"
     more = f" (and {len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""

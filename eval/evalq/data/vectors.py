@@ -80,10 +80,14 @@ class ShardWriter:
     def _flush(self) -> None:
         name = f"shard-{len(self._files):05d}.npy"
         tmp = self.root / f".{name}.tmp"
-        with open(tmp, "wb") as fh:
-            np.save(fh, np.concatenate(self._pending, axis=0), allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with open(tmp, "wb") as fh:
+                np.save(fh, np.concatenate(self._pending, axis=0), allow_pickle=False)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:  # a full disk: say which shard, not just ENOSPC
+            tmp.unlink(missing_ok=True)
+            raise atomicio.named(exc, self.root / name) from exc
         tmp.replace(self.root / name)
         self._files.append(name)
         self._rows.append(self._pending_rows)

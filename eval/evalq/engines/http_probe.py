@@ -22,6 +22,7 @@ from evalq.core.errors import InputError
 from evalq.core.values import EncodingSettings
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder
+from evalq.engines.modelinfo import embedding_dim
 from evalq.engines.options import EncoderVariant
 from evalq.engines.registry import embedding_backend
 from evalq.engines.server_routes import ServerRoutes
@@ -128,7 +129,31 @@ def probe_variant(target: ProbeTarget, recipe_path: Path) -> ProbeReport:
         served_models=routes.models, dimensions=int(vector.shape[0]), raw_norm=norm,
         normalize=settings.normalize)
     _check_norm(variant, report, where, recipe_path)
+    _check_width(target, report, recipe_path)
     return report
+
+
+def _check_width(target: ProbeTarget, report: ProbeReport, file: Path) -> None:
+    """The server's width against the model folder's, when the recipe asks for no width
+    of its own (``http.dimensions`` / ``vectors.dims`` are checked by the encoder): a
+    128-d server for a 384-d model was otherwise compared at the narrower width and
+    failed its gates (exit 1) as if it were a worse model."""
+    variant = target.variant
+    if (variant.http and variant.http.dimensions) or variant.vectors.dims:
+        return
+    try:
+        expected = embedding_dim(target.model_path)
+    except (OSError, InputError):  # no readable model files: nothing to compare with
+        return
+    if expected is not None and expected != report.dimensions:
+        raise InputError(
+            message=f"variant '{variant.name}': {report.endpoint} returns "
+            f"{report.dimensions}-dimensional vectors, but the model {target.model_path} "
+            f"makes {expected}-dimensional ones: the server runs another model",
+            file=file, field=f"{target.where}.http.model",
+            fix="point http.url / http.model at the server running this model, set the "
+                f"variant's model to the one served, or set http.dimensions: "
+                f"{report.dimensions} if the server truncates on purpose (Matryoshka)")
 
 
 def probe_one(target: ProbeTarget, recipe_path: Path) -> dict[str, Any]:

@@ -58,6 +58,11 @@ def results_populations(folder: str | Path, sections: RunSections) -> list[Popul
     return populations
 
 
+# 50x the default: the Monte Carlo sd of a 2.5% rate is then 0.0005, far below any
+# decision; beyond it the draws (trials x queries x 8 bytes) can exhaust memory.
+MAX_TRIALS = 100_000
+
+
 def calibrate_report(results: Path | None, sections: RunSections | None = None, *,
                      trials: int = 2000,
                      json_path: Path | None = None) -> str:
@@ -66,6 +71,11 @@ def calibrate_report(results: Path | None, sections: RunSections | None = None, 
     if trials < 50:
         raise InputError(message=f"--trials {trials} is too few to estimate a 2.5% rate",
                          field="--trials", fix="use --trials 2000 (the default) or at least 50")
+    if trials > MAX_TRIALS:  # refused before the draws are allocated (trials x queries)
+        raise InputError(message=f"--trials {trials} is more than the {MAX_TRIALS:,} this "
+                         "command allows: the simulation holds trials x queries draws in "
+                         "memory", field="--trials",
+                         fix=f"use --trials 2000 (the default) or at most {MAX_TRIALS}")
     if json_path is not None:  # before the simulation, not after it
         atomicio.check_output_location(json_path, folder=False, field="--json")
     populations = synthetic_panel()

@@ -8,10 +8,13 @@ at their URL, after the recipe's ``load.launch`` command (if any) started them.
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from evalq.core.errors import InputError
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.launch import start_launch
@@ -86,6 +89,8 @@ def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                             model, {}, pid=launched.pid if launched else None,
                             alive=launched.alive if launched else None)
     try:
+        if backend.serving != "engine":
+            check_reachable(variant.name, http.url, section.timeout_s)
         describe = (encoder.describe() if encoder is not None else
                     {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
         if launched is not None:
@@ -99,3 +104,25 @@ def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
             encoder.close()
         if launched is not None:
             launched.close()
+
+
+def check_reachable(name: str, url: str, timeout_s: float) -> None:
+    """Refuse (exit 2) a URL where nothing listens, before parity, probes or any level:
+    otherwise every request failed and the run ended in exit 1 'server errors 100% >
+    error budget', as if the server were overloaded. A connect that only times out is
+    left to the sweep (a busy server is what a load test measures)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port),
+                                      timeout=timeout_s):
+            pass
+    except TimeoutError:
+        return
+    except OSError as exc:
+        raise InputError(
+            message=f"variant '{name}': nothing answers at {url} ({exc.strerror or exc}); "
+                    "no load level was run",
+            field="http.url",
+            fix="start the server (or a load.launch command that starts it), or correct "
+                "the variant's http.url") from exc
