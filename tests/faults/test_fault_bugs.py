@@ -23,7 +23,7 @@ from faultkit import no_traceback, run_cli, write_recipe
 
 import evalq.app.compare_command
 import evalq.execute.calibrate
-import evalq.execute.summarize
+import evalq.execute.losses
 import evalq.report.retrieval_sections
 from evalq.app.cli import main
 
@@ -81,7 +81,8 @@ def test_a_type_error_in_the_gate_statistics_is_exit_3(work: Path,
                                                        capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
-    monkeypatch.setattr(evalq.execute.summarize, "decide_gates", _planted(TypeError))
+    # every per-dataset gate is decided through losses.decide_losses -> decide_gates
+    monkeypatch.setattr(evalq.execute.losses, "decide_gates", _planted(TypeError))
     result = run_cli(capsys, "gate", str(work))
     _assert_bug(result.code, result.err, TypeError)
 
