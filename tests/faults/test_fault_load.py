@@ -117,20 +117,25 @@ WORST = {"warmup_s": 0, "duration_s": 1, "max_requests": MAX_STEP_REQUESTS,
          "max_in_flight": MAX_IN_FLIGHT,
          "workloads": [{**QUERY, "open_loop": {"rates": [1e12]}}]}
 
+# The child's own peak resident set (kB). Not ru_maxrss: Linux keeps that across exec, so
+# a child forked from a large pytest process (models loaded) would report the parent's
+# size; VmHWM belongs to the address space exec makes new.
+PEAK = "int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
+
 CHILD = """
-import json, resource, sys
+import json, re, resource, sys
 from evalq.execute.load.generator import StepBounds, poisson_arrivals
 from evalq.execute.load.sweep import Endpoint, TextPool, build_series
 from evalq.plan.load import LoadSection
 section = LoadSection.model_validate(json.loads(sys.argv[1]))
 texts = ["a passage of a few words " * 8] * 200_000
 pool = TextPool(texts, [40] * len(texts), texts, [40] * len(texts))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = """ + PEAK + """
 bounds = StepBounds(section.warmup_s, section.duration_s, section.max_requests,
                     section.timeout_s, section.max_in_flight)
 times, warm = poisson_arrivals(section.workloads[0].levels[0], bounds, 0)
 series = build_series(Endpoint("v", "http://127.0.0.1:9", "openai"), section.workloads[0], pool)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = """ + PEAK + """
 print(json.dumps({"grew_kib": after - before, "sent": len(times), "warm": warm,
                   "pool": sum(len(r) for _, r in series)}))
 """
@@ -165,9 +170,9 @@ def test_refused_schedule_never_allocates(tmp_path: Path) -> None:
     """`evalq load` on the issue's recipe (10^9 requests/s, warmup_s 10^9): exit 2 with
     the child's peak RSS that of a Python that imported evalq, not of the schedule."""
     recipe = _recipe(tmp_path, {"warmup_s": 1e9, **_workload(open_loop={"rates": [1e9]})})
-    code = ("import resource, sys\nfrom evalq.app.cli import main\n"
+    code = ("import re, sys\nfrom evalq.app.cli import main\n"
             f"rc = main(['load', {str(recipe)!r}, '-o', {str(tmp_path / 'out')!r}])\n"
-            "print('peak_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+            f"print('peak_kib', {PEAK})\n"
             "sys.exit(rc)\n")
     done = _child(code, cwd=ROOT)
     assert done.returncode == 2, done.stderr
