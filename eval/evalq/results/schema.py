@@ -73,6 +73,7 @@ from evalq.results.parts import (
     VectorFidelity,
     Verdict,
 )
+from evalq.results.searchpart import SearchSummary
 
 # Every model of the results files, the parts (evalq.results.parts) re-exported: readers
 # and writers import them from here.
@@ -233,6 +234,7 @@ class RunSummary(Part):
     warnings: list[str] = Field(default_factory=list)
     pipelines: dict[str, PipelineSummary] | None = None
     host: HostPart | None = None  # what the verdicts were certified on
+    search: SearchSummary | None = None  # a grid search (recipe `search:`)
 
     def entry(self, dataset: str, variant: str) -> VariantDatasetEntry | None:
         ds = self.datasets.get(dataset)
