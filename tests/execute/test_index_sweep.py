@@ -31,7 +31,6 @@ from evalq.results.folder import RunFolder
 from evalq.retrieve import ann
 from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, Queries
-from evalq.retrieve.registry import INDEX_KINDS
 from support import recipes
 
 EF = [1, 2, 4, 16, 64]

@@ -166,5 +166,6 @@ def sweep_summary(specs: Sequence[GateSpec], pairs: Mapping[str, Pair | None],
             verdict=row.verdict, tested=row.tested, certified=row.certified,
             checks=checks))
     return rs.SweepSummary(parameter=parameter, configured=record.get("configured"),
+                           procedure="fixed_sequence", cheapest=cheapest,
                            alpha={s.label: round(1.0 - s.confidence, 12) for s in specs},
-                           points=typed, cheapest=cheapest)
+                           points=typed)
