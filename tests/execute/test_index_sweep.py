@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from evalq.app.cli import main
 from evalq.core.dataset import Qrels
@@ -222,3 +223,24 @@ def test_a_sweep_point_is_judged_on_its_own_values(tmp_path: Path) -> None:
     assert float(np.mean(low.values["overlap@10"])) == pytest.approx(
         record["points"][0]["recall@10"])
     assert isinstance(low, PerQuery)
+
+
+# -- what the docs and the shipped recipe say -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_docs_sweep_and_the_shipped_recipe_read_as_written(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "vector-databases.md").read_text()
+    section = page.split("## A sweep of one search-time parameter", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    candidates = yaml.safe_load(block)
+    swept = {c["name"]: c["index"] for c in candidates}
+    recipe = _load(swept["pg-hnsw"], tmp_path)
+    assert recipe.candidates[0].index.sweep_options().parameter()[0] == "ef_search"
+    recipe = _load(swept["qd-binary"], tmp_path)
+    assert recipe.candidates[0].index.sweep_options().parameter()[0] == "oversampling"
+    shipped = load_recipe(ROOT / "recipes" / "vector-db.yaml")
+    sweeps = {c.name: c.index.sweep_options().parameter()[0] for c in shipped.candidates
+              if c.index is not None and c.index.sweep_options() is not None}
+    assert sweeps == {"fp32-pg-hnsw": "ef_search", "fp32-qd-binary": "oversampling"}
