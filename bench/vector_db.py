@@ -10,9 +10,11 @@ embedded PostgreSQL (``kind: pgvector``) and Qdrant's engine in-process
 (``kind: qdrant``). Each is searched at every ``--ef`` (FAISS ``efSearch``, pgvector
 ``hnsw.ef_search``, Qdrant ``hnsw_ef``) through evalq's index protocol, so the figures are
 what a recipe's run measures; recall@10 is against exact FAISS search of the same vectors.
-Queries/s are one query at a time (a database round trip each; FAISS is called once per
-query too), timed by each index around its own search call (``search_s``: pgvector's
-EXPLAIN, run for the proof, is outside it). Each index's proof is
+Each index is built once and swept over ``--ef`` by the path a recipe's ``sweep:`` takes
+(:func:`evalq.retrieve.sweep.sweep_index`): one query at a time (a database round trip
+each; FAISS is called once per query too), each timed by the index around its own search
+call (pgvector's EXPLAIN, run for the proof, and the settings' SET are outside it), so
+queries/s and p50 / p99 per query are what a recipe's sweep records. Each index's proof is
 checked: a database search that did not go through its index stops the script (exit 1).
 
 As root, the embedded PostgreSQL needs ``EVALQ_PGVECTOR_ALLOW_ROOT=1`` (``make bench`` sets
@@ -30,12 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from evalq.retrieve.ann import FaissSearch
 from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, Queries, recall_at
-from evalq.retrieve.pgvector_kind import PgvectorSearch
-from evalq.retrieve.qdrant_kind import SearchParams
 from evalq.retrieve.registry import INDEX_KINDS
+from evalq.retrieve.sweep import sweep_index
 from record import host, write_record
 
 K = 10
@@ -54,53 +54,41 @@ def clustered(n_docs: int, dim: int, n_queries: int, seed: int = 0
             Queries(tuple(f"q{i}" for i in range(n_queries)), queries.astype(np.float32)))
 
 
-def systems(m: int, ef_construction: int) -> dict[str, tuple[dict[str, Any], Any]]:
-    """name -> (recipe's index mapping, search options for one ef)."""
+def systems(m: int, ef_construction: int) -> dict[str, tuple[dict[str, Any], str]]:
+    """name -> (recipe's index mapping, the name of its HNSW beam width to sweep)."""
     return {
-        "faiss-hnsw": ({"kind": "faiss", "factory": f"HNSW{m}"},
-                       lambda ef: FaissSearch(efSearch=ef)),
-        "pgvector-hnsw": ({"kind": "pgvector", "m": m,
-                           "ef_construction": ef_construction},
-                          lambda ef: PgvectorSearch(ef_search=ef)),
+        "faiss-hnsw": ({"kind": "faiss", "factory": f"HNSW{m}"}, "efSearch"),
+        "pgvector-hnsw": ({"kind": "pgvector", "m": m, "ef_construction": ef_construction},
+                          "ef_search"),
         "qdrant-hnsw": ({"kind": "qdrant", "hnsw_config": {"m": m,
                                                           "ef_construct": ef_construction}},
-                        lambda ef: SearchParams(hnsw_ef=ef)),
+                        "hnsw_ef"),
     }
 
 
-def measure(name: str, index_map: dict[str, Any], params_of: Any, docs: Documents,
+def measure(name: str, index_map: dict[str, Any], parameter: str, docs: Documents,
             queries: Queries, exact: Any, efs: list[int]) -> dict[str, Any]:
-    options = INDEX_KINDS.parse(index_map, "vectors", "faiss")
+    """One build, swept over ``efs`` by the recipe's own path (``sweep:`` through
+    :func:`evalq.retrieve.sweep.sweep_index`): each query searched and timed alone."""
+    options = INDEX_KINDS.parse({**index_map, "sweep": {parameter: efs}}, "vectors", "faiss")
     began = time.perf_counter()
     index = INDEX_KINDS.build(options, docs, where=name)
     build_s = time.perf_counter() - began
     out: dict[str, Any] = {"build_s": build_s, "ef": {}}
     try:
-        for ef in efs:
-            ranking, seconds = _one_at_a_time(index, queries, params_of(ef))
-            proof = index.proof()
-            if proof.exact:
-                sys.exit(f"{name} at ef {ef} did not search its index: {proof}")
-            out["ef"][ef] = {"recall@10": float(recall_at(ranking, exact, K).mean()),
-                             "queries_per_s": len(queries.ids) / seconds,
-                             "proof": proof.method}
+        swept = sweep_index(index, options, queries, K)
+        assert swept is not None
+        for point in swept[1]:
+            if point.proof.exact:
+                sys.exit(f"{name} at ef {point.value} did not search its index: "
+                         f"{point.proof}")
+            out["ef"][point.value] = {
+                "recall@10": float(recall_at(point.ranking, exact, K).mean()),
+                **point.latency(), "proof": point.proof.method}
         out["bytes"] = index.stats().bytes
     finally:
         index.close()
     return out
-
-
-def _one_at_a_time(index: Any, queries: Queries, params: Any) -> tuple[Any, float]:
-    """The ranking of all queries (one call), and the seconds of searching them one by
-    one (the per-query latency a service pays)."""
-    ranking = index.search(queries, K, params)
-    seconds = 0.0
-    assert queries.vectors is not None
-    for row in range(len(queries.ids)):
-        index.search(Queries(queries.ids[row:row + 1], queries.vectors[row:row + 1]), K,
-                     params)
-        seconds += index.stats().detail["search_s"]  # the search call alone
-    return ranking, seconds
 
 
 def main() -> None:
@@ -108,7 +96,7 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=5000)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--queries", type=int, default=200)
-    p.add_argument("--ef", default="10,20,40,80,160")
+    p.add_argument("--ef", default="10,20,40,80,160", help="strictly increasing")
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--ef-construction", type=int, default=64)
     args = p.parse_args()
@@ -117,8 +105,8 @@ def main() -> None:
     exact_index = INDEX_KINDS.build(ExactOptions(), docs, where="exact")
     exact = exact_index.search(queries, K)
     exact_index.close()
-    results = {name: measure(name, index_map, params_of, docs, queries, exact, efs)
-               for name, (index_map, params_of) in systems(args.m,
+    results = {name: measure(name, index_map, parameter, docs, queries, exact, efs)
+               for name, (index_map, parameter) in systems(args.m,
                                                            args.ef_construction).items()}
     print(f"{'ef':>5} " + " ".join(f"{n + ' R@10':>20} {'q/s':>8}" for n in results))
     for ef in efs:

@@ -17,12 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,34 +67,6 @@ def exact() -> Ranking:
         return index.search(QUERIES, K)
     finally:
         index.close()
-
-
-@pytest.fixture(scope="session")
-def pg() -> Iterator[pg_server.Database]:
-    """The session's embedded PostgreSQL (allowed as root: the test machines run as
-    root, and the folder is a temporary one)."""
-    yield pg_server.embedded(None, allow_root=True, where="test")
-
-
-def _own_folder() -> Iterator[Path]:
-    """A folder outside pytest's numbered temporary folders, which another pytest session
-    of the same user may rotate away while a server still writes in it."""
-    folder = Path(tempfile.mkdtemp(prefix="evalq-vdb-test-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def qdrant_root() -> Iterator[Path]:
-    yield from _own_folder()
-
-
-@pytest.fixture
-def pg_folder() -> Iterator[Path]:
-    """A data folder's parent for a test's own embedded PostgreSQL."""
-    yield from _own_folder()
 
 
 def _pg(**options: Any) -> KindOptions:

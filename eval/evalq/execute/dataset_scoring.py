@@ -22,6 +22,7 @@ from evalq.core.values import EncodingSettings, PerQuery
 from evalq.decide.summary_stats import align
 from evalq.encode.matryoshka import common_dims, truncate
 from evalq.execute import streamed as streamrun
+from evalq.execute.sweep import record_sweep
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference, vector_agreement
 from evalq.measure.registry import parse_measures
@@ -38,6 +39,7 @@ from evalq.retrieve.kinds import (
     index_report,
 )
 from evalq.retrieve.registry import INDEX_KINDS
+from evalq.retrieve.sweep import SweepPoint, sweep_index
 from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
 
 
@@ -52,21 +54,26 @@ class ReferenceState:
 
 @dataclass(frozen=True)
 class IndexRun:
-    """A variant's run through its index kind, with what the index cost and proved."""
+    """A variant's run through its index kind, with what the index cost and proved, and
+    (when its options set ``sweep:``) the swept parameter's name and points."""
 
     options: KindOptions
     ranking: Ranking
     stats: IndexStats
     proof: IndexProof
+    sweep: tuple[str, tuple[SweepPoint, ...]] | None = None
 
 
 def run_index(options: KindOptions, docs: Documents, queries: Queries, depth: int, *,
               where: str) -> IndexRun:
-    """Build ``options``' index through the registry, search it once, and close it."""
+    """Build ``options``' index through the registry once, search it at its own settings
+    (its stats and proof are that search's), then at each swept value, and close it."""
     index = INDEX_KINDS.build(options, docs, where=where)
     try:
         ranking = index.search(queries, depth)
-        return IndexRun(options, ranking, index.stats(), index.proof())
+        stats, proof = index.stats(), index.proof()
+        swept = sweep_index(index, options, queries, depth)
+        return IndexRun(options, ranking, stats, proof, swept)
     finally:
         index.close()
 
@@ -155,6 +162,10 @@ def score_dataset(
         if exact_ranking is not None:
             write_loss_views(folder, ds.name, variant.name, sections, judged, ref.ranking,
                              exact_ranking, ranking, qrels_values, q_agree)
+        if exact_ranking is not None and indexed is not None and indexed.sweep is not None:
+            entry["index"]["sweep"] = record_sweep(
+                folder, ds.name, variant.name, sections, judged, ref.ranking, exact_ranking,
+                indexed.sweep, indexed.options.configured(), q_agree)
     folder.write_per_query(ds.name, variant.name, PerQuery(qrels_values.query_ids, values))
     record.datasets[ds.name] = entry
 

@@ -30,6 +30,7 @@ from evalq.decide.gate import decide_pooled, paired_values
 from evalq.decide.summary_stats import column, mean_entry, paired_entry
 from evalq.execute.losses import decide_losses, loss_pairs, loss_split
 from evalq.execute.sensitivity import apply_sensitivity
+from evalq.execute.sweep import sweep_summary
 from evalq.measure.registry import parse_measure
 from evalq.plan.gates import GateConfig, gate_spec
 from evalq.plan.run import RunSections
@@ -219,10 +220,16 @@ def _candidate_gate(sections: RunSections, specs: list[tuple[GateConfig, GateSpe
     losses = loss_split(sections.metrics, sections.reference_metrics, pairs)
     if losses is not None:  # a variant searched through an index only
         entry["losses"] = losses
-    gate = decide_losses(
-        [s for _, s in mine if s.over == "per_dataset"], pairs,
-        extra_values={"cosine": _text_cosines(folder, ds_name, name)},
-        resamples=sections.stats.resamples, seed=sections.stats.seed)
+    cosines = {"cosine": _text_cosines(folder, ds_name, name)}
+    per_dataset = [s for _, s in mine if s.over == "per_dataset"]
+    gate = decide_losses(per_dataset, pairs, extra_values=cosines,
+                         resamples=sections.stats.resamples, seed=sections.stats.seed)
+    swept = (ds_info.get("index") or {}).get("sweep")
+    if swept:  # issue 30: each swept value gated apart; the verdict stays the variant's
+        entry["sweep"] = sweep_summary(per_dataset, pairs, folder, ds_name, name, swept,
+                                       ref_values, extra_values=cosines,
+                                       resamples=sections.stats.resamples,
+                                       seed=sections.stats.seed)
     if ds_info.get("batch_sensitivity"):  # #14: gate every batch composition
         section, gate, note = apply_sensitivity(
             sections, [s for _, s in mine if s.over == "per_dataset"], gate,

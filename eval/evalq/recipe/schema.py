@@ -206,7 +206,11 @@ def _describe(err: Mapping[str, Any], model: type[BaseModel], path: KeyPath,
         return "this key is required", "add it"
     if kind == "literal_error":
         return err["msg"], "pick one of the allowed values above"
-    return err["msg"].removeprefix("Value error, "), "see docs/recipes.md and its key reference"
+    message = err["msg"].removeprefix("Value error, ")
+    if "; fix: " in message:  # a check that knows the fix says it (the index's sweep:)
+        message, fix = message.split("; fix: ", 1)
+        return message, fix
+    return message, "see docs/recipes.md and its key reference"
 
 
 def _allowed_keys(model: type[BaseModel], path: KeyPath, data: Any = None) -> list[str]:

@@ -15,6 +15,7 @@ from evalq.report.compact import print_compact
 from evalq.report.losses import LOSS_HEADERS, loss_rows
 from evalq.report.pipelines import pipeline_views, print_pipelines
 from evalq.report.runview import RunView, host_text
+from evalq.report.sweeps import SWEEP_HEADERS, sweep_rows
 from evalq.report.verdict import gates_word
 from evalq.results.schema import EncodeSection, GateCheck, MetricEntry
 
@@ -77,6 +78,22 @@ def _print_losses(console: Any, run: RunView) -> None:
     console.print(table)
 
 
+def _print_sweeps(console: Any, run: RunView) -> None:
+    """Swept search-time parameters: each value's recall, latency and gates."""
+    rows = sweep_rows(run)
+    if not rows:
+        return
+    from rich.table import Table
+
+    table = Table(title="search-time sweeps (★ cheapest certified, ● the variant's own "
+                  "value)", title_justify="left")
+    for i, head in enumerate(SWEEP_HEADERS):
+        table.add_column(head, justify="right" if 3 <= i <= 8 else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(escape(c) for c in row.cells()))
+    console.print(table)
+
+
 def print_run_table(run: RunView, wide: bool = False) -> None:
     """The table of a finished run, read from the folder it wrote (``RunView.load``)."""
     if not wide:
@@ -123,6 +140,7 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
         for name, v in ds.variants.items():
             _failed(console, name, list(v.gate.checks) if v.gate is not None else [])
     _print_losses(console, run)
+    _print_sweeps(console, run)
     for name, info in variants_info.items():
         # parity and pooled (suite) gates belong to the variant, not to one dataset
         _failed(console, name, info.suite_checks or [])

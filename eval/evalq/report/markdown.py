@@ -15,6 +15,7 @@ from typing import Any
 from evalq.report.losses import LOSS_HEADERS, LOSS_NOTE, loss_rows
 from evalq.report.pipelines import PipelineView, attribution_text, pipeline_views, verdict_text
 from evalq.report.runview import RunView, finite, host_text
+from evalq.report.sweeps import SWEEP_HEADERS, SWEEP_NOTE, sweep_rows
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
 
 ICON = {"ship": "✅ may ship", "fail": "❌ failed", "inconclusive": "⚠️ inconclusive",
@@ -73,6 +74,7 @@ def run_summary_markdown(run: RunView) -> str:
                          f"{md(f.reason)}")
         lines += ["", "</details>"]
     lines += _loss_lines(run)
+    lines += _sweep_lines(run)
     for view in pipeline_views(summary):
         lines += _pipeline_lines(view)
     for w in summary.warnings if summary is not None else []:
@@ -87,6 +89,17 @@ def _loss_lines(run: RunView) -> list[str]:
         return []
     return ["", "### Model loss and index loss", "", md(LOSS_NOTE), "",
             "| " + " | ".join(LOSS_HEADERS) + " |", "|---|---|---|---:|---:|---:|",
+            *("| " + " | ".join(md(c) for c in r.cells()) + " |" for r in rows)]
+
+
+def _sweep_lines(run: RunView) -> list[str]:
+    """Swept search-time parameters: each value's recall, latency and gates."""
+    rows = sweep_rows(run)
+    if not rows:
+        return []
+    return ["", "### Search-time parameter sweep", "", md(SWEEP_NOTE), "",
+            "| " + " | ".join(SWEEP_HEADERS) + " |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
             *("| " + " | ".join(md(c) for c in r.cells()) + " |" for r in rows)]
 
 

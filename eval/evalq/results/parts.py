@@ -100,6 +100,43 @@ class LossSplit(Part):
     end_to_end: float | None = None
 
 
+class SweepPoint(Part):
+    """One value of a swept search-time parameter (``evalq.execute.sweep``): what the
+    index kept at it (recall@10 against the variant's own exact kNN, nDCG@10 against the
+    qrels, overlap@10 against the reference's exact run), what it cost per query, and its
+    gates. ``tested`` is false for a value the fixed-sequence test did not reach (a more
+    accurate value before it did not pass); ``certified``: tested and every gate passed.
+    ``exact``: the index fell back to an exhaustive search at this value."""
+
+    value: float | int
+    recall_at_10: float | None = None
+    ndcg_at_10: float | None = None
+    overlap_at_10: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    queries_per_s: float | None = None
+    exact: bool = False
+    verdict: Verdict
+    tested: bool
+    certified: bool
+    checks: list[GateCheck] = Field(default_factory=list)
+
+
+class SweepSummary(Part):
+    """A candidate's sweep on one dataset: the parameter, its configured value (what the
+    variant's own verdict and run are for), the points, and the cheapest certified one
+    (lowest p50 latency, then lowest value, among the certified; None if none).
+    ``procedure``: ``fixed_sequence``, each value tested at each gate's own α (``alpha``,
+    by gate) from most to least accurate, stopping at the first that does not pass."""
+
+    parameter: str
+    configured: float | int | None = None
+    procedure: Literal["fixed_sequence"] = "fixed_sequence"
+    alpha: dict[str, float] = Field(default_factory=dict)
+    points: list[SweepPoint]
+    cheapest: float | int | None = None
+
+
 class EncodeCounts(Part):
     """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
 

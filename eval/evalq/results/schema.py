@@ -70,6 +70,8 @@ from evalq.results.parts import (
     ScoreDrift,
     SensitivitySection,
     SensitivitySlice,
+    SweepPoint,
+    SweepSummary,
     VectorFidelity,
     Verdict,
 )
@@ -131,6 +133,8 @@ __all__ = [
     "StatsPart",
     "SuiteGate",
     "SuitePart",
+    "SweepPoint",
+    "SweepSummary",
     "VariantDatasetEntry",
     "VariantSummary",
     "VectorFidelity",
@@ -164,6 +168,9 @@ class VariantDatasetEntry(Part):
     # Model, index and end-to-end loss per measure, for a candidate searched through an
     # index (issue 30); absent for other variants and in folders written before it.
     losses: dict[str, LossSplit] | None = None
+    # A swept search-time parameter as a curve, for a candidate whose index sets sweep:
+    # (issue 30); absent otherwise.
+    sweep: SweepSummary | None = None
 
 
 class DatasetSummary(Part):

@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
@@ -40,7 +40,15 @@ from pydantic import Field, SerializerFunctionWrapHandler, field_validator, mode
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
+from evalq.retrieve.kinds import (
+    Documents,
+    IndexProof,
+    IndexStats,
+    KindOptions,
+    KindSpec,
+    Queries,
+    SweepOptions,
+)
 from evalq.retrieve.search import id_ranks, order_topk
 
 # Rows of the corpus used for training when the recipe does not say: FAISS wants at
@@ -79,6 +87,19 @@ class FaissSearch(StrictOptions):
         return ",".join(f"{k}={values[k]}" for k in sorted(values))
 
 
+class FaissSweep(SweepOptions):
+    """``sweep:`` of a FAISS index: ``efSearch`` (HNSW) or ``nprobe`` (IVF), FAISS's
+    search parameters (``search:``), set on the one built index before each search."""
+
+    TARGETS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "efSearch": ("search", "efSearch"), "nprobe": ("search", "nprobe")}
+    BUILD_TIME: ClassVar[tuple[str, ...]] = ("factory", "train_size", "seed",
+                                             "deterministic")
+
+    efSearch: list[int] | None = None
+    nprobe: list[int] | None = None
+
+
 class FaissOptions(KindOptions):
     """``index: {kind: faiss, ...}`` of a variant: the deployment's FAISS ANN index
     (``kind`` may be left out: an ``index:`` without it is this kind).
@@ -97,6 +118,7 @@ class FaissOptions(KindOptions):
     search: FaissSearch = FaissSearch()
     seed: int = 0
     deterministic: bool = True
+    sweep: FaissSweep | None = None
 
     @field_validator("factory")
     @classmethod
@@ -185,6 +207,32 @@ class FaissIndex:
         ranked_idx, ranked_sc, self._missing = _trec_order(scores, indices, depth,
                                                            id_ranks(self._ids))
         return Ranking.from_search(queries.ids, self._ids, ranked_idx, ranked_sc)
+
+    def search_timed(self, queries: Queries, depth: int, params: Any
+                     ) -> tuple[Ranking, np.ndarray]:
+        """:meth:`search` at ``params`` one query at a time, with each query's seconds
+        (a batched search spreads a batch over threads and hides single-query latency);
+        the parameters are set once, before the clock starts."""
+        if queries.vectors is None:
+            raise ValueError("a FAISS index is searched with query vectors; these have none")
+        wanted = params if params is not None else self.options.search
+        if wanted.values():
+            _set_search_parameters(self._index, self.options.factory, wanted, self.where)
+        self._params = wanted
+        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
+        k = min(depth, len(self._ids))
+        seconds = np.zeros(len(vectors), dtype=np.float64)
+        scores = np.zeros((len(vectors), k), np.float32)
+        indices = np.zeros((len(vectors), k), np.int64)
+        for row in range(len(vectors)):
+            began = time.perf_counter()
+            scores[row:row + 1], indices[row:row + 1] = self._index.search(
+                vectors[row:row + 1], k)
+            seconds[row] = time.perf_counter() - began
+        self._search_s, self._queries = float(seconds.sum()), len(vectors)
+        ranked_idx, ranked_sc, self._missing = _trec_order(scores, indices, depth,
+                                                           id_ranks(self._ids))
+        return Ranking.from_search(queries.ids, self._ids, ranked_idx, ranked_sc), seconds
 
     def cost(self) -> IndexCost:
         """Build and last-search costs (what the manifest's ``index`` entry records)."""

@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from itertools import pairwise
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
@@ -78,19 +79,125 @@ class IndexProof(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class SweepOptions(StrictOptions):
+    """The ``sweep:`` of an index: ONE search-time parameter and the values it is searched
+    at, strictly increasing (``sweep: {ef_search: [10, 20, 40, 80]}``). Each kind that can
+    be swept subclasses it with one ``list`` field per search-time parameter, and says in
+    ``TARGETS`` where each one sits in its options (``("search_params", "hnsw_ef")``) and
+    in ``BUILD_TIME`` which of its options shape the built index: those cannot be swept,
+    because the sweep's point is one build searched at several settings.
+
+    Why increasing: every one of these parameters buys accuracy with time as it grows, so
+    the list is the order in which the sweep's gates are tested (most accurate first,
+    :mod:`evalq.execute.sweep`); a list out of order is a slip, not a second order."""
+
+    TARGETS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    BUILD_TIME: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _search_time_only(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        searched = ", ".join(cls.TARGETS)
+        for name in data:
+            if name in cls.BUILD_TIME:
+                raise ValueError(
+                    f"sweep.{name}: {name} is a build-time parameter (the index is built "
+                    f"with it, and a sweep searches one built index); fix: sweep one of "
+                    f"the search-time parameters {searched}, or write one variant per {name}")
+        for name, values in data.items():
+            if isinstance(values, list) and any(isinstance(v, bool) for v in values):
+                raise ValueError(f"sweep.{name}: values must be numbers, not true / false")
+        return data
+
+    @model_validator(mode="after")
+    def _one_increasing_list(self) -> SweepOptions:
+        given = {n: v for n, v in self.model_dump().items() if v is not None}
+        searched = ", ".join(self.TARGETS)
+        if len(given) != 1:
+            raise ValueError(f"sweep: give exactly one search-time parameter (one of "
+                             f"{searched}), not {len(given) or 'none'}; fix: one curve per "
+                             "variant, a second parameter in a second variant")
+        (name, values), = given.items()
+        if not values:
+            raise ValueError(f"sweep.{name}: the list is empty; fix: give the values to "
+                             "search at, e.g. [10, 20, 40, 80]")
+        if any(b <= a for a, b in pairwise(values)):
+            raise ValueError(f"sweep.{name}: {values} is not strictly increasing; fix: "
+                             "list each value once, smallest (fastest) first")
+        return self
+
+    def parameter(self) -> tuple[str, tuple[float, ...]]:
+        """The swept parameter's name and its values."""
+        (name, values), = ((n, v) for n, v in self.model_dump().items() if v is not None)
+        return name, tuple(values)
+
+
 class KindOptions(StrictOptions):
     """The base of each kind's options model; a kind narrows ``kind`` to its own literal
-    name, which is what the recipe's ``index: {kind: ...}`` selects."""
+    name, which is what the recipe's ``index: {kind: ...}`` selects. A kind whose index
+    can be searched at several settings declares ``sweep: <its SweepOptions> | None``."""
 
     kind: str
 
     def record(self) -> dict[str, Any]:
-        """The options as the manifest records them (without ``kind``)."""
-        return self.model_dump(exclude={"kind"})
+        """The options as the manifest records them (without ``kind``; ``sweep`` is
+        recorded with its measured points, :func:`evalq.retrieve.sweep.sweep_index`)."""
+        return self.model_dump(exclude={"kind", "sweep"})
 
     def search_options(self) -> BaseModel | None:
         """The kind's typed search options as the recipe set them (None: it has none)."""
         return None
+
+    def sweep_options(self) -> SweepOptions | None:
+        """The ``sweep:`` the recipe set (None: the kind has none, or it was not set)."""
+        found = getattr(self, "sweep", None)
+        return found if isinstance(found, SweepOptions) else None
+
+    def configured(self) -> float | None:
+        """The swept parameter's value as the options set it outside the sweep (what the
+        variant's own run searched with; None: the kind's default)."""
+        sweep = self.sweep_options()
+        if sweep is None:
+            return None
+        found: Any = self.model_dump()
+        for key in type(sweep).TARGETS[sweep.parameter()[0]]:
+            found = found.get(key) if isinstance(found, dict) else None
+        return found if isinstance(found, int | float) else None
+
+    def at(self, value: float) -> KindOptions:
+        """These options with the swept parameter set to ``value`` and no sweep, validated
+        again as a whole, so every check the kind makes of its options (a range, a
+        parameter of another index type, pgvector's re-rank within ef_search) holds at
+        every swept value, and the kind's search options are read from the result."""
+        sweep = self.sweep_options()
+        if sweep is None:
+            raise ValueError(f"index kind '{self.kind}' sets no sweep")
+        name, _ = sweep.parameter()
+        data = self.model_dump(exclude={"sweep"}, exclude_none=True)
+        node = data
+        *parents, leaf = type(sweep).TARGETS[name]
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+        return type(self).model_validate(data)
+
+    @model_validator(mode="after")
+    def _every_swept_value_valid(self) -> KindOptions:
+        sweep = self.sweep_options()
+        if sweep is not None:
+            name, values = sweep.parameter()
+            for value in values:
+                try:
+                    self.at(value)
+                except ValidationError as exc:
+                    why = "; ".join(e["msg"].removeprefix("Value error, ")
+                                    for e in exc.errors())
+                    raise ValueError(f"sweep.{name}: at {value} the options are refused "
+                                     f"({why}); fix: sweep only values this index takes"
+                                     ) from None
+        return self
 
 
 class Index(Protocol):
@@ -108,6 +215,16 @@ class Index(Protocol):
     def proof(self) -> IndexProof: ...
 
     def close(self) -> None: ...
+
+
+class SweptIndex(Index, Protocol):
+    """An index one build of which is searched at several search-time settings (a kind
+    whose options declare ``sweep:``): each query is searched and timed alone, so the
+    sweep's latencies are per query (p50 / p99), as one user's request sees them."""
+
+    def search_timed(self, queries: Queries, depth: int, params: Any
+                     ) -> tuple[Ranking, np.ndarray]:
+        """:meth:`search` with ``params``, and each query's seconds."""
 
 
 IndexT = TypeVar("IndexT", bound=Index)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -33,7 +33,15 @@ from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
 from evalq.retrieve import kinds, pg_server
-from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
+from evalq.retrieve.kinds import (
+    Documents,
+    IndexProof,
+    IndexStats,
+    KindOptions,
+    KindSpec,
+    Queries,
+    SweepOptions,
+)
 from evalq.retrieve.search import id_ranks
 
 # operator -> (operator class suffix, score from distance): pgvector's <#> is the negative
@@ -51,6 +59,19 @@ class PgvectorSearch(StrictOptions):
     probes: int | None = Field(default=None, ge=1)
     rerank: int | None = Field(default=None, ge=1)
     iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
+
+
+class PgvectorSweep(SweepOptions):
+    """``sweep:`` of a pgvector index: ``ef_search`` (HNSW) or ``probes`` (IVFFlat), SET
+    per search on the one table and index."""
+
+    TARGETS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ef_search": ("ef_search",), "probes": ("probes",)}
+    BUILD_TIME: ClassVar[tuple[str, ...]] = ("index", "m", "ef_construction", "lists",
+                                             "vector_type", "operator")
+
+    ef_search: list[int] | None = None
+    probes: list[int] | None = None
 
 
 class PgvectorOptions(KindOptions):
@@ -82,6 +103,7 @@ class PgvectorOptions(KindOptions):
     rerank: int | None = Field(default=None, ge=1)
     iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
     enable_seqscan: bool = False
+    sweep: PgvectorSweep | None = None
 
     @model_validator(mode="after")
     def _options_of_the_index(self) -> PgvectorOptions:
@@ -113,7 +135,7 @@ class PgvectorOptions(KindOptions):
         return self
 
     def record(self) -> dict[str, Any]:
-        out = self.model_dump(exclude={"kind", "dsn"})
+        out = self.model_dump(exclude={"kind", "dsn", "sweep"})
         out["dsn"] = None if self.dsn is None else pg_server.remote(self.dsn).label
         return out
 
@@ -146,6 +168,7 @@ class PgvectorIndex:
         self._copy_s = self._index_s = self._search_s = 0.0
         self._queries = self._missing = 0
         self._plan: dict[str, Any] = {}
+        self._query_s = np.zeros(0, dtype=np.float64)
         self._settings: dict[str, str] = {}
 
     # -- building ---------------------------------------------------------------------
@@ -235,10 +258,13 @@ class PgvectorIndex:
             if n_q:
                 self._plan = _plan_summary(self.conn.execute(
                     "EXPLAIN (FORMAT JSON) " + sql, {"q": vectors[0]}).fetchone()[0])
+            self._query_s = np.zeros(n_q, dtype=np.float64)
             began = time.perf_counter()
             with self.conn.cursor() as cur:
                 for row, vector in enumerate(vectors):
+                    asked = time.perf_counter()
                     found = cur.execute(sql, {"q": vector}, prepare=True).fetchall()
+                    self._query_s[row] = time.perf_counter() - asked
                     if found:
                         got = np.asarray(found, dtype=np.float64)
                         idx[row, :len(found)] = self._row_of[got[:, 0].astype(np.int64)]
@@ -250,6 +276,13 @@ class PgvectorIndex:
             raise self._refused(exc, "ef_search") from None
         self._queries, self._missing = n_q, int((idx < 0).sum())
         return Ranking.from_search(queries.ids, self._ids, idx, scores)
+
+    def search_timed(self, queries: Queries, depth: int, params: Any
+                     ) -> tuple[Ranking, np.ndarray]:
+        """:meth:`search` at ``params``, with each query's seconds (its round trip to the
+        server, the settings SET once before)."""
+        ranking = self.search(queries, depth, params)
+        return ranking, self._query_s.copy()
 
     def _hamming_only(self, wanted: PgvectorSearch) -> bool:
         return self.options.vector_type == "bit" and wanted.rerank is None

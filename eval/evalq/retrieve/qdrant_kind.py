@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -34,7 +34,15 @@ from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
 from evalq.retrieve import kinds
-from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, KindOptions, KindSpec, Queries
+from evalq.retrieve.kinds import (
+    Documents,
+    IndexProof,
+    IndexStats,
+    KindOptions,
+    KindSpec,
+    Queries,
+    SweepOptions,
+)
 
 _UPSERT_BATCH = 1024  # points per upsert
 _LOWER_IS_BETTER = {"Euclid", "Manhattan"}  # Qdrant returns these as distances
@@ -99,6 +107,21 @@ class SearchParams(StrictOptions):
     quantization: QuantizationSearch | None = None
 
 
+class QdrantSweep(SweepOptions):
+    """``sweep:`` of a Qdrant shard: ``hnsw_ef`` or ``oversampling`` (of
+    ``search_params``), each a search request's own setting on the one shard."""
+
+    TARGETS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "hnsw_ef": ("search_params", "hnsw_ef"),
+        "oversampling": ("search_params", "quantization", "oversampling")}
+    BUILD_TIME: ClassVar[tuple[str, ...]] = (
+        "hnsw_config", "m", "ef_construct", "quantization_config", "distance",
+        "optimizers_config", "indexing_threshold", "full_scan_threshold")
+
+    hnsw_ef: list[int] | None = None
+    oversampling: list[float] | None = None
+
+
 class QdrantOptions(KindOptions):
     """``index: {kind: qdrant, ...}``: a Qdrant shard (Qdrant's engine, in-process), by
     Qdrant's names. ``distance``: ``Dot`` (what exact search uses), ``Cosine``,
@@ -112,6 +135,17 @@ class QdrantOptions(KindOptions):
     optimizers_config: OptimizersConfig = OptimizersConfig()
     quantization_config: QuantizationConfig | None = None
     search_params: SearchParams = SearchParams()
+    sweep: QdrantSweep | None = None
+
+    @model_validator(mode="after")
+    def _oversampling_needs_codes(self) -> QdrantOptions:
+        sweep = self.sweep
+        if sweep is not None and sweep.oversampling is not None \
+                and self.quantization_config is None:
+            raise ValueError("sweep.oversampling: oversampling applies to quantized vectors; "
+                             "fix: set quantization_config (scalar, binary or product), or "
+                             "sweep hnsw_ef")
+        return self
 
     def search_options(self) -> SearchParams:
         return self.search_params
@@ -136,6 +170,7 @@ class QdrantIndex:
         self._upsert_s = self._optimize_s = self._search_s = 0.0
         self._queries = self._missing = 0
         self._params = options.search_params
+        self._query_s = np.zeros(0, dtype=np.float64)
 
     def _config(self) -> Any:
         qe, o = self._qe, self.options
@@ -189,12 +224,15 @@ class QdrantIndex:
         idx = np.full((len(vectors), depth), -1, dtype=np.int64)
         scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
         sign = -1.0 if self.options.distance in _LOWER_IS_BETTER else 1.0
+        self._query_s = np.zeros(len(vectors), dtype=np.float64)
         began = time.perf_counter()
         try:
             for row, vector in enumerate(vectors):
+                asked = time.perf_counter()
                 found = self._shard.search(qe.SearchRequest(
                     query=qe.Query.Nearest(vector.tolist()), limit=depth,
                     params=request_params))
+                self._query_s[row] = time.perf_counter() - asked
                 for col, point in enumerate(found):
                     idx[row, col], scores[row, col] = int(point.id), sign * point.score
         except (RuntimeError, ValueError) as exc:
@@ -206,6 +244,12 @@ class QdrantIndex:
         order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
         idx, scores = np.take_along_axis(idx, order, 1), np.take_along_axis(scores, order, 1)
         return Ranking.from_search(queries.ids, self._ids, idx, scores)
+
+    def search_timed(self, queries: Queries, depth: int, params: Any
+                     ) -> tuple[Ranking, np.ndarray]:
+        """:meth:`search` at ``params``, with each query's seconds in Qdrant's engine."""
+        ranking = self.search(queries, depth, params)
+        return ranking, self._query_s.copy()
 
     def _info(self) -> dict[str, int]:
         info = self._shard.info()
