@@ -77,6 +77,8 @@ def keys_under_two_classes(monkeypatch: pytest.MonkeyPatch, key: Any) -> tuple[s
     (lambda: openvino_model(FP32, "bf16"), True),  # the engine's default on a BF16 CPU
     (lambda: torch_encoder(QuantizationRecord("torch-dynamic-int8", 8, 10)), True),
     (lambda: torch_encoder(FP32), False),
+    # what load_model records for a plain fp32 model: the dtype method at float32
+    (lambda: torch_encoder(QuantizationRecord("dtype", 32, 10, {"dtype": "float32"})), False),
     (lambda: torch_encoder(QuantizationRecord("bitsandbytes", 8, 10), "cuda"), False),
     (lambda: vllm_encoder("bfloat16"), True),  # vLLM's CPU kernels in bf16
     (lambda: vllm_encoder("float32"), False),

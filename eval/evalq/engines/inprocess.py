@@ -89,7 +89,9 @@ class InProcessEncoder:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def _isa_dependent(self) -> bool:
-        return self.device == "cpu" and (self.record.method != "none"
+        """Int8 and reduced-precision CPU kernels. Plain fp32 is loaded as the ``dtype``
+        method at float32, which is fp32 arithmetic: its key stays shared across classes."""
+        return self.device == "cpu" and (self.record.method not in ("none", "dtype")
                                          or self.dtype != "float32")
 
     def describe(self) -> dict[str, Any]:
