@@ -103,6 +103,7 @@ bench: install llmcompressor-venv
 	$(BIN)/python bench/rerank.py --vllm
 	$(BIN)/python bench/calibration.py
 	$(BIN)/python bench/cpu_formats.py
+	$(BIN)/python bench/verify.py
 	$(BIN)/python bench/cpu_formats.py --kind reranker
 	EVALQ_PGVECTOR_ALLOW_ROOT=1 $(BIN)/python bench/vector_db.py
 

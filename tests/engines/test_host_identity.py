@@ -19,7 +19,9 @@ from evalq.engines.graph_model import GraphModel
 from evalq.engines.inprocess import InProcessEncoder
 from evalq.engines.openvino_backend import OpenVinoModel, OpenVinoOptions
 from evalq.engines.quantize.onnx_graph import OnnxGraph
+from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
 from evalq.engines.vllm_engine import VllmEngineEncoder
+from evalq.engines.vllm_rerank import VllmEngineReranker
 from evalq.report.junit import host_properties, to_junit
 from evalq.report.runview import class_warning
 
@@ -61,6 +63,21 @@ def vllm_encoder(dtype: str, on_cpu: bool = True) -> VllmEngineEncoder:
     return enc
 
 
+def torch_reranker(record: QuantizationRecord, dtype: str = "float32") -> CrossEncoderReranker:
+    """The in-process cross-encoder's score-cache key without loading a model."""
+    rr = object.__new__(CrossEncoderReranker)
+    rr.record, rr.device, rr.dtype = record, "cpu", dtype
+    rr.settings, rr._model_fingerprint = RerankSettings(), "weights"
+    return rr
+
+
+def vllm_reranker(dtype: str, on_cpu: bool = True) -> VllmEngineReranker:
+    rr = object.__new__(VllmEngineReranker)
+    rr.kind, rr.dtype, rr.quantization, rr.on_cpu = "cross-encoder", dtype, None, on_cpu
+    rr.settings, rr._model_fingerprint = RerankSettings(), "weights"
+    return rr
+
+
 def keys_under_two_classes(monkeypatch: pytest.MonkeyPatch, key: Any) -> tuple[str, str]:
     for name in host.CAPS:
         monkeypatch.delenv(name, raising=False)
@@ -77,10 +94,21 @@ def keys_under_two_classes(monkeypatch: pytest.MonkeyPatch, key: Any) -> tuple[s
     (lambda: openvino_model(FP32, "bf16"), True),  # the engine's default on a BF16 CPU
     (lambda: torch_encoder(QuantizationRecord("torch-dynamic-int8", 8, 10)), True),
     (lambda: torch_encoder(FP32), False),
+    # what load_model records for a plain fp32 model: the dtype method at float32
+    (lambda: torch_encoder(QuantizationRecord("dtype", 32, 10, {"dtype": "float32"})), False),
     (lambda: torch_encoder(QuantizationRecord("bitsandbytes", 8, 10), "cuda"), False),
     (lambda: vllm_encoder("bfloat16"), True),  # vLLM's CPU kernels in bf16
     (lambda: vllm_encoder("float32"), False),
     (lambda: vllm_encoder("bfloat16", on_cpu=False), False),  # a GPU: not a CPU class
+    # rerankers' score caches follow the same rule
+    (lambda: torch_reranker(QuantizationRecord("torch-dynamic-int8", 8, 10)), True),
+    (lambda: torch_reranker(QuantizationRecord("dtype", 32, 10, {"dtype": "float32"})),
+     False),
+    (lambda: torch_reranker(QuantizationRecord("dtype", 16, 10, {"dtype": "bfloat16"}),
+                            "bfloat16"), True),
+    (lambda: vllm_reranker("bfloat16"), True),
+    (lambda: vllm_reranker("float32"), False),
+    (lambda: vllm_reranker("bfloat16", on_cpu=False), False),
 ])
 def test_another_numerics_class_changes_int8_keys_and_not_fp32_keys(
         monkeypatch: pytest.MonkeyPatch, make: Any, isa_dependent: bool) -> None:

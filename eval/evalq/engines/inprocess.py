@@ -89,8 +89,7 @@ class InProcessEncoder:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def _isa_dependent(self) -> bool:
-        return self.device == "cpu" and (self.record.method != "none"
-                                         or self.dtype != "float32")
+        return cpu_isa_dependent(self.device, self.record.method, self.dtype)
 
     def describe(self) -> dict[str, Any]:
         import torch
@@ -150,6 +149,13 @@ class InProcessEncoder:
                 torch.cuda.empty_cache()
         except ImportError:  # pragma: no cover - torch was importable at construction
             pass
+
+
+def cpu_isa_dependent(device: str, method: str, dtype: str) -> bool:
+    """Whether a torch model's numbers belong to one numerics class: int8 and
+    reduced-precision kernels on the CPU. Plain fp32 is loaded as the ``dtype`` method at
+    float32, which is fp32 arithmetic (summation order only): its key stays shared."""
+    return device == "cpu" and (method not in ("none", "dtype") or dtype != "float32")
 
 
 def _library_versions() -> dict[str, str | None]:

@@ -32,10 +32,11 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.core.host import numerics_key
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.context import RerankerContext
-from evalq.engines.inprocess import InProcessEncoder, input_device
+from evalq.engines.inprocess import InProcessEncoder, cpu_isa_dependent, input_device
 from evalq.engines.modelinfo import default_settings, resolve_settings
 from evalq.engines.options import RerankerModel
 from evalq.engines.pairfront import PairFront
@@ -90,11 +91,14 @@ class Reranker(Protocol):
 
 
 def served_fingerprint(backend: str, kind: str, model: str, dtype: str,
-                       quantization: str | None, settings: RerankSettings) -> str:
+                       quantization: str | None, settings: RerankSettings, *,
+                       isa_dependent: bool = False) -> str:
     """The score-cache identity of a reranker that vLLM serves (engine or server): what
-    decides its scores, and nothing that changes between starts (a server's port)."""
+    decides its scores, and nothing that changes between starts (a server's port).
+    ``isa_dependent`` (CPU kernels below fp32) folds in this host's numerics class."""
     blob = json.dumps({"backend": backend, "kind": kind, "model": model, "dtype": dtype,
-                       "quantization": quantization, "settings": settings.fingerprint()},
+                       "quantization": quantization, "settings": settings.fingerprint(),
+                       **({"numerics": numerics_key()} if isa_dependent else {})},
                       sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -190,7 +194,11 @@ class CrossEncoderReranker:
                            "model": self._model_fingerprint, "dtype": self.dtype,
                            "quantization": {"method": self.record.method,
                                             "params": self.record.params},
-                           "settings": self.settings.fingerprint()}, sort_keys=True).encode()
+                           "settings": self.settings.fingerprint(),
+                           # int8 / reduced-precision CPU scores belong to one class
+                           **({"numerics": numerics_key()} if cpu_isa_dependent(
+                               self.device, self.record.method, self.dtype) else {})},
+                          sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def describe(self) -> dict[str, Any]:

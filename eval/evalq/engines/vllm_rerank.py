@@ -90,7 +90,9 @@ class VllmEngineReranker:
 
     def fingerprint(self) -> str:
         return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
-                                  self.quantization, self.settings)
+                                  self.quantization, self.settings,
+                                  isa_dependent=self.on_cpu and (
+                                      self.dtype != "float32" or bool(self.quantization)))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),
