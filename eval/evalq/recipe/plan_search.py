@@ -44,15 +44,7 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
         except InputError as exc:
             problems.add(("search", "split"), f"with max_queries {queries}: {exc.message}",
                          exc.fix or "", field=exc.field)
-    for vp in variant_plans:
-        width = embedding_dim(vp.model_path) if vp.model_path and vp.name in \
-            section.weights else None
-        if width is not None:
-            try:
-                check_dims(section, width)
-            except InputError as exc:
-                problems.add(("search", "dims"), exc.message, exc.fix or "")
-            break
+    _check_width(section, variant_plans, problems)
     combinations, skipped = build_grid(section)
     if not combinations:
         problems.add(("search",), "the grid is empty: every index option is paired with "
@@ -95,6 +87,22 @@ def _check_weights(recipe: Any, section: Any, variant_plans: Sequence[VariantPla
                          "float encoding of each weight variant",
                          f"remove vectors/index from '{name}' and put the values on the "
                          "search's axes (search.vectors, search.dims, search.index)")
+
+
+def _check_width(section: Any, variant_plans: Sequence[VariantPlan],
+                 problems: Problems) -> None:
+    """Widths within the model's, read from its config (a weight variant's model, else the
+    reference's; the run checks again on the vectors themselves)."""
+    ordered = sorted(variant_plans, key=lambda vp: vp.name not in section.weights)
+    for vp in ordered:
+        width = embedding_dim(vp.model_path) if vp.model_path else None
+        if width is None:
+            continue
+        try:
+            check_dims(section, width)
+        except InputError as exc:
+            problems.add(("search", "dims"), exc.message, exc.fix or "")
+        return
 
 
 def _check_gates(recipe: Any, problems: Problems) -> None:
