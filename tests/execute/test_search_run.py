@@ -25,7 +25,7 @@ from evalq.execute.search_decide import subset
 from evalq.results.folder import RunFolder
 from support import recipes
 
-pytestmark = [pytest.mark.model]
+pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 RECIPE = recipes.recipe(
     "search", queries=100, docs=150, candidates=[recipes.DYN_INT8],
