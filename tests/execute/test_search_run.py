@@ -16,12 +16,16 @@ import numpy as np
 import pytest
 
 from evalq.app.api import run_recipe_file
+from evalq.app.cli import main
+from evalq.app.gate_command import stored_sections_of
 from evalq.core.gates import GateSpec
 from evalq.decide.gate import decide_gates
 from evalq.decide.search import Point, holm, split_queries, survivors
 from evalq.engines.inprocess import InProcessEncoder
 from evalq.execute import evaluate
+from evalq.execute.regate import regate
 from evalq.execute.search_decide import subset
+from evalq.recipe.stored import stored_search
 from evalq.results.folder import RunFolder
 from support import recipes
 
@@ -124,6 +128,20 @@ def test_marks_are_the_procedure_on_the_written_values(searched: dict[str, Any])
     marks = {n: confirmed[n].mark if n in confirmed else "not confirmed"
              for n in explore}
     assert marks == {p["name"]: p["mark"] for p in search["points"]}
+
+
+def test_evalq_gate_re_decides_the_search(searched: dict[str, Any],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    root = searched["outcome"].output
+    stored = searched["outcome"].summary["search"]
+    assert main(["gate", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"search recommendation: {stored['recommendation']}" in out
+    assert "note: the stored summary says" not in out  # re-decided exactly
+    done = regate(root, stored_sections_of(root), stored_search(
+        searched["folder"].read_manifest_data()["recipe"], None, root / "manifest.json"))
+    assert done.decided.search is not None
+    assert done.decided.search.model_dump() == stored
 
 
 def test_the_recommendation_is_the_cheapest_certified(searched: dict[str, Any]) -> None:

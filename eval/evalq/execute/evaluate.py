@@ -49,7 +49,7 @@ from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_d
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
 from evalq.execute.search import refuse_short_split, search_weight
-from evalq.execute.search_decide import decide_search
+from evalq.execute.search_decide import decide_search, with_search
 from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.measure.judged import JudgedIndex
@@ -249,8 +249,7 @@ def _finish(run: _Run) -> dict[str, Any]:
     if run.plan.search is not None:  # a search run passes when it certifies a combination
         search = decide_search(run.plan.search, run.plan.sections, manifest["variants"],
                                folder, run.plan.capacity)
-        summary = summary.model_copy(update={"search": search,
-                                             "passed": search.recommendation is not None})
+        summary = with_search(summary, search)
     write_snippets(folder, run.datasets, [r.name for r in run.records],
                    words=run.plan.sections.report.snippet_words,
                    title_separator=run.plan.title_separator)

@@ -48,6 +48,7 @@ from evalq.plan.load import CapacitySection
 from evalq.plan.run import RunSections
 from evalq.plan.search import Combination, SearchPlan
 from evalq.results.folder import RunFolder
+from evalq.results.schema import RunSummary
 from evalq.results.searchpart import SearchPoint, SearchSplit, SearchSummary
 
 
@@ -140,6 +141,13 @@ def decide_search(search: SearchPlan, sections: RunSections,
                        p.name in frontier) for p in points],
         frontier=frontier, recommendation=cheapest_certified(points, marks),
         encodings=search.encodings, minimum_encodings=search.encodings)
+
+
+def with_search(summary: RunSummary, search: SearchSummary) -> RunSummary:
+    """``summary`` with its search part; a search run passes when the search certified a
+    combination (the variants' own gates are reported, and do not decide it)."""
+    return summary.model_copy(update={"search": search,
+                                      "passed": search.recommendation is not None})
 
 
 def _specs_for(specs: Sequence[tuple[GateConfig, GateSpec]], weights: str,

@@ -197,6 +197,16 @@ class SearchPlan:
         return lines
 
 
+def search_plan(section: SearchSection, confidence: float, datasets: int,
+                texts_per_weight: int | None = None) -> SearchPlan:
+    """The plan of ``section`` for a recipe of ``datasets`` datasets whose gates decide at
+    ``confidence`` (the run's plan, or a results folder's stored recipe for ``evalq gate``)."""
+    combinations, skipped = build_grid(section)
+    return SearchPlan(section=section, combinations=combinations, skipped=skipped,
+                      datasets=datasets, alpha=default_alpha(section, confidence),
+                      texts_per_weight=texts_per_weight)
+
+
 def build_grid(section: SearchSection) -> tuple[tuple[Combination, ...], int]:
     """The combinations in grid order (weights, then vectors, dims, index), and how many
     index × quantized-vector pairs were skipped: an index kind stores its own form of

@@ -16,7 +16,7 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.engines.modelinfo import embedding_dim
-from evalq.plan.search import SearchPlan, build_grid, check_dims, check_split, default_alpha
+from evalq.plan.search import SearchPlan, build_grid, check_dims, check_split, search_plan
 from evalq.plan.types import VariantPlan
 from evalq.recipe.plan_variants import Problems
 
@@ -45,7 +45,7 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
             problems.add(("search", "split"), f"with max_queries {queries}: {exc.message}",
                          exc.fix or "", field=exc.field)
     _check_width(section, variant_plans, problems)
-    combinations, skipped = build_grid(section)
+    combinations, _ = build_grid(section)
     if not combinations:
         problems.add(("search",), "the grid is empty: every index option is paired with "
                      "quantized vectors, which an index kind stores in its own form",
@@ -59,10 +59,8 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
     if len(problems.items) > before:
         return None
     docs = max_docs or recipe.max_docs
-    return SearchPlan(section=section, combinations=combinations, skipped=skipped,
-                      datasets=len(recipe.datasets),
-                      alpha=default_alpha(section, recipe.stats.confidence),
-                      texts_per_weight=queries + docs if queries and docs else None)
+    return search_plan(section, recipe.stats.confidence, len(recipe.datasets),
+                       queries + docs if queries and docs else None)
 
 
 def _check_weights(recipe: Any, section: Any, variant_plans: Sequence[VariantPlan],
