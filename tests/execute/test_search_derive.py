@@ -83,7 +83,6 @@ def test_every_combination_is_written_with_its_cost(tmp_path: Path) -> None:
 
 
 def test_an_index_option_goes_through_the_registry(tmp_path: Path) -> None:
-    pytest.importorskip("faiss")
     _, entry, _ = _run(tmp_path, {"weights": ["fp32"], "vectors": [{"quantize": "none"}],
                                   "index": [{"kind": "exact"},
                                             {"kind": "faiss", "factory": "HNSW16"}]})
