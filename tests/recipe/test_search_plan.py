@@ -168,3 +168,17 @@ def test_the_shipped_recipe_plans_18_combinations() -> None:
     plan = _plan(root / "recipes" / "cheapest.yaml")
     assert len(plan.search.combinations) == 18 and plan.search.encodings == 3
     assert set(plan.search.section.weights) == {"fp32", "ov-int8", "ort-int8"}
+
+
+def test_only_must_keep_the_weight_variants(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, candidates=[recipes.DYN_INT8, {"name": "other"}])
+    text = _problems(path, only=["other"])
+    assert "search.weights names 'dyn-int8', which --only left out" in text
+    assert _plan(path, only=["dyn-int8"]).search is not None
+
+
+def test_a_search_without_candidates_is_not_vacuous(tmp_path: Path) -> None:
+    """The reference alone can be searched (its widths and precisions): the gates then
+    judge the combinations, so "gates but no candidates" does not apply."""
+    plan = _plan(_recipe(tmp_path, {**SEARCH, "weights": ["fp32"]}, candidates=[]))
+    assert len(plan.search.combinations) == 6 and plan.search.encodings == 1
