@@ -16,6 +16,7 @@ from evalq.core.values import PerQuery
 from evalq.decide.search import split_queries
 from evalq.execute.search_decide import decide_search, subset
 from evalq.plan.gates import GateConfig, StatsOptions
+from evalq.plan.load import CapacitySection
 from evalq.plan.run import ReportOptions, RunSections
 from evalq.plan.search import SearchPlan, SearchSection, build_grid
 from evalq.report.search_console import search_text
@@ -155,3 +156,18 @@ def test_a_cost_the_run_did_not_measure_is_bad_input(tmp_path: Path) -> None:
         decide_search(SearchPlan(by_rate, plan.combinations, 0, 1, 0.025, None),
                       _sections(), variants, folder)
     assert err.value.field == "search.cost" and "--no-cache" in (err.value.fix or "")
+
+
+def test_dollars_per_million_queries_from_the_capacity_price(tmp_path: Path) -> None:
+    folder, variants = _folder(tmp_path)
+    plan = _plan()
+    by_price = plan.section.model_copy(update={"cost": "dollars_per_million_queries"})
+    capacity = CapacitySection(target_qps=10, dollars_per_replica_hour={"q": 3.0,
+                                                                        "default": 1.0})
+    result = decide_search(SearchPlan(by_price, plan.combinations, 0, 1, 0.025, None),
+                           _sections(), variants, folder, capacity)
+    points = {p.name: p for p in result.points}
+    # one replica at the measured query rate: price / (queries/s × 3600) per query
+    assert points["s.q.none.full"].cost == pytest.approx(3.0 / (300 * 3600) * 1e6)
+    assert points["s.fp32.none.full"].dollars_per_million_queries == pytest.approx(
+        1.0 / (100 * 3600) * 1e6)
