@@ -360,6 +360,7 @@ DECLARATIONS = frozenset({
     "evalq.plan.pipelines",  # the pipelines: models
     "evalq.plan.variant",  # SearchedVariant: a variant and its index kind
     "evalq.plan.run",  # RunSections, ReportOptions: the deciding sections as written
+    "evalq.plan.search",  # the search: section and the grid it spans
 })
 # Registries: the names and declarations of one kind of extension (recipe choices and
 # checks are read from them, never from a list of their own).

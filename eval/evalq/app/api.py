@@ -23,6 +23,7 @@ from evalq.recipe.plan import build_plan
 from evalq.recipe.schema import Recipe, RecipeSource, load_recipe_source
 from evalq.report.console import print_run_table
 from evalq.report.runview import RunView
+from evalq.report.search_console import search_text
 from evalq.report.sensitivity import sensitivity_text
 from evalq.results.folder import RunFolder, RunManifest, RunSummary, stored_checks
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 # Keyword arguments of :func:`run` that steer the run rather than change the recipe.
 RUN_OPTIONS = ("output", "max_queries", "max_docs", "only", "use_cache", "progress", "wide",
-               "executor", "address")
+               "executor", "address", "yes")
 
 
 @dataclass(frozen=True)
@@ -220,12 +221,13 @@ def execute_recipe(loaded: RecipeSource, *, output: Path | None = None,
                    max_queries: int | None = None, max_docs: int | None = None,
                    only: list[str] | None = None, use_cache: bool = True,
                    progress: bool | None = None, executor: str | None = None,
-                   address: str | None = None) -> RunOutcome:
+                   address: str | None = None, yes: bool = False) -> RunOutcome:
     """The one place a run is planned: every recipe error that can be known before work,
-    at once (``evalq.recipe.plan``); the executor then takes the plan."""
+    at once (``evalq.recipe.plan``); the executor then takes the plan. ``yes`` lets a
+    search grid larger than its ``max_combinations`` start."""
     plan = build_plan(loaded.recipe, loaded.path, output=output, only=only,
                       max_queries=max_queries, max_docs=max_docs, use_cache=use_cache,
-                      located=loaded.located)
+                      located=loaded.located, confirm_large=yes)
     return run_recipe(plan, progress=progress, executor=executor,
                       address=address)
 
@@ -236,7 +238,8 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
     ``recipe_or_path``: a recipe file, a built-in recipe name (``"quickstart"``), a dict
     with a recipe's keys, or a loaded ``Recipe``. Keyword arguments named in
     ``RUN_OPTIONS`` steer the run (``output``, ``max_queries``, ``max_docs``, ``only``,
-    ``use_cache``, ``progress``, ``wide`` (the full table), ``executor``, ``address``);
+    ``use_cache``, ``progress``, ``wide`` (the full table), ``executor``, ``address``,
+    ``yes`` (start a search grid above its ``max_combinations``));
     any other keyword replaces that top-level recipe key (``datasets=[...]``,
     ``candidates=[...]``) and is validated like the file. A failed gate is a finding, not
     an exception: check ``results.passed``. Bad input raises
@@ -261,6 +264,8 @@ def run(recipe_or_path: str | Path | Mapping[str, Any] | Recipe, **overrides: An
         text = sensitivity_text(view.summary)
         if text:
             print(text)
+    if view.summary is not None and view.summary.search is not None:
+        print(search_text(view.summary.search))
     return Results(outcome.output)
 
 

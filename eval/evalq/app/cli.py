@@ -205,6 +205,8 @@ def _add_run(run: argparse.ArgumentParser) -> None:
                      help="exit 0 when the run completed even if gates failed (make demo)")
     run.add_argument("--wide", action="store_true",
                      help="print the full metric table instead of one compact row per variant")
+    run.add_argument("--yes", action="store_true",
+                     help="start a search grid larger than its search.max_combinations")
 
 
 @register_command("run", "run a recipe end to end: encode, search, score, gate", _add_run)
@@ -213,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     outcome = run(
         args.recipe, output=args.output, max_queries=args.max_queries,
         max_docs=args.max_docs, only=args.only, use_cache=not args.no_cache,
-        wide=args.wide, executor=args.executor, address=args.address,
+        wide=args.wide, executor=args.executor, address=args.address, yes=args.yes,
     )
     if outcome.passed:
         return EXIT_OK

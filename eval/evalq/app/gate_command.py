@@ -12,10 +12,11 @@ from evalq.core.errors import InputError
 from evalq.core.host import current_class
 from evalq.execute.regate import Regated, regate
 from evalq.plan.run import RunSections
-from evalq.recipe.stored import stored_sections
+from evalq.recipe.stored import stored_search, stored_sections
 from evalq.report.junit import to_junit
 from evalq.report.markdown import job_summary
 from evalq.report.runview import class_warning
+from evalq.report.search_console import search_text
 from evalq.report.verdict import gates_word
 from evalq.results.folder import RunFolder
 
@@ -39,7 +40,11 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
         if path is not None:
             atomicio.check_output_location(path, folder=False, field=flag,
                                            what=flag.lstrip("-"))
-    done = regate(results, stored_sections_of(results, method))
+    sections = stored_sections_of(results, method)  # checks the manifest first
+    folder = RunFolder(results)
+    search = stored_search(folder.read_manifest_data().get("recipe"), method,
+                           folder.root / "manifest.json")
+    done = regate(results, sections, search)
     print_verdicts(done)
     if junit is not None:
         try:
@@ -58,6 +63,8 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
             raise InputError(message=f"cannot write the markdown summary ({exc.strerror})",
                              file=markdown, field="--markdown",
                              fix="give --markdown a path in a writable folder") from None
+    if done.decided.search is not None:
+        print(search_text(done.decided.search))
     print("gates " + gates_word(done.decided))
     return done.passed
 

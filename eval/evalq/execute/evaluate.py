@@ -48,6 +48,8 @@ from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
 from evalq.execute.memsample import PeakRss
 from evalq.execute.pipelines import run_pipelines
+from evalq.execute.search import refuse_short_split, search_weight
+from evalq.execute.search_decide import decide_search, with_search
 from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.measure.judged import JudgedIndex
@@ -149,6 +151,8 @@ def _prepare(plan: Plan, *, progress: bool | None, executor: str | None,
     ray_exec = open_executor(plan.executor, recipe_path, executor, address)
     max_queries, max_docs = plan.limits.max_queries, plan.limits.max_docs
     datasets = load_datasets(list(plan.dataset_specs), recipe_path, max_queries, max_docs)
+    for d in datasets if plan.search is not None else []:  # before anything is encoded
+        refuse_short_split(plan.search, len(d.queries), d.name)
     depth = plan.depth  # metric cutoffs, gates and pipeline depths: what `evalq plan` prints
     out_dir = plan.output
     folder = RunFolder(out_dir)
@@ -242,6 +246,10 @@ def _finish(run: _Run) -> dict[str, Any]:
     if pipelines is not None:  # retriever-stage gates judge a dense candidate too
         summary = with_pipelines(summary, pipelines.summary, pipelines.passed,
                                  pipelines.failed_gates)
+    if run.plan.search is not None:  # a search run passes when it certifies a combination
+        search = decide_search(run.plan.search, run.plan.sections, manifest["variants"],
+                               folder, run.plan.capacity)
+        summary = with_search(summary, search)
     write_snippets(folder, run.datasets, [r.name for r in run.records],
                    words=run.plan.sections.report.snippet_words,
                    title_separator=run.plan.title_separator)
@@ -318,6 +326,12 @@ def _run_variant(run: _Run, variant: SearchedVariant, role: str, settings: Encod
                                    progress=show_progress, **options)
             score_dataset(plan.sections, variant, role, ds, docs, queries, depth, folder,
                           run.reference, run.judged[ds.name], record)
+            if plan.search is not None and variant.name in plan.search.section.weights:
+                # every combination of this weight variant, from the vectors just encoded
+                record.datasets[ds.name]["search"] = search_weight(
+                    plan.search, plan.sections, variant.name, ds, docs.vectors,
+                    queries.vectors, depth, folder, run.reference[ds.name],
+                    run.judged[ds.name])
             if sensitivity.measured(plan.sections, variant):  # #14: other batch compositions
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
                     plan.sections, variant, encoder, ds, run.reference[ds.name], folder, options,

@@ -20,8 +20,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from evalq.core.errors import InputError
 from evalq.core.gates import VariantGate
 from evalq.execute.pipeline_regate import regate_pipelines
+from evalq.execute.search_decide import decide_search, with_search
 from evalq.execute.summarize import build_summary, with_pipelines
+from evalq.plan.load import CapacitySection
 from evalq.plan.run import RunSections
+from evalq.plan.search import SearchPlan
 from evalq.results.folder import RunFolder, stored_form
 from evalq.results.schema import RunManifest, RunSummary
 
@@ -97,9 +100,11 @@ def stored_variants(manifest: RunManifest, data: dict[str, Any], reference: str,
     return variants
 
 
-def regate(results: str | Path, sections: RunSections) -> Regated:
+def regate(results: str | Path, sections: RunSections,
+           search: SearchPlan | None = None) -> Regated:
     """Re-decide ``results`` with ``sections``: the deciding parts of the recipe its
-    manifest stores, which the app reads back (``evalq.recipe.stored``)."""
+    manifest stores, which the app reads back (``evalq.recipe.stored``); ``search``, the
+    stored recipe's search, is re-decided from its combinations' per-query values."""
     folder = RunFolder(results)
     file = folder.root / "manifest.json"
     manifest = folder.read_manifest_data()
@@ -114,6 +119,11 @@ def regate(results: str | Path, sections: RunSections) -> Regated:
         pipeline_verdicts, changed = piped.verdicts, tuple(piped.changed)
         # as the run did: retriever-stage gates judge a candidate
         summary = with_pipelines(summary, piped.summary, piped.passed)
+    if search is not None:  # the stored load: capacity prices are the run's
+        capacity = (manifest.get("recipe") or {}).get("capacity")
+        summary = with_search(summary, decide_search(
+            search, sections, variants, folder,
+            None if capacity is None else CapacitySection.model_validate(capacity)))
     return Regated(decided=summary, verdicts=verdicts, pipeline_verdicts=pipeline_verdicts,
                    recipe_name=sections.recipe, manifest=manifest, root=folder.root,
                    stored_passed=stored.get("passed"), changed=changed)

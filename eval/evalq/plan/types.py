@@ -22,6 +22,7 @@ from evalq.encode.options import ExecutorSpec
 from evalq.engines.options import EncoderVariant, LaunchCommand
 from evalq.plan.load import CapacitySection, LoadSection
 from evalq.plan.run import RunSections
+from evalq.plan.search import SearchPlan
 from evalq.plan.variant import SearchedVariant
 
 
@@ -157,6 +158,8 @@ class Plan:
     load_budget: str | None = None
     # What each rerank pipeline will score (queries × depth × rankings × rerankers).
     pipeline_budgets: tuple[str, ...] = ()
+    # The recipe's grid search (``search:``), resolved: combinations, encodings, alpha.
+    search: SearchPlan | None = None
 
     def variant(self, name: str) -> VariantPlan:
         return next(v for v in self.variants if v.name == name)

@@ -41,6 +41,7 @@ from evalq.plan.types import GatePlan, Limits, ParityPlan, Plan, VariantPlan
 from evalq.recipe.arithmetic import planned_arithmetic
 from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
+from evalq.recipe.plan_search import plan_search
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -113,7 +114,7 @@ def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
                          f"variant '{variant.name}' builds a '{variant.index.kind}' index over "
                          f"the whole corpus; dataset {which} is streamed and searched as "
                          "exact float shards", fix)
-    for key in ("batch_sensitivity", "pipelines"):
+    for key in ("batch_sensitivity", "pipelines", "search"):
         if getattr(recipe, key):
             problems.add((key,), f"`{key}` reads document texts from a loaded corpus; "
                          f"dataset {which} is streamed", fix)
@@ -136,10 +137,13 @@ def required_depth(recipe: Any) -> int:
 def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = None,
                only: Sequence[str] | None = None, max_queries: int | None = None,
                max_docs: int | None = None, use_cache: bool = True,
-               located: Any = None, detect: Any = None, machine: bool = True) -> Plan:
+               located: Any = None, detect: Any = None, machine: bool = True,
+               confirm_large: bool = True) -> Plan:
     """Resolve ``recipe`` (a :class:`evalq.recipe.schema.Recipe`) into a :class:`Plan`, or raise
     :class:`PlanError` listing every problem. ``detect`` (default
-    :func:`evalq.engines.capability.detect_device`) is injectable for tests."""
+    :func:`evalq.engines.capability.detect_device`) is injectable for tests.
+    ``confirm_large`` False (``evalq run`` without ``--yes``) refuses a search grid above
+    its ``max_combinations``; printing or validating a plan never refuses it."""
 
     path = Path(path)
     if located is None and path.is_file():
@@ -149,6 +153,8 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     gate_plans = _plan_gates(recipe, problems)
     variant_plans = _plan_variants(recipe, selected, problems, detect, gate_plans, use_cache)
     _check_streamed(recipe, path, selected, problems)
+    search = plan_search(recipe, variant_plans, problems, max_queries=max_queries,
+                         max_docs=max_docs, confirm_large=confirm_large)
     check_datasets(recipe, path, problems)  # as the loader will parse them (validate = run)
     out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
 
@@ -179,6 +185,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         sensitivity=recipe.batch_sensitivity is not None,
         load_budget=load_budget(recipe.load).describe() if recipe.load else None,
         pipeline_budgets=tuple(b.describe() for b in pipeline_budgets(recipe, max_queries)),
+        search=search,
     )
 
 
@@ -220,7 +227,7 @@ def _plan_gates(recipe: Any, problems: Problems) -> list[GatePlan]:
         stat = f" ({g.stat})" if g.stat != "mean" else ""
         gate_plans.append(GatePlan(f"{measure.name}{stat} vs {g.against} {rule}",
                                    measure.name, g.against, targets, g.over == "pooled"))
-    if recipe.gates and not recipe.candidates:
+    if recipe.gates and not recipe.candidates and recipe.search is None:
         problems.add(("candidates",),
                      "the recipe has gates but no candidates, so nothing would be judged and "
                      "the run would pass vacuously",
@@ -361,6 +368,8 @@ def describe_plan(plan: Plan) -> str:
     lines += [f"  {b}" for b in plan.pipeline_budgets]
     if plan.load_budget:
         lines.append(f"  {plan.load_budget}")
+    if plan.search is not None:
+        lines += [f"  {line}" for line in plan.search.describe()]
     lines.append("  " + exit_statement(plan))
     return "\n".join(lines)
 
@@ -369,6 +378,10 @@ def exit_statement(plan: Plan) -> str:
     """What decides the exit code: every kind of gate counts (embedding per-dataset and
     pooled, batch-sensitivity compositions, pipeline), and candidates no gate applies to
     are named: they are measured but never certified."""
+    if plan.search is not None:
+        return ("a search: exits 0 when it certifies a combination (the cheapest certified "
+                "is recommended), 1 when it certifies none; the variants' own gates are "
+                "reported beside it")
     if not plan.gates and not plan.pipeline_gates:
         return "no gates: the run reports figures and always exits 0"
     pooled = sum(1 for g in plan.gates if g.pooled)

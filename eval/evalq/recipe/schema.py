@@ -36,6 +36,7 @@ from evalq.plan.gates import GateConfig, StatsOptions, gate_spec
 from evalq.plan.load import CapacitySection, LoadSection, check_launch_sources
 from evalq.plan.pipelines import PipelineSpec
 from evalq.plan.run import ReportOptions, RunSections
+from evalq.plan.search import SearchSection
 from evalq.plan.sensitivity import BatchSensitivity
 from evalq.plan.variant import SearchedVariant
 from evalq.recipe.graph_files import resolve_graph_files
@@ -153,6 +154,8 @@ class Recipe(StrictOptions):
     pipelines: list[PipelineSpec] = Field(default_factory=list)
     # Re-encode batch-dependent candidates under several batch compositions (#14).
     batch_sensitivity: BatchSensitivity | None = None
+    # A grid of weights × vectors × dims × index, certified with error control (#31).
+    search: SearchSection | None = None
 
     @model_validator(mode="after")
     def _names(self) -> Recipe:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from evalq.core.errors import InputError
 from evalq.core.gates import DEFAULT_MIN_NONZERO, HISTORICAL_METHOD
 from evalq.plan.run import RunSections
+from evalq.plan.search import SearchPlan, search_plan
 from evalq.recipe.schema import Recipe
 
 
@@ -43,10 +44,23 @@ def stored_recipe(recipe: dict[str, Any], method: str | None) -> dict[str, Any]:
 def stored_sections(stored: Any, method: str | None, file: Path) -> RunSections:
     """The deciding sections of the recipe ``file`` (a manifest) stores; a hand-edited,
     invalid one is bad input naming the manifest's ``recipe`` field."""
+    return _stored(stored, method, file).sections()
+
+
+def stored_search(stored: Any, method: str | None, file: Path) -> SearchPlan | None:
+    """The search of the recipe ``file`` stores, as ``evalq gate`` re-decides it (None
+    when the recipe has no ``search:``)."""
+    recipe = _stored(stored, method, file)
+    if recipe.search is None:
+        return None
+    return search_plan(recipe.search, recipe.stats.confidence, len(recipe.datasets))
+
+
+def _stored(stored: Any, method: str | None, file: Path) -> Recipe:
     try:
         recipe = Recipe.model_validate(stored_recipe(stored or {}, method))
     except ValidationError as exc:
         raise InputError(message=f"the recipe stored in the manifest is invalid: {exc}",
                          file=file, field="recipe",
                          fix="rerun 'evalq run' to write a fresh folder") from None
-    return recipe.sections()
+    return recipe
