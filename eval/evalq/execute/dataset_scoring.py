@@ -97,7 +97,8 @@ def score_dataset(
                          for e in (docs, queries))
     spec = stored = None  # the variant's quantized vectors (vectors.quantize)
     if variant.vectors.quantize != "none":
-        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
+        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore,
+                          queries=variant.vectors.queries)
         stored = quantize_documents(docs.vectors, spec)
     searched = _search(variant, ds, docs, queries, depth, stored, sharded)
     ranking, search_s = searched.ranking, searched.search_s
