@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from evalq.plan.types import GatePlan, Limits, ParityPlan, Plan, VariantPlan
 from evalq.recipe.arithmetic import planned_arithmetic
 from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
+from evalq.recipe.plan_sides import plan_sides
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -148,6 +150,13 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     selected = _selected_variants(recipe, only, problems)
     gate_plans = _plan_gates(recipe, problems)
     variant_plans = _plan_variants(recipe, selected, problems, detect, gate_plans, use_cache)
+    if any(v.documents is not None or v.queries is not None for v in selected):
+        sides = plan_sides(recipe, path, variant_plans, problems,
+                           streamed=_streamed_datasets(recipe, path),
+                           limits=(max_queries or recipe.max_queries,
+                                   max_docs or recipe.max_docs))
+        variant_plans = [replace(vp, sides=sides[vp.name]) if vp.name in sides else vp
+                         for vp in variant_plans]
     _check_streamed(recipe, path, selected, problems)
     check_datasets(recipe, path, problems)  # as the loader will parse them (validate = run)
     out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
@@ -293,7 +302,8 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         dtype=variant.dtype, device=device, device_name=device_name, model_path=model_path,
         model_fingerprint=fingerprint, settings=settings, quantization=quant,
         vectors=variant.vectors.quantize + (f", {variant.vectors.dims} Matryoshka dims"
-                                            if variant.vectors.dims else ""),
+                                            if variant.vectors.dims else "")
+        + (", float queries" if variant.vectors.queries == "float" else ""),
         endpoint=endpoint,
         cached=cache_text(support, endpoint, use_cache), gates=gates, options=variant,
         where=".".join(map(str, vpath)), launch=launch_spec(recipe.load, variant.name),
@@ -354,6 +364,8 @@ def describe_plan(plan: Plan) -> str:
             lines.append(f"      tokens: {v.tokens}")
         if v.arithmetic:
             lines.append(f"      arithmetic: {v.arithmetic}")
+        if v.sides.borrows:
+            lines.append(f"      {v.sides.describe()}")
         lines.append(f"      cache: {v.cached}")
         for g in v.gates:
             lines.append(f"      gate: {g}")
