@@ -71,6 +71,7 @@ from evalq.results.parts import (
     SensitivitySection,
     SensitivitySlice,
     VectorFidelity,
+    VectorProbe,
     Verdict,
 )
 
@@ -133,6 +134,7 @@ __all__ = [
     "VariantDatasetEntry",
     "VariantSummary",
     "VectorFidelity",
+    "VectorProbe",
     "Verdict",
     "json_schemas",
     "migrate",
