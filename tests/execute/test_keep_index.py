@@ -18,6 +18,9 @@ from evalq.data.trec import read_run
 from evalq.engines.inprocess import InProcessEncoder
 from evalq.execute import evaluate
 from evalq.recipe.plan import plan_file
+from evalq.report.markdown import run_summary_markdown
+from evalq.report.page import render_run
+from evalq.report.runview import RunView
 from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
 from support import recipes
 from support.hand_search import hand_ranking
@@ -162,6 +165,12 @@ def test_the_probe_is_in_the_summary(kept: dict[str, Any]) -> None:
     probe = _entry(kept, "disk")["encode"]["probe"]
     assert probe["passed"] and probe["texts"] == 16 and probe["rows"] == DOCS
     assert probe["lowest_cosine"] >= 0.999 and probe["file"] == "vec.npy"
+    # the report says what was reused and that the file matched, in every format
+    run = RunView.load(kept["outcome"].output)
+    for text in (run_summary_markdown(run), render_run(run)):
+        assert "q-int8 on pydocs: documents reused from variant fp32 (not encoded)" in text
+        assert "the vectors in vec.npy match today&#39;s stack at cosine ≥ 0.999" in text \
+            or "the vectors in vec.npy match today's stack at cosine ≥ 0.999" in text
     # the same documents searched against the same queries: the reference's verdicts
     assert _entry(kept, "disk")["metrics"]["nDCG@10"]["value"] == pytest.approx(
         _entry(kept, "fp32")["metrics"]["nDCG@10"]["value"], abs=1e-6)
@@ -180,3 +189,25 @@ def test_a_drifted_vector_file_stops_the_run_with_exit_2(kept: dict[str, Any]) -
     text = str(caught.value)
     assert "drift.npy" in text and "lowest cosine 0.9" in text and "< 0.999" in text
     assert "candidates.0.documents.probe" in text and "re-embed the corpus" in text
+
+
+def test_the_shipped_recipe_runs_on_a_slice(tmp_path: Path) -> None:
+    """recipes/keep-index.yaml end to end on a smaller slice: the OpenVINO int8 model
+    encodes the queries only, binary-docs builds no engine, and both are gated."""
+    import yaml
+
+    shipped = Path(__file__).resolve().parents[2] / "recipes" / "keep-index.yaml"
+    data = yaml.safe_load(shipped.read_text(encoding="utf-8"))
+    data.update(cache_dir=str(tmp_path / "cache"), output=str(tmp_path / "out"),
+                max_queries=QUERIES, max_docs=DOCS, stats={"resamples": 500})
+    with _Counts() as counts:
+        outcome = run_recipe_file(recipes.write(tmp_path / "keep-index.yaml", data),
+                                  progress=False)
+    assert counts.engines == 2  # fp32 and the OpenVINO int8 model; binary-docs none
+    variants = outcome.summary["datasets"]["pydocs"]["variants"]
+    ov = variants["ov-int8-queries"]
+    assert ov["encode"]["reused"] == {"documents": "variant fp32"}
+    assert ov["encode"]["queries"]["texts"] == QUERIES and ov["gate"]["checks"]
+    assert variants["binary-docs"]["index"]["queries"] == "float"
+    assert outcome.summary["variants"]["binary-docs"]["verdict"] in (
+        "pass", "fail", "inconclusive")

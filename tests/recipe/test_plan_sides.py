@@ -153,3 +153,17 @@ def test_one_file_for_two_datasets_is_refused(tmp_path: Path) -> None:
     two = [recipes.PYDOCS, {**recipes.PYDOCS, "name": "pydocs2"}]
     text = _problems(tmp_path, [{"name": "disk", "documents": stored}], datasets=two)
     assert "one vector file for 2 datasets" in text and "pydocs2: {path" in text
+
+
+def test_a_parquet_file_plans_and_a_wrong_column_is_refused(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    ids = _corpus_ids()
+    vectors = np.random.default_rng(0).normal(size=(len(ids), 384)).tolist()
+    pq.write_table(pa.table({"id": ids, "vector": vectors}), tmp_path / "v.parquet")
+    plan = _plan(tmp_path, [{"name": "disk", "documents": {"path": "v.parquet"}}])
+    assert plan.variant("disk").sides.documents_file is not None
+    text = _problems(tmp_path, [{"name": "disk", "documents": {
+        "path": "v.parquet", "vector_column": "embedding"}}])
+    assert "has no column 'embedding' (it has id, vector)" in text

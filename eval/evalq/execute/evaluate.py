@@ -435,6 +435,8 @@ def parity_only(plan: Plan, *, texts: int = 32) -> bool:
     ref: tuple[np.ndarray, EncodingSettings] | None = None
     ok = True
     for planned in plan.variants:
+        if not planned.sides.builds_engine:  # borrows both sides: it has no engine
+            continue
         variant = planned.options
         model_path, settings = planned.model_folder(), planned.encoding_settings()
         ctx = BuildContext(model_path, settings, plan.work_dir / "logs",

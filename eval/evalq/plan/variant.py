@@ -31,7 +31,7 @@ class SearchedVariant(EncoderVariant):
     documents: str | StoredVectors | None = Field(
         default=None, description="take the document vectors from `reference`, an earlier "
         "variant's name, or a vector file {path, ids}, instead of encoding them; see "
-        "[Keep your index](keep-index.md)")
+        "[Keep your index](../keep-index.md)")
     queries: str | None = Field(
         default=None, description="take the query vectors from `reference` or an earlier "
         "variant's name instead of encoding them")

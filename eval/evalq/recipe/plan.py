@@ -350,6 +350,11 @@ def describe_plan(plan: Plan) -> str:
              f"  results: {plan.output}; cache: {plan.cache_dir or 'off'}",
              f"  host: {host_facts().describe()}"]
     for v in plan.variants:
+        if not v.sides.builds_engine:  # issue 31: both sides borrowed, nothing loads
+            lines.append(f"  {v.role} {v.name}: no engine, index vectors {v.vectors}")
+            lines.append(f"      {v.sides.describe()}")
+            lines += [f"      gate: {g}" for g in v.gates]
+            continue
         quant = v.quantization["method"] if v.quantization else "none"
         lines.append(f"  {v.role} {v.name}: load {v.model_path or v.endpoint} "
                      f"[{(v.model_fingerprint or '')[:12]}] on {v.backend}, {v.dtype}, "
