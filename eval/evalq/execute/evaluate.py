@@ -207,7 +207,9 @@ def _run_variants(run: _Run) -> None:
     for variant in run.variants:
         role = run.planned[variant.name].role
         settings = run.planned[variant.name].encoding_settings()
-        log.info(f"[evalq] {role} {variant.name}: {variant.backend}"
+        engine = (variant.backend if run.planned[variant.name].sides.builds_engine
+                  else "no engine, both sides reused")
+        log.info(f"[evalq] {role} {variant.name}: {engine}"
                  f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
                  f"{' ' + variant.quantization['method'] if variant.quantization else ''}")
         model_path = run.model_paths[variant.name]
