@@ -167,3 +167,14 @@ def test_a_parquet_file_plans_and_a_wrong_column_is_refused(tmp_path: Path) -> N
     text = _problems(tmp_path, [{"name": "disk", "documents": {
         "path": "v.parquet", "vector_column": "embedding"}}])
     assert "has no column 'embedding' (it has id, vector)" in text
+
+
+def test_only_must_keep_the_lender(tmp_path: Path) -> None:
+    data = recipes.recipe("sides", cache=tmp_path / "c", output=tmp_path / "o",
+                          queries=QUERIES, docs=DOCS, candidates=[
+                              {"name": "a", "quantization": {"method": "torch-dynamic-int8"}},
+                              {"name": "b", "documents": "a"}])
+    path = recipes.write(tmp_path / "only.yaml", data)
+    with pytest.raises(PlanError, match="which --only leaves out"):
+        plan_file(path, only=["b"])
+    assert plan_file(path, only=["a", "b"]).variant("b").sides.documents == "a"
