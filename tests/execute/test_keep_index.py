@@ -35,6 +35,7 @@ CANDIDATES = [
      "documents": "reference"},
     {"name": "bin-docs", "documents": "reference", "queries": "reference",
      "vectors": BINARY_FLOAT_QUERIES},
+    {"name": "fp32-again", "documents": "reference", "queries": "reference"},
     {"name": "disk", "documents": FILE, "queries": "reference"},
     {"name": "disk-bin", "documents": FILE, "queries": "fp32", "vectors": BINARY_FLOAT_QUERIES},
 ]
@@ -104,7 +105,7 @@ def _entry(kept: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_borrowed_sides_are_never_encoded(kept: dict[str, Any]) -> None:
     counts = kept["counts"]
-    # fp32 and q-int8 build engines; the three that borrow both sides build none.
+    # fp32 and q-int8 build engines; the four that borrow both sides build none.
     assert counts.engines == 2
     # fp32 encodes its documents and queries; q-int8 only its queries.
     assert counts.texts == DOCS + QUERIES + QUERIES
@@ -135,6 +136,12 @@ def _assert_ranked_by(run: dict[str, dict[str, float]], queries: np.ndarray,
             tenth = sorted(scores[qi], reverse=True)
             assert all(abs(scores[qi, ids.index(d)] - tenth[9]) < 1e-4
                        for d in set(got) ^ set(hand[qid]))
+
+
+def test_borrowing_both_sides_of_the_reference_reproduces_its_run_exactly(
+        kept: dict[str, Any]) -> None:
+    """The reference's own vectors, not a re-encoding: every score identical."""
+    assert _run(kept, "fp32-again") == _run(kept, "fp32")
 
 
 def test_the_file_variant_ranks_by_the_files_vectors(kept: dict[str, Any]) -> None:
