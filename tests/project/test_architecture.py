@@ -359,6 +359,7 @@ DECLARATIONS = frozenset({
     "evalq.plan.gates",  # GateConfig, StatsOptions, gate_spec
     "evalq.plan.pipelines",  # the pipelines: models
     "evalq.plan.variant",  # SearchedVariant: a variant and its index kind
+    "evalq.plan.sides",  # borrowed sides: documents:/queries:, vector files, SidePlan
     "evalq.plan.run",  # RunSections, ReportOptions: the deciding sections as written
     "evalq.plan.search",  # the search: section and the grid it spans
 })

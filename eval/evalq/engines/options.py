@@ -170,10 +170,14 @@ class VectorOptions(StrictOptions):
     of the top ``depth × rescore`` candidates with the float query; ``dims`` keeps the
     first N Matryoshka dimensions (truncated, then renormalized: encode.matryoshka) before
     anything is quantized or searched. An engine reads ``dims`` only (a server asked for
-    fewer dimensions); search gets ``quantize``/``rescore`` as its own spec."""
+    fewer dimensions); search gets ``quantize``/``rescore`` as its own spec.
+    ``queries: float`` is asymmetric search: the documents are stored quantized, and the
+    float query is scored directly against what is stored (dequantized int8, or ±1 for
+    binary), with no quantized first stage (``evalq.retrieve.vectorquant``)."""
 
     quantize: Literal["none", "int8", "binary"] = "none"
     rescore: int | None = Field(default=None, ge=1)
+    queries: Literal["quantized", "float"] = "quantized"
     dims: int | None = Field(default=None, ge=1)
 
 

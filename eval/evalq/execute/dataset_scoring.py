@@ -22,6 +22,7 @@ from evalq.core.values import EncodingSettings, PerQuery
 from evalq.decide.summary_stats import align
 from evalq.encode.matryoshka import common_dims, truncate
 from evalq.execute import streamed as streamrun
+from evalq.execute.borrowed import encode_record
 from evalq.execute.sweep import record_sweep
 from evalq.measure.judged import evaluate as evaluate_qrels
 from evalq.measure.reference import evaluate_reference, vector_agreement
@@ -104,7 +105,8 @@ def score_dataset(
                          for e in (docs, queries))
     spec = stored = None  # the variant's quantized vectors (vectors.quantize)
     if variant.vectors.quantize != "none":
-        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore)
+        spec = VectorSpec(quantize=variant.vectors.quantize, rescore=variant.vectors.rescore,
+                          queries=variant.vectors.queries)
         stored = quantize_documents(docs.vectors, spec)
     searched = _search(variant, ds, docs, queries, depth, stored, sharded)
     ranking, search_s = searched.ranking, searched.search_s
@@ -114,7 +116,7 @@ def score_dataset(
     folder.write_run(ds.name, variant.name, ranking)
     qrels_values = evaluate_qrels(ranking, judged, parse_measures(sections.metrics))
     entry: dict[str, Any] = {
-        "encode": {"documents": asdict(docs.stats), "queries": asdict(queries.stats)},
+        "encode": encode_record(docs, queries),  # a borrowed side: its source, no counts
         "search_s": search_s,
         "documents": len(ds.corpus),
     }

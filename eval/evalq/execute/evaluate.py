@@ -42,7 +42,7 @@ from evalq.engines.factory import batching, create_encoder, resolve_device
 from evalq.engines.http_probe import ProbeTarget, probe_http_variants, probe_one
 from evalq.engines.launch import start_launch
 from evalq.engines.registry import embedding_backend
-from evalq.execute import sensitivity, sensitivity_measure
+from evalq.execute import borrowed, sensitivity, sensitivity_measure
 from evalq.execute import streamed as streamrun
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
@@ -53,6 +53,7 @@ from evalq.execute.search_decide import decide_search, with_search
 from evalq.execute.served_graph import ServedGraph, served_graph
 from evalq.execute.summarize import build_summary, with_pipelines
 from evalq.measure.judged import JudgedIndex
+from evalq.plan.sides import SidePlan
 from evalq.plan.types import ParityPlan, Plan, VariantPlan
 from evalq.plan.variant import SearchedVariant
 from evalq.results import rundir
@@ -128,6 +129,7 @@ class _Run:
     show_progress: bool
     judged: dict[str, JudgedIndex]
     parity_texts: list[str]
+    lent: borrowed.Lent
     reference: dict[str, ReferenceState] = field(default_factory=dict)
     records: list[VariantRecord] = field(default_factory=list)
     parity_ref: tuple[np.ndarray, EncodingSettings] | None = None
@@ -192,7 +194,8 @@ def _prepare(plan: Plan, *, progress: bool | None, executor: str | None,
                 probes={t.variant.name: t for t in targets}, model_paths=model_paths,
                 manifest=manifest, show_progress=show_progress,
                 judged={d.name: JudgedIndex.build(d.qrels, d.corpus.ids) for d in datasets},
-                parity_texts=parity_sample(datasets, plan.parity.texts))
+                parity_texts=parity_sample(datasets, plan.parity.texts),
+                lent=borrowed.Lent(plan))
 
 
 def _run_variants(run: _Run) -> None:
@@ -208,7 +211,9 @@ def _run_variants(run: _Run) -> None:
     for variant in run.variants:
         role = run.planned[variant.name].role
         settings = run.planned[variant.name].encoding_settings()
-        log.info(f"[evalq] {role} {variant.name}: {variant.backend}"
+        engine = (variant.backend if run.planned[variant.name].sides.builds_engine
+                  else "no engine, both sides reused")
+        log.info(f"[evalq] {role} {variant.name}: {engine}"
                  f"{' ' + variant.dtype if variant.dtype != 'float32' else ''}"
                  f"{' ' + variant.quantization['method'] if variant.quantization else ''}")
         model_path = run.model_paths[variant.name]
@@ -277,69 +282,111 @@ def _record_memory(record: VariantRecord, variant: SearchedVariant,
 
 def _run_variant(run: _Run, variant: SearchedVariant, role: str, settings: EncodingSettings,
                  model_path: Path) -> tuple[VariantRecord, np.ndarray | None]:
-    plan, datasets, folder, depth = run.plan, run.datasets, run.folder, run.depth
-    ray_exec, show_progress, separator = run.ray_exec, run.show_progress, plan.title_separator
+    plan, datasets, folder = run.plan, run.datasets, run.folder
+    sides = run.planned[variant.name].sides
     t0 = time.perf_counter()
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=resolve_device(variant.device), cache_dir=plan.work_dir,
-                       calibration=corpus_calibration(datasets, separator))
-    encoder: Encoder = create_encoder(variant, ctx)
+                       calibration=corpus_calibration(datasets, plan.title_separator))
+    # A variant that borrows both sides (issue 31) has nothing to encode: no engine.
+    encoder: Encoder | None = create_encoder(variant, ctx) if sides.builds_engine else None
     record = VariantRecord(name=variant.name, role=role, description={}, settings=settings)
     parity_vectors = None
     try:
         record.timings["startup_s"] = time.perf_counter() - t0
-        record.description = encoder.describe()
-        cut = batching(variant, plan.batch_tokens, ctx.device)
-        options = {"batch_tokens": cut.batch_tokens, "max_batch": cut.max_batch,
-                   "length_sorted": cut.length_sorted, "cache": run.cache,
-                   "chunk_size": plan.limits.cache_chunk,
-                   # batch-dependent variants: batching is part of the cache key (#14)
-                   "composition": cache_composition(variant)}
-        if ray_exec is not None:  # fills the cache; the encode_texts calls below then hit it
-            work = [(run.parity_texts, "document")] if plan.parity.enabled else []
-            for ds in datasets:
-                if not is_streamed(ds):  # a streamed corpus goes block by block (below)
-                    work.append((ds.corpus.texts_for_encoding(separator), "document"))
-                work.append((list(ds.queries.texts), "query"))
-            record.timings["ray"] = ray_exec.encode_variant(variant, ctx, encoder, work,
-                                                            options)
-        if plan.parity.enabled:
-            # Through the cache like everything else: a rerun recomputes nothing.
-            parity_vectors = encode_texts(encoder, run.parity_texts, role="document",
-                                          progress=False, **options).vectors
-            record.parity = _parity_entry(parity_vectors, settings, run.parity_ref,
-                                          run.planned[variant.name], plan.parity)
+        options: dict[str, Any] = {}
+        if encoder is None:
+            record.description = borrowed.description(sides)
+        else:
+            record.description = encoder.describe()
+            options = _encode_options(run, variant, ctx)
+            parity_vectors = _encode_first(run, variant, ctx, encoder, options, sides, record,
+                                           settings)
         for ds in datasets:
-            docs: Any
-            if is_streamed(ds):  # block by block into shards (evalq.execute.streamed)
-                hook = None if ray_exec is None else streamrun.ray_block_hook(
-                    ray_exec, variant, ctx, encoder, options, record.timings["ray"])
-                docs = streamrun.encode_corpus(
-                    encoder, ds.corpus, streamrun.shards_root(folder.root, ds.name,
-                                                              variant.name),
-                    title_separator=separator, options=options,
-                    progress=show_progress, before_block=hook)
-            else:
-                docs = encode_texts(encoder, ds.corpus.texts_for_encoding(separator),
-                                    role="document", progress=show_progress, **options)
-            queries = encode_texts(encoder, list(ds.queries.texts), role="query",
-                                   progress=show_progress, **options)
-            score_dataset(plan.sections, variant, role, ds, docs, queries, depth, folder,
+            docs, queries = _sides(run, variant, (encoder, ctx, options, record), ds)
+            run.lent.keep(variant.name, ds.name, docs, queries)
+            score_dataset(plan.sections, variant, role, ds, docs, queries, run.depth, folder,
                           run.reference, run.judged[ds.name], record)
             if plan.search is not None and variant.name in plan.search.section.weights:
                 # every combination of this weight variant, from the vectors just encoded
                 record.datasets[ds.name]["search"] = search_weight(
                     plan.search, plan.sections, variant.name, ds, docs.vectors,
-                    queries.vectors, depth, folder, run.reference[ds.name],
+                    queries.vectors, run.depth, folder, run.reference[ds.name],
                     run.judged[ds.name])
-            if sensitivity.measured(plan.sections, variant):  # #14: other batch compositions
+            # #14: other batch compositions (a variant that borrows a side is not re-encoded)
+            if encoder is not None and not sides.borrows and sensitivity.measured(
+                    plan.sections, variant):
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
                     plan.sections, variant, encoder, ds, run.reference[ds.name], folder, options,
-                    depth, show_progress, docs, queries)
+                    run.depth, run.show_progress, docs, queries)
     finally:
-        encoder.close()
+        if encoder is not None:
+            encoder.close()
     record.timings["total_s"] = time.perf_counter() - t0
     return record, parity_vectors
+
+
+def _encode_options(run: _Run, variant: SearchedVariant, ctx: BuildContext) -> dict[str, Any]:
+    """How :func:`encode_texts` batches and caches this variant's texts."""
+    cut = batching(variant, run.plan.batch_tokens, ctx.device)
+    return {"batch_tokens": cut.batch_tokens, "max_batch": cut.max_batch,
+            "length_sorted": cut.length_sorted, "cache": run.cache,
+            "chunk_size": run.plan.limits.cache_chunk,
+            # batch-dependent variants: batching is part of the cache key (#14)
+            "composition": cache_composition(variant)}
+
+
+def _encode_first(run: _Run, variant: SearchedVariant, ctx: BuildContext, encoder: Encoder,
+                  options: dict[str, Any], sides: SidePlan, record: VariantRecord,
+                  settings: EncodingSettings) -> np.ndarray | None:
+    """Ray's encoding of every side this variant encodes (into the cache), then the parity
+    preflight; returns the parity vectors."""
+    plan, separator = run.plan, run.plan.title_separator
+    if run.ray_exec is not None:  # fills the cache; the encode_texts calls then hit it
+        work = [(run.parity_texts, "document")] if plan.parity.enabled else []
+        for ds in run.datasets:
+            if not is_streamed(ds) and sides.encodes_documents:  # streamed: block by block
+                work.append((ds.corpus.texts_for_encoding(separator), "document"))
+            if sides.encodes_queries:
+                work.append((list(ds.queries.texts), "query"))
+        record.timings["ray"] = run.ray_exec.encode_variant(variant, ctx, encoder, work,
+                                                            options)
+    if not plan.parity.enabled:
+        return None
+    # Through the cache like everything else: a rerun recomputes nothing.
+    vectors = encode_texts(encoder, run.parity_texts, role="document", progress=False,
+                           **options).vectors
+    record.parity = _parity_entry(vectors, settings, run.parity_ref,
+                                  run.planned[variant.name], plan.parity)
+    return vectors
+
+
+def _sides(run: _Run, variant: SearchedVariant, engine: tuple[Any, ...], ds: Any
+           ) -> tuple[Any, Any]:
+    """The variant's documents and queries of ``ds``: borrowed (issue 31), or encoded
+    (``engine``: the encoder, its build context, encode options and the variant's record)."""
+    encoder, ctx, options, record = engine
+    planned = run.planned[variant.name]
+    separator, show = run.plan.title_separator, run.show_progress
+    docs: Any = run.lent.documents(planned.sides, ds, planned.where)
+    if docs is None:
+        assert encoder is not None  # the plan builds an engine for every encoded side
+        if is_streamed(ds):  # block by block into shards (evalq.execute.streamed)
+            hook = None if run.ray_exec is None else streamrun.ray_block_hook(
+                run.ray_exec, variant, ctx, encoder, options, record.timings["ray"])
+            docs = streamrun.encode_corpus(
+                encoder, ds.corpus, streamrun.shards_root(run.folder.root, ds.name,
+                                                          variant.name),
+                title_separator=separator, options=options, progress=show, before_block=hook)
+        else:
+            docs = encode_texts(encoder, ds.corpus.texts_for_encoding(separator),
+                                role="document", progress=show, **options)
+    queries: Any = run.lent.queries(planned.sides, ds)
+    if queries is None:
+        assert encoder is not None
+        queries = encode_texts(encoder, list(ds.queries.texts), role="query", progress=show,
+                               **options)
+    return docs, queries
 
 
 def probe_targets(plan: Plan) -> list[ProbeTarget]:
@@ -404,6 +451,8 @@ def parity_only(plan: Plan, *, texts: int = 32) -> bool:
     ref: tuple[np.ndarray, EncodingSettings] | None = None
     ok = True
     for planned in plan.variants:
+        if not planned.sides.builds_engine:  # borrows both sides: it has no engine
+            continue
         variant = planned.options
         model_path, settings = planned.model_folder(), planned.encoding_settings()
         ctx = BuildContext(model_path, settings, plan.work_dir / "logs",

@@ -13,7 +13,7 @@ no implementation, so an executor imports it and not the recipe.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from evalq.engines.options import EncoderVariant, LaunchCommand
 from evalq.plan.load import CapacitySection, LoadSection
 from evalq.plan.run import RunSections
 from evalq.plan.search import SearchPlan
+from evalq.plan.sides import SidePlan
 from evalq.plan.variant import SearchedVariant
 
 
@@ -97,6 +98,8 @@ class VariantPlan:
     tokens: str | None = None
     # The arithmetic it will run at on this machine (recipe.arithmetic)
     arithmetic: str | None = None
+    # Which sides it encodes and which it borrows, from where (issue 31: plan.sides)
+    sides: SidePlan = field(default_factory=SidePlan)
 
     def encoding_settings(self) -> EncodingSettings:
         """The settings the plan resolved (model defaults + recipe overrides): what every

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field, SerializeAsAny, field_validator
 
 from evalq.engines.options import EncoderVariant
+from evalq.plan.sides import StoredVectors
 from evalq.retrieve.kinds import KindOptions
 from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
 
@@ -25,6 +26,15 @@ class SearchedVariant(EncoderVariant):
     index: SerializeAsAny[KindOptions] | None = Field(
         default=None, description="a registered index kind's options, chosen by `kind:` "
         "(no `kind:` = faiss); see [Index kinds](index-kinds.md)")
+
+    # Borrowed sides (evalq.plan.sides): another variant's vectors, or vectors on disk.
+    documents: str | StoredVectors | None = Field(
+        default=None, description="take the document vectors from `reference`, an earlier "
+        "variant's name, or a vector file {path, ids}, instead of encoding them; see "
+        "[Keep your index](../keep-index.md)")
+    queries: str | None = Field(
+        default=None, description="take the query vectors from `reference` or an earlier "
+        "variant's name instead of encoding them")
 
     @field_validator("index", mode="before")
     @classmethod

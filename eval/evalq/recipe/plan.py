@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from evalq.recipe.arithmetic import planned_arithmetic
 from evalq.recipe.pipeline_budget import pipeline_budgets
 from evalq.recipe.plan_datasets import check_datasets, recipe_manifests
 from evalq.recipe.plan_search import plan_search
+from evalq.recipe.plan_sides import plan_sides
 from evalq.recipe.plan_variants import (
     Problems,
     cache_text,
@@ -152,6 +154,13 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
     selected = _selected_variants(recipe, only, problems)
     gate_plans = _plan_gates(recipe, problems)
     variant_plans = _plan_variants(recipe, selected, problems, detect, gate_plans, use_cache)
+    if any(v.documents is not None or v.queries is not None for v in selected):
+        sides = plan_sides(recipe, path, variant_plans, problems,
+                           streamed=_streamed_datasets(recipe, path),
+                           limits=(max_queries or recipe.max_queries,
+                                   max_docs or recipe.max_docs))
+        variant_plans = [replace(vp, sides=sides[vp.name]) if vp.name in sides else vp
+                         for vp in variant_plans]
     _check_streamed(recipe, path, selected, problems)
     search = plan_search(recipe, variant_plans, problems, max_queries=max_queries,
                          max_docs=max_docs, confirm_large=confirm_large)
@@ -300,7 +309,8 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
         dtype=variant.dtype, device=device, device_name=device_name, model_path=model_path,
         model_fingerprint=fingerprint, settings=settings, quantization=quant,
         vectors=variant.vectors.quantize + (f", {variant.vectors.dims} Matryoshka dims"
-                                            if variant.vectors.dims else ""),
+                                            if variant.vectors.dims else "")
+        + (", float queries" if variant.vectors.queries == "float" else ""),
         endpoint=endpoint,
         cached=cache_text(support, endpoint, use_cache), gates=gates, options=variant,
         where=".".join(map(str, vpath)), launch=launch_spec(recipe.load, variant.name),
@@ -347,6 +357,11 @@ def describe_plan(plan: Plan) -> str:
              f"  results: {plan.output}; cache: {plan.cache_dir or 'off'}",
              f"  host: {host_facts().describe()}"]
     for v in plan.variants:
+        if not v.sides.builds_engine:  # issue 31: both sides borrowed, nothing loads
+            lines.append(f"  {v.role} {v.name}: no engine, index vectors {v.vectors}")
+            lines.append(f"      {v.sides.describe()}")
+            lines += [f"      gate: {g}" for g in v.gates]
+            continue
         quant = v.quantization["method"] if v.quantization else "none"
         lines.append(f"  {v.role} {v.name}: load {v.model_path or v.endpoint} "
                      f"[{(v.model_fingerprint or '')[:12]}] on {v.backend}, {v.dtype}, "
@@ -361,6 +376,8 @@ def describe_plan(plan: Plan) -> str:
             lines.append(f"      tokens: {v.tokens}")
         if v.arithmetic:
             lines.append(f"      arithmetic: {v.arithmetic}")
+        if v.sides.borrows:
+            lines.append(f"      {v.sides.describe()}")
         lines.append(f"      cache: {v.cached}")
         for g in v.gates:
             lines.append(f"      gate: {g}")

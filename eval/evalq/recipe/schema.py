@@ -109,6 +109,13 @@ class Variant(SearchedVariant):
             raise ValueError(wrong)
         if self.vectors.rescore is not None and self.vectors.quantize == "none":
             raise ValueError("vectors.rescore needs vectors.quantize int8 or binary")
+        if self.vectors.queries == "float" and self.vectors.quantize == "none":
+            raise ValueError("vectors.queries: float scores float queries against quantized "
+                             "documents; it needs vectors.quantize int8 or binary")
+        if self.vectors.queries == "float" and self.vectors.rescore is not None:
+            raise ValueError("vectors.queries: float already scores every document with the "
+                             "float query (no quantized first stage to rescore); remove "
+                             "vectors.rescore")
         if self.searches_index and self.vectors.quantize != "none":
             raise ValueError("'index' and 'vectors.quantize' both compress the stored vectors; "
                              "use one (a FAISS factory such as 'Flat' + SQ8 / PQ covers both)")

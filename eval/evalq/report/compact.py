@@ -11,6 +11,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from evalq.report.pipelines import pipeline_views, print_pipelines
+from evalq.report.reuse import reuse_notes
 from evalq.report.runview import RunView, finite, host_text
 from evalq.report.verdict import candidate_verdicts, costs, gates_word, recommend
 
@@ -72,6 +73,8 @@ def print_compact(run: RunView, width: int = 100) -> None:
                 f"[{style}]{verdict}[/{style}]", _mib(c.weight_bytes), _mib(c.index_bytes),
                 c.throughput_text())
         console.print(table)
+    for text in reuse_notes(run):  # borrowed sides (issue 31): what a verdict certifies
+        console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
     for v in candidate_verdicts(run):
         for f in v.failures:
             where = f" ({f.dataset})" if len(run.datasets) > 1 else ""

@@ -44,6 +44,8 @@ def _metric_cell(entry: MetricEntry | None, confidence: float | None = None) -> 
 
 def _rate(encode: EncodeSection) -> str:
     docs = encode.documents
+    if docs is None and encode.reused and "documents" in encode.reused:
+        return "reused"  # issue 31: searched against another variant's or a file's vectors
     if docs is None or not docs.texts_per_s:
         return "cached"
     return f"{docs.texts_per_s:.0f}/s {(docs.tokens_per_s or 0) / 1000:.1f}k tok/s"

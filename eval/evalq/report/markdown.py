@@ -14,6 +14,7 @@ from typing import Any
 
 from evalq.report.losses import LOSS_HEADERS, LOSS_NOTE, loss_rows
 from evalq.report.pipelines import PipelineView, attribution_text, pipeline_views, verdict_text
+from evalq.report.reuse import reuse_notes
 from evalq.report.runview import RunView, finite, host_text
 from evalq.report.sweeps import SWEEP_HEADERS, SWEEP_NOTE, sweep_rows
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
@@ -73,6 +74,7 @@ def run_summary_markdown(run: RunView) -> str:
             lines.append(f"- **{md(v.name)}** · {md(f.gate)}{where} · *{md(f.verdict)}*: "
                          f"{md(f.reason)}")
         lines += ["", "</details>"]
+    lines += [f"- {md(text)}" for text in ["", *reuse_notes(run)][1:]]  # issue 31
     lines += _loss_lines(run)
     lines += _sweep_lines(run)
     for view in pipeline_views(summary):

@@ -19,6 +19,7 @@ from evalq.report.retrieval_sections import (
     plotly_go,
     variant_colour,
 )
+from evalq.report.reuse import reuse_notes
 from evalq.report.runview import RunView, finite
 from evalq.report.sections import section
 from evalq.report.verdict import candidate_verdicts, costs
@@ -209,6 +210,7 @@ def settings_section(run: RunView, page: Page) -> Markup:
                     "difference in pooling, normalization, truncation or prefixes is not "
                     "quantization, and the usual cause of a broken retrieval.</p>"),
              table(["variant", *keys], rows)]
+    parts += [note(text) for text in reuse_notes(run)]  # borrowed sides (issue 31)
     for name in names:
         info = run.summary_variant(name)
         differ = info.settings_differ if info is not None else None

@@ -43,10 +43,15 @@ class Costs:
     # that changes only its output vectors reuses another variant's embeddings (the same
     # encoder fingerprint) and was never timed itself.
     throughput_of: str | None = None
+    # Where a variant that encoded no document took them from (issue 31: ``documents:``),
+    # e.g. "variant fp32": it has no document throughput of its own.
+    documents_from: str | None = None
 
     def throughput_text(self) -> str:
         """docs/s as a table shows it: ``"cached"`` when nothing was timed, the encoder's
         own variant named when the figure is another variant's (``"11.0 (fp32)"``)."""
+        if self.documents_from is not None:
+            return f"reused ({self.documents_from.removeprefix('variant ')})"
         if self.throughput is None:
             return "cached"
         own = f"{self.throughput:.1f}"
@@ -113,7 +118,17 @@ def costs(run: RunView, variant: str) -> Costs:
     twin = None if throughput is not None else timed_twin(run, variant)
     if twin is not None:
         throughput = timed_throughput(run, twin)
-    return Costs(weight, index_total if any_index else None, throughput, rss, layout, twin)
+    return Costs(weight, index_total if any_index else None, throughput, rss, layout, twin,
+                 _documents_from(run, variant))
+
+
+def _documents_from(run: RunView, variant: str) -> str | None:
+    """The source of the documents a variant borrowed instead of encoding, if it did."""
+    for ds in run.datasets:
+        entry = run.entry(ds, variant)
+        if entry is not None and entry.encode.reused and "documents" in entry.encode.reused:
+            return entry.encode.reused["documents"]
+    return None
 
 
 def timed_throughput(run: RunView, variant: str) -> float | None:

@@ -155,11 +155,33 @@ class EncodeCounts(Part):
     batches: int
 
 
+class VectorProbe(Part):
+    """A vector file checked against today's stack before the run used it (issue 31):
+    ``texts`` sampled documents (``seed``) of its ``rows``, each compared with the
+    reference engine's vector of the same text."""
+
+    file: str
+    rows: int
+    texts: int
+    seed: int
+    min_cosine: float
+    lowest_cosine: float
+    mean_cosine: float
+    lowest_ids: list[str]
+    norm_tolerance: float
+    max_norm_difference: float | None
+    passed: bool
+
+
 class EncodeSection(Part):
-    """``encode`` of a variant on a dataset (empty when nothing was recorded)."""
+    """``encode`` of a variant on a dataset (empty when nothing was recorded). A side the
+    variant borrowed (issue 31) has no counts: ``reused`` says where it came from
+    (``variant fp32``, ``file vectors.npy``), and ``probe`` how a vector file was checked."""
 
     documents: EncodeCounts | None = None
     queries: EncodeCounts | None = None
+    reused: dict[str, str] | None = None
+    probe: VectorProbe | None = None
 
 
 # -- batch sensitivity (sensitivity.apply_sensitivity) ------------------------------------

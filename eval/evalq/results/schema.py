@@ -73,6 +73,7 @@ from evalq.results.parts import (
     SweepPoint,
     SweepSummary,
     VectorFidelity,
+    VectorProbe,
     Verdict,
 )
 from evalq.results.searchpart import SearchSummary
@@ -138,6 +139,7 @@ __all__ = [
     "VariantDatasetEntry",
     "VariantSummary",
     "VectorFidelity",
+    "VectorProbe",
     "Verdict",
     "json_schemas",
     "migrate",

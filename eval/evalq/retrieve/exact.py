@@ -67,9 +67,12 @@ class ExactIndex:
         quantize = spec.quantize if spec else "none"
         method = {"none": "IndexFlatIP", "int8": "IndexFlatIP over int8 codes",
                   "binary": "IndexBinaryFlat"}[quantize]
-        return IndexProof(kind="exact", exact=True, method=method,
-                          params={"quantize": quantize,
-                                  "rescore": spec.rescore if spec else None})
+        params: dict[str, Any] = {"quantize": quantize,
+                                  "rescore": spec.rescore if spec else None}
+        if spec is not None and spec.queries == "float":
+            method = "IndexFlatIP over the stored documents, float queries"
+            params["queries"] = "float"
+        return IndexProof(kind="exact", exact=True, method=method, params=params)
 
     def close(self) -> None:
         self._vectors = np.zeros((0, 0), dtype=np.float32)

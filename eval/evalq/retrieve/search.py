@@ -90,7 +90,11 @@ def search(
     else:
         stored = quantized if quantized is not None else quantize_documents(docs, spec)
         del docs  # from here on only what a deployment stores is searched
-        first_stage = _quantized_index(stored)
+        if spec.queries == "float":  # asymmetric: the float query · what is stored
+            first_stage = float_index(stored.stored_vectors(np.arange(n_docs)))
+            stored = None
+        else:
+            first_stage = _quantized_index(stored)
 
     for start in range(0, queries.shape[0], query_chunk):
         rows = slice(start, start + query_chunk)

@@ -38,6 +38,11 @@ not.
 reported as the ±1 inner product ``dim - 2 × hamming``. Rescoring scores the float query
 against ``2 × bit - 1``, which is all a binary index stores.
 
+**Asymmetric search** (``queries="float"``): the documents are stored as above, and the
+float query is scored directly against the stored representation (the dequantized int8
+vector, or ``2 × bit - 1``) over the whole corpus, with no quantized first stage: what a
+deployment that keeps its queries fp32 and only compresses its index ranks by.
+
 The float document vectors are never used after quantization: a deployment that keeps
 them would not need to quantize.
 """
@@ -50,6 +55,7 @@ from typing import Any, Literal
 import numpy as np
 
 VectorQuantization = Literal["none", "int8", "binary"]
+QuerySide = Literal["quantized", "float"]
 Calibration = Literal["minmax", "percentile"]
 
 _MIN_RELATIVE_WIDTH = 1e-3
@@ -61,13 +67,15 @@ class VectorSpec:
 
     ``rescore=r`` retrieves ``depth × r`` candidates with the quantized index and reorders
     them by the float query against the stored (quantized) documents; ``None`` keeps the
-    quantized scores.
+    quantized scores. ``queries="float"`` skips the quantized first stage: the float
+    query scores every stored document (asymmetric search).
     """
 
     quantize: VectorQuantization = "none"
     rescore: int | None = None
     calibration: Calibration = "minmax"
     percentile: float = 99.9
+    queries: QuerySide = "quantized"
 
     def __post_init__(self) -> None:
         if self.quantize not in ("none", "int8", "binary"):
@@ -80,6 +88,10 @@ class VectorSpec:
             raise ValueError(f"calibration must be minmax or percentile, got {self.calibration!r}")
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"percentile must be in (50, 100], got {self.percentile}")
+        if self.queries not in ("quantized", "float"):
+            raise ValueError(f"queries must be quantized or float, got {self.queries!r}")
+        if self.queries == "float" and (self.quantize == "none" or self.rescore is not None):
+            raise ValueError("queries='float' needs quantized documents and no rescoring")
 
     def bytes_per_vector(self, dim: int) -> int:
         if self.quantize == "int8":
@@ -112,6 +124,12 @@ class VectorSpec:
                 "candidate_scoring": "dim - 2·hamming(sign bits) (faiss IndexBinaryFlat)",
                 "rescoring": "float query · (2·bit - 1)" if self.rescore else None,
             }
+        if self.queries == "float":
+            stored = "dequantized int8" if self.quantize == "int8" else "(2·bit - 1)"
+            record |= {"queries": "float",
+                       "candidate_scoring": f"float query · {stored} document, every "
+                       "document (asymmetric, no quantized first stage)",
+                       "rescoring": None}
         return record
 
 
