@@ -42,7 +42,7 @@ def record(report_path: Path, searches: int) -> None:
         ratios[f"{key}: naive / search family-wise rate"] = (
             row["naive"]["rate"] / row["search"]["rate"] if row["search"]["rate"] else None)
     write_record(
-        "search-calibration",
+        "search_calibration",
         figures={"searches_per_population": searches, "rule": data["rule"],
                  "alpha": rates[0]["alpha"], "correlation": rates[0]["correlation"],
                  "grids": figures},
@@ -55,7 +55,7 @@ def record(report_path: Path, searches: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--searches", type=int, default=2000)
-    parser.add_argument("--json", type=Path, default=Path("results/search-calibration.json"))
+    parser.add_argument("--json", type=Path, default=Path("results/search_calibration.json"))
     args = parser.parse_args()
     print(search_calibration_report(searches=args.searches, json_path=args.json))
     record(args.json, args.searches)
