@@ -311,7 +311,8 @@ def _add_calibrate(cal: argparse.ArgumentParser) -> None:
 
 
 @register_command("calibrate", "simulate the gates' error rates on a results "
-                  "folder's per-query differences and a synthetic panel", _add_calibrate)
+                  "folder's per-query differences and a synthetic panel (--search: the "
+                  "grid search's family-wise false-pass rate)", _add_calibrate)
 def _calibrate(args: argparse.Namespace) -> int:
     if args.search:
         if args.results is not None:
