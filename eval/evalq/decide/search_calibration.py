@@ -29,8 +29,10 @@ on the same draws: the **naive** procedure (every configuration gated at full ``
 on all the queries, any pass kept: the multiple-comparisons trap) and the split **without
 a correction** (survivors confirmed at ``alpha`` each), which shows what Holm adds.
 
-Rates come with their 95 % Clopper–Pearson interval. Speed: the bootstrap is the cost, so
-each block of searches is one matrix of samples bootstrapped once
+Rates come with their 95 % Clopper–Pearson interval: every search draws its own queries,
+split and bootstrap resamples (shared by its configurations, as a real search's gates
+share one seed), so the searches are independent trials. Speed: the bootstrap is the
+cost, so each block of searches is one matrix of samples bootstrapped once
 (:func:`calibration.replicates`) and decided at every Holm level from the same replicates.
 """
 
@@ -159,8 +161,12 @@ def _block(grid: np.ndarray, margin: float, setting: Setting, seeds: Sequence[in
         full_rows.append(draw)
     explore, confirm, full = (np.concatenate(r) for r in (explore_rows, confirm_rows,
                                                           full_rows))
-    rep_e, rep_c, rep_f = (replicates(x, [count_matrix(rng, resamples, x.shape[1])])
-                           for x in (explore, confirm, full))
+    # One bootstrap per search, shared by its configurations (a real search's gates use
+    # one seed), so the simulated searches are independent and the interval on their
+    # rate is honest.
+    rep_e, rep_c, rep_f = (
+        replicates(x, [count_matrix(rng, resamples, x.shape[1]) for _ in seeds])
+        for x in (explore, confirm, full))
     alpha = setting.alpha
     explore_v = _decide(rep_e, margin, alpha)
     # Holm decides at alpha / k for k survivors left: every level it can ask for.
