@@ -101,3 +101,13 @@ def test_markdown_has_the_table_and_the_recommendation(tmp_path: Path) -> None:
     assert "❌ failed" in marks[names[4]]
     assert "➖ not confirmed" in marks["fp32/binary/384"]
     assert HOSTILE not in text
+
+
+def test_a_search_with_no_survivor_says_so(tmp_path: Path) -> None:
+    data = search_summary(None)
+    data["search"]["survivors"] = 0
+    for point in data["search"]["points"]:
+        point["explore"], point["mark"], point["alpha"] = "fail", "not confirmed", None
+    text = run_summary_markdown(RunView.of(tmp_path, search_manifest(), data))
+    assert "no survivor to confirm" in text and "/0" not in text
+    assert text.count("➖ not confirmed") == 6

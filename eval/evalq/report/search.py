@@ -30,11 +30,14 @@ def error_control_line(search: SearchSummary) -> str:
     """The split and the correction in one sentence, with the resulting per-test level."""
     split = search.split
     k = search.survivors
-    first = f"{search.alpha / k:.3g}" if k else "—"
-    return (f"explore {split.explore_queries} / confirm {split.confirm_queries} queries, "
-            f"seed {split.seed}, {search.correction.capitalize()} over {k} survivor"
-            f"{'s' if k != 1 else ''}, family-wise α = {search.alpha:g}, first-round "
-            f"per-test α = {search.alpha:g}/{k} = {first}")
+    head = (f"explore {split.explore_queries} / confirm {split.confirm_queries} queries, "
+            f"seed {split.seed}, ")
+    if k == 0:
+        return head + (f"no survivor to confirm (every point failed on the explore "
+                       f"queries), family-wise α = {search.alpha:g}")
+    return head + (f"{search.correction.capitalize()} over {k} survivor"
+                   f"{'s' if k != 1 else ''}, family-wise α = {search.alpha:g}, first-round "
+                   f"per-test α = {search.alpha:g}/{k} = {search.alpha / k:.3g}")
 
 
 def recommendation_text(search: SearchSummary) -> str:
