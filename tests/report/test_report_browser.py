@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from search_summaries import HOSTILE, write_search_folder
 
 from evalq.app.cli import main
 from evalq.report.contents import registered
@@ -192,4 +193,34 @@ def test_history_page_renders(report_runs, browser, tmp_path: Path) -> None:
                             ".map(t => t.textContent)")
     assert "gate threshold" in legends
     assert page.locator("section#runs tbody tr").count() == 2
+    page.close()
+
+
+def test_search_frontier_plot_renders(browser, tmp_path: Path) -> None:
+    """A grid search's section (issue 31): the frontier plot drawn with a legend entry per
+    mark, the frontier line and the labelled recommendation; a hostile point name stays
+    text."""
+    run = write_search_folder(tmp_path / "search-run")
+    loaded = open_report(browser, _report(run, tmp_path / "search.html"))
+    _assert_clean(loaded)
+    page = loaded.page
+    section = page.locator("section#search")
+    assert section.is_visible() and page.locator("nav a[href='#search']").count() == 1
+    assert section.locator("div.plot .main-svg").count() > 0
+    legends = section.evaluate("s => Array.from(s.querySelectorAll('.legendtext'))"
+                               ".map(t => t.textContent)")
+    for name in ("certified (2)", "failed (1)", "inconclusive (1)", "not confirmed (2)",
+                 "Pareto frontier", "recommendation: int8-w/int8/384"):
+        assert name in legends
+    # one drawn marker per point (6) plus the star; the frontier as one line
+    points = section.evaluate("s => s.querySelectorAll('.scatterlayer .point').length")
+    assert points == 6 + 1
+    assert section.evaluate("s => s.querySelectorAll('.scatterlayer .js-line').length") >= 1
+    notes = section.evaluate("s => Array.from(s.querySelectorAll('.annotation-text'))"
+                             ".map(t => t.textContent)")
+    assert "int8-w/int8/384" in notes
+    text = section.inner_text()
+    assert "Holm over 4 survivors" in text and HOSTILE in text  # shown as text
+    assert page.evaluate("typeof window.__xss") == "undefined" and loaded.dialogs == []
+    _not_blank(section.screenshot())
     page.close()

@@ -31,7 +31,7 @@ from evalq.core.redact import redact
 from evalq.core.version import __version__
 from evalq.data.manifest import list_datasets
 from evalq.engines.registry import BACKENDS
-from evalq.execute.calibrate import calibrate_report
+from evalq.execute.calibrate import calibrate_report, search_calibration_report
 from evalq.execute.evaluate import parity_only
 from evalq.execute.load.command import replan, run_load
 from evalq.recipe.plan import build_plan, results_folder
@@ -306,11 +306,23 @@ def _add_calibrate(cal: argparse.ArgumentParser) -> None:
     cal.add_argument("results", type=Path, nargs="?", help="results folder (optional)")
     cal.add_argument("--trials", type=int, default=2000)
     cal.add_argument("--json", type=Path, help="also write the table as JSON")
+    cal.add_argument("--search", action="store_true",
+                     help="simulate the grid search's family-wise false-pass rate instead")
+    cal.add_argument("--searches", type=int, default=2000,
+                     help="simulated searches per population (with --search)")
 
 
 @register_command("calibrate", "simulate the gates' error rates on a results "
-                  "folder's per-query differences and a synthetic panel", _add_calibrate)
+                  "folder's per-query differences and a synthetic panel (--search: the "
+                  "grid search's family-wise false-pass rate)", _add_calibrate)
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.search:
+        if args.results is not None:
+            raise InputError(message="--search simulates synthetic grids; it reads no "
+                             "results folder", field="RESULTS_DIR",
+                             fix="run 'evalq calibrate --search' without a folder")
+        print(search_calibration_report(searches=args.searches, json_path=args.json))
+        return EXIT_OK
     sections = stored_sections_of(args.results) if args.results is not None else None
     print(calibrate_report(args.results, sections, trials=args.trials, json_path=args.json))
     return EXIT_OK

@@ -130,8 +130,11 @@ def synthetic_panel(seed: int = 20261130, size: int = 5000) -> list[Population]:
     return panel
 
 
-def _count_matrix(rng: np.random.Generator, resamples: int, n: int) -> np.ndarray:
-    """How often each of n positions is drawn, per bootstrap resample (resamples × n)."""
+def count_matrix(rng: np.random.Generator, resamples: int, n: int) -> np.ndarray:
+    """How often each of n positions is drawn, per bootstrap resample (resamples × n).
+
+    Public because the search's calibration (:mod:`evalq.decide.search_calibration`)
+    bootstraps its simulated gates the same way."""
     index = rng.integers(0, n, size=(resamples, n)) + (np.arange(resamples) * n)[:, None]
     return np.bincount(index.ravel(), minlength=resamples * n).reshape(resamples, n).astype(
         np.float64)
@@ -142,17 +145,27 @@ def _rate_bound(nonzero: int, n: int, alpha: float) -> float:
     return intervals.nonzero_rate_bound(nonzero, n, alpha)
 
 
-def simulate(
-    samples: np.ndarray,
-    margin: float,
-    rules: Sequence[Rule],
-    confidence: float,
-    counts: Sequence[np.ndarray],
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Run every rule on every row of ``samples`` (trials × n): (passed, failed) per
-    rule. ``counts`` are draw-count matrices, one per block of trials."""
+@dataclass(frozen=True)
+class Replicates:
+    """What every rule needs from a block of simulated samples (trials × n), computed
+    once: the moments, the bootstrap replicates and the sparse-data facts. The bootstrap
+    is the cost of a simulation; deciding the same samples at several confidences (a
+    Holm step-down does) reuses it through :func:`outcomes`."""
+
+    n: int
+    estimate: np.ndarray
+    se: np.ndarray
+    nonzero: np.ndarray
+    constant: np.ndarray
+    boot_means: np.ndarray
+    boot_se: np.ndarray
+    accel: np.ndarray
+
+
+def replicates(samples: np.ndarray, counts: Sequence[np.ndarray]) -> Replicates:
+    """The moments and bootstrap replicates of every row of ``samples`` (trials × n).
+    ``counts`` are draw-count matrices (:func:`count_matrix`), one per block of trials."""
     trials, n = samples.shape
-    alpha = (1.0 - confidence) / 2.0
     estimate = samples.mean(axis=1)
     sd = samples.std(axis=1, ddof=1)
     se = sd / math.sqrt(n)
@@ -178,19 +191,42 @@ def simulate(
     den = np.sum(centred**2, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         accel = np.where(den > 0, np.sum(centred**3, axis=1) / (6.0 * den**1.5), 0.0)
-    sparse_low = -np.array([_rate_bound(int(k), n, alpha) for k in nonzero])
+    return Replicates(n, estimate, se, nonzero, constant, boot_means, boot_se, accel)
+
+
+def outcomes(rep: Replicates, margin: float, rules: Sequence[Rule],
+             confidence: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every rule's (passed, failed) per row at ``confidence``, by the gate's own code
+    (:func:`evalq.decide.intervals.bounds` and :func:`evalq.decide.gate.drop_outcome`);
+    a row neither passed nor failed is inconclusive."""
+    trials, n = rep.estimate.size, rep.n
+    alpha = (1.0 - confidence) / 2.0
+    sparse_low = -np.array([_rate_bound(int(k), n, alpha) for k in rep.nonzero])
     df = np.full(trials, float(n - 1))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     lows: dict[str, np.ndarray] = {}
     for rule in rules:
         if rule.method not in lows:
-            low, _ = intervals.bounds(rule.method, confidence, estimate, se, df, boot_means,
-                                      boot_se, accel)
+            low, _ = intervals.bounds(rule.method, confidence, rep.estimate, rep.se, df,
+                                      rep.boot_means, rep.boot_se, rep.accel)
             # Constant samples: every method's interval is the constant (intervals.interval).
-            lows[rule.method] = np.where(constant, estimate, low)
-        out[rule.name] = drop_outcome(estimate, lows[rule.method], np.full(trials, n), nonzero,
-                                      constant, margin, rule.min_nonzero, sparse_low)
+            lows[rule.method] = np.where(rep.constant, rep.estimate, low)
+        out[rule.name] = drop_outcome(rep.estimate, lows[rule.method], np.full(trials, n),
+                                      rep.nonzero, rep.constant, margin, rule.min_nonzero,
+                                      sparse_low)
     return out
+
+
+def simulate(
+    samples: np.ndarray,
+    margin: float,
+    rules: Sequence[Rule],
+    confidence: float,
+    counts: Sequence[np.ndarray],
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Run every rule on every row of ``samples`` (trials × n): (passed, failed) per
+    rule. ``counts`` are draw-count matrices, one per block of trials."""
+    return outcomes(replicates(samples, counts), margin, rules, confidence)
 
 
 def calibrate(
@@ -216,7 +252,7 @@ def calibrate(
             moved["null"] = np.zeros_like(pop.values)
         for n in sizes:
             rng = np.random.default_rng([seed, p_index, n])
-            counts = [_count_matrix(rng, resamples, n) for _ in range(blocks)]
+            counts = [count_matrix(rng, resamples, n) for _ in range(blocks)]
             draw = rng.integers(0, pop.values.size, size=(trials, n))
             rates: dict[str, dict[str, np.ndarray]] = {}
             for scenario, values in moved.items():

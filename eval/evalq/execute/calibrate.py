@@ -24,6 +24,9 @@ from evalq.decide.calibration import (
     table,
 )
 from evalq.decide.gate import paired_values
+from evalq.decide.search_calibration import Setting, simulate_search
+from evalq.decide.search_calibration import report as search_report
+from evalq.decide.search_calibration import table as search_table
 from evalq.plan.gates import gate_spec
 from evalq.plan.run import RunSections
 from evalq.results.folder import RunFolder
@@ -95,3 +98,31 @@ def calibrate_report(results: Path | None, sections: RunSections | None = None, 
         table(cells), "", detail(cells, ["percentile", DEFAULT_RULE.name]),
         f"default {DEFAULT_RULE.name} within bound on every population for n >= 50: "
         f"{default_ok}"])
+
+
+# The grids the search's calibration simulates: the issue's sizes (18 and 30 points), at
+# 100 confirm queries and, for the larger grid, at 300.
+SEARCH_SETTINGS = (Setting(18), Setting(30), Setting(30, queries=600))
+
+
+def search_calibration_report(*, searches: int = 2000, resamples: int = 499,
+                              json_path: Path | None = None) -> str:
+    """`evalq calibrate --search`: the grid search's family-wise false-pass rate under the
+    least favourable null, with the naive and uncorrected procedures as contrasts
+    (:mod:`evalq.decide.search_calibration`), as text; the JSON written when asked for."""
+    if searches < 50:
+        raise InputError(message=f"--searches {searches} is too few to estimate a 2.5% rate",
+                         field="--searches", fix="use --searches 2000 (the default) or at "
+                         "least 50")
+    if json_path is not None:
+        atomicio.check_output_location(json_path, folder=False, field="--json")
+    rates = []
+    for setting in SEARCH_SETTINGS:
+        rates += simulate_search(synthetic_panel(), setting, searches=searches,
+                                 resamples=resamples)
+    if json_path is not None:
+        atomicio.write_json(json_path, search_report(rates))
+    return "\n".join([
+        f"family-wise false pass = a run certifying any point when every point's true drop "
+        f"is exactly the margin; {searches} searches per population; 95% Clopper-Pearson "
+        "intervals", search_table(rates)])

@@ -15,6 +15,7 @@ from evalq.report import (
     pipeline_sections,
     retrieval_cost_sections,
     retrieval_sections,
+    search_sections,
     sweep_sections,
 )
 from evalq.report.runview import RunView
@@ -22,7 +23,8 @@ from evalq.report.sections import Section, all_sections, kinds_of
 
 # The built-in kinds' section modules, in the order their kinds appear in a report.
 BUILTIN: tuple[ModuleType, ...] = (retrieval_sections, retrieval_cost_sections,
-                                   loss_sections, sweep_sections, pipeline_sections)
+                                   loss_sections, sweep_sections, pipeline_sections,
+                                   search_sections)
 
 
 def sections_for(run: RunView) -> list[Section]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evalq.report import search as search_view
 from evalq.report.losses import LOSS_HEADERS, LOSS_NOTE, loss_rows
 from evalq.report.pipelines import PipelineView, attribution_text, pipeline_views, verdict_text
 from evalq.report.reuse import reuse_notes
@@ -77,6 +78,7 @@ def run_summary_markdown(run: RunView) -> str:
     lines += [f"- {md(text)}" for text in ["", *reuse_notes(run)][1:]]  # issue 31
     lines += _loss_lines(run)
     lines += _sweep_lines(run)
+    lines += _search_lines(run)
     for view in pipeline_views(summary):
         lines += _pipeline_lines(view)
     for w in summary.warnings if summary is not None else []:
@@ -103,6 +105,30 @@ def _sweep_lines(run: RunView) -> list[str]:
             "| " + " | ".join(SWEEP_HEADERS) + " |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
             *("| " + " | ".join(md(c) for c in r.cells()) + " |" for r in rows)]
+
+
+SEARCH_ICON = {"certified": "✅ certified", "failed": "❌ failed",
+               "inconclusive": "⚠️ inconclusive", "not confirmed": "➖ not confirmed"}
+
+
+def _search_lines(run: RunView) -> list[str]:
+    """A grid search: the recommendation, the split and error control, the table of
+    points (frontier first, cheapest first)."""
+    search = run.summary.search if run.summary is not None else None
+    if search is None:
+        return []
+    align = "|" + "".join("---:|" if i in search_view.NUMERIC else "---|"
+                          for i in range(len(search_view.HEADERS)))
+    rows = []
+    for p in search_view.ordered_points(search):
+        cells = search_view.point_cells(p, search)
+        cells[8] = SEARCH_ICON[p.mark]
+        rows.append("| " + " | ".join(md(c) for c in cells) + " |")
+    control = search_view.error_control_line(search)
+    return ["", "### Grid search", "",
+            f"**Search recommendation**: {md(search_view.recommendation_text(search))}", "",
+            f"{md(control)} · {md(search_view.encodings_line(search))}", "",
+            "| " + " | ".join(search_view.HEADERS) + " |", align, *rows]
 
 
 PIPELINE_ICON = {"pass": "✅ pass", "fail": "❌ failed", "inconclusive": "⚠️ inconclusive",
