@@ -17,8 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from evalq.app.cli import main as evalq_main
 from evalq.decide.calibration import DEFAULT_RULE
-from evalq.execute.calibrate import calibrate_command
 from record import write_record
 
 PEER_RULE = "percentile"  # the gate's rule before the default: the peer of the record
@@ -56,7 +56,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--json", type=Path, default=Path("results/calibration.json"))
     args = parser.parse_args()
-    code = calibrate_command(args.results, trials=args.trials, json_path=args.json)
+    folder = [str(args.results)] if args.results is not None else []
+    code = evalq_main(["calibrate", *folder, "--trials", str(args.trials),
+                       "--json", str(args.json)])
     record(args.json, args.trials, args.results)
     return code
 
