@@ -31,6 +31,7 @@ Marks: ``certified`` (passed in the confirm family), ``failed`` and ``inconclusi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -77,7 +78,8 @@ def split_queries(query_ids: Sequence[str], *, seed: int, explore_fraction: floa
             f"{1 - explore_fraction:g} leave {n_explore} to explore and {n_confirm} to "
             f"confirm; confirming needs at least {min_confirm}",
             field=f"{where}.explore",
-            fix=f"use more queries (max_queries, at least {min_confirm * 2}) or lower "
+            fix=f"use more queries (max_queries, at least "
+            f"{math.ceil(min_confirm / (1 - explore_fraction))} at this split) or lower "
             "search.split.explore")
     order = np.random.default_rng(seed).permutation(len(ids))
     explore = tuple(sorted(ids[i] for i in order[:n_explore]))
