@@ -82,13 +82,13 @@ class VllmServerReranker:
         self.model_path = Path(model_path)
         self.dtype, self.quantization, self.record = launch.dtype, launch.quantization, record
         self._model_fingerprint = model_fingerprint(self.model_path)
-        self.on_cpu = on_cpu_host()  # the server runs on this host
         self.server = VllmServer(
             self.model_path, settings=encoding if kind == "bi-encoder" else None,
             log_dir=log_dir,
             launch=replace(launch, max_model_len=settings.max_length)).start()
         style = "score" if route.endswith("/score") else "rerank-api"
         try:
+            self.on_cpu = on_cpu_host()  # the server runs on this host
             self.client = HttpReranker(
                 self.server.url, style=style, model=self.server.served_model_name,
                 activation=settings.activation, max_length=settings.max_length,

@@ -338,8 +338,8 @@ class VllmServerEncoder:
         self.settings = settings
         self.server = VllmServer(model_path, settings=settings, log_dir=log_dir,
                                  launch=launch).start()
-        identity = served_identity(model_path, launch, on_cpu=on_cpu_host())
         try:
+            identity = served_identity(model_path, launch, on_cpu=on_cpu_host())
             self.client = OpenAIEncoder(
                 self.server.url,
                 self.server.served_model_name,
