@@ -125,14 +125,31 @@ _CLOSE_THE_EMBEDDING_ENGINE = ("test_vllm_rerank.py", "test_vllm_rerank_server.p
 _WHOLE_RUN_FIXTURES = ("report_runs", "pipeline_run")
 
 
+# The test that kills the session's vLLM server (the mid-run death case): it runs right
+# after the last other test using the `vllm_server` fixture, wherever that test's folder
+# sorts (tests/execute/test_certify.py verifies against the server after
+# tests/engines/test_vllm_server.py was collected).
+_KILLS_THE_VLLM_SERVER = "test_server_killed_mid_run_then_rerun_resumes"
+
+
+def _kill_test_after_the_server_users(items: list) -> None:
+    kill = [i for i, item in enumerate(items) if item.name == _KILLS_THE_VLLM_SERVER]
+    users = [i for i, item in enumerate(items)
+             if "vllm_server" in getattr(item, "fixturenames", ())
+             and item.name != _KILLS_THE_VLLM_SERVER]
+    if kill and users and users[-1] > kill[0]:
+        items.insert(users[-1], items.pop(kill[0]))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark the tests of whole-run fixtures; move the reranker-engine modules to the end,
-    keeping every other order as collected."""
+    keeping every other order as collected; kill the vLLM server after its last user."""
     for item in items:
         if any(f in getattr(item, "fixturenames", ()) for f in _WHOLE_RUN_FIXTURES):
             item.add_marker(pytest.mark.model)
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name in _CLOSE_THE_EMBEDDING_ENGINE)
+    _kill_test_after_the_server_users(items)
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +169,8 @@ def vllm_engine(vllm_engine_pool, minilm_path: Path, minilm_settings):
 def vllm_server(minilm_path: Path, minilm_settings, tmp_path_factory):
     """The session's one ``VllmServerEncoder`` (a real api_server child process).
 
-    ``tests/engines/test_vllm_server.py`` kills it in its last test (the mid-run death case);
+    ``tests/engines/test_vllm_server.py`` kills it in its last test (the mid-run death case),
+    which runs after every other test using this fixture (pytest_collection_modifyitems);
     close() is idempotent and reaps what is left.
     """
     from evalq.engines.vllm_server import ServerLaunch, VllmServerEncoder

@@ -8,6 +8,7 @@ these tests give the same answers on an AVX2-only and an AVX-512 CPU.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from evalq.engines.quantize.onnx_graph import OnnxGraph
 from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
 from evalq.engines.vllm_engine import VllmEngineEncoder
 from evalq.engines.vllm_rerank import VllmEngineReranker
+from evalq.engines.vllm_rerank_server import VllmServerReranker
+from evalq.engines.vllm_server import ServerLaunch, served_identity
 from evalq.report.junit import host_properties, to_junit
 from evalq.report.runview import class_warning
 
@@ -56,11 +59,42 @@ def torch_encoder(record: QuantizationRecord, device: str = "cpu") -> InProcessE
     return enc
 
 
-def vllm_encoder(dtype: str, on_cpu: bool = True) -> VllmEngineEncoder:
+def vllm_encoder(dtype: str, on_cpu: bool = True,
+                 model: Path = Path("model")) -> VllmEngineEncoder:
     enc = object.__new__(VllmEngineEncoder)
     enc.dtype, enc.quantization, enc.on_cpu, enc.dimensions = dtype, None, on_cpu, None
-    enc.settings, enc._model_fingerprint = EncodingSettings(), "weights"
+    enc.settings, enc._model_fingerprint, enc.model_path = EncodingSettings(), "weights", model
     return enc
+
+
+def checkpoint(folder: Path, quantized: bool) -> Path:
+    """A model folder whose config.json declares a quantization (as evalq's W8A8
+    compressed-tensors checkpoint does) or none; the weights fingerprint reads it too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": "bert"}
+    if quantized:
+        config["quantization_config"] = {"quant_method": "compressed-tensors"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+class VllmServerKey:
+    """The cache key of a vLLM server evalq starts (``served_identity``, which
+    ``VllmServerEncoder`` hands its client), without starting one."""
+
+    def __init__(self, model: Path, dtype: str, on_cpu: bool = True) -> None:
+        self.model, self.launch, self.on_cpu = model, ServerLaunch(dtype=dtype), on_cpu
+
+    def fingerprint(self) -> str:
+        return served_identity(self.model, self.launch, on_cpu=self.on_cpu)
+
+
+def vllm_server_reranker(dtype: str, model: Path, on_cpu: bool = True) -> VllmServerReranker:
+    rr = object.__new__(VllmServerReranker)
+    rr.kind, rr.dtype, rr.quantization, rr.on_cpu = "cross-encoder", dtype, None, on_cpu
+    rr.settings, rr._model_fingerprint, rr.model_path = RerankSettings(), "weights", model
+    return rr
 
 
 def torch_reranker(record: QuantizationRecord, dtype: str = "float32") -> CrossEncoderReranker:
@@ -74,7 +108,7 @@ def torch_reranker(record: QuantizationRecord, dtype: str = "float32") -> CrossE
 def vllm_reranker(dtype: str, on_cpu: bool = True) -> VllmEngineReranker:
     rr = object.__new__(VllmEngineReranker)
     rr.kind, rr.dtype, rr.quantization, rr.on_cpu = "cross-encoder", dtype, None, on_cpu
-    rr.settings, rr._model_fingerprint = RerankSettings(), "weights"
+    rr.settings, rr._model_fingerprint, rr.model_path = RerankSettings(), "weights", Path("m")
     return rr
 
 
@@ -113,6 +147,27 @@ def keys_under_two_classes(monkeypatch: pytest.MonkeyPatch, key: Any) -> tuple[s
 def test_another_numerics_class_changes_int8_keys_and_not_fp32_keys(
         monkeypatch: pytest.MonkeyPatch, make: Any, isa_dependent: bool) -> None:
     model = make()
+    before, after = keys_under_two_classes(monkeypatch, model.fingerprint)
+    assert (before != after) is isa_dependent
+
+
+@pytest.mark.parametrize(("make", "isa_dependent"), [
+    # a vLLM server evalq starts on this host keys its vectors as the engine does
+    (lambda m: VllmServerKey(checkpoint(m, False), "bfloat16"), True),
+    (lambda m: VllmServerKey(checkpoint(m, False), "float32"), False),
+    (lambda m: VllmServerKey(checkpoint(m, True), "float32"), True),  # W8A8 checkpoint
+    (lambda m: VllmServerKey(checkpoint(m, True), "float32", on_cpu=False), False),
+    (lambda m: vllm_encoder("float32", model=checkpoint(m, True)), True),
+    (lambda m: vllm_server_reranker("bfloat16", checkpoint(m, False)), True),
+    (lambda m: vllm_server_reranker("float32", checkpoint(m, False)), False),
+    (lambda m: vllm_server_reranker("float32", checkpoint(m, True)), True),
+    (lambda m: vllm_server_reranker("bfloat16", checkpoint(m, False), on_cpu=False),
+     False),
+])
+def test_vllm_servers_and_quantized_checkpoints_key_by_class_below_fp32(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, make: Any,
+        isa_dependent: bool) -> None:
+    model = make(tmp_path / "model")
     before, after = keys_under_two_classes(monkeypatch, model.fingerprint)
     assert (before != after) is isa_dependent
 

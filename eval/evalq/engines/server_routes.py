@@ -28,6 +28,7 @@ class ServerRoutes:
 
     operations: list[str] = field(default_factory=list)  # "POST /embeddings" (openapi.json)
     models: list[str] = field(default_factory=list)  # ids from /v1/models or /models
+    owners: list[str] = field(default_factory=list)  # their owned_by ("vllm" for vLLM)
     info_model: str | None = None  # TEI / Infinity /info model id
     answered: list[str] = field(default_factory=list)  # listing routes that answered 200
 
@@ -65,6 +66,13 @@ def _model_ids(body: Any) -> list[str]:
     return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
 
 
+def _owners(body: Any) -> list[str]:
+    data = body.get("data") if isinstance(body, dict) else body
+    if not isinstance(data, list):
+        return []
+    return [str(m["owned_by"]) for m in data if isinstance(m, dict) and m.get("owned_by")]
+
+
 def server_routes(client: httpx.Client) -> ServerRoutes:
     """Read the routes and models a server answers (best effort, short timeouts)."""
     routes = ServerRoutes()
@@ -79,16 +87,31 @@ def server_routes(client: httpx.Client) -> ServerRoutes:
                 routes.operations.append(f"POST {path}")
         break
     for listing in ("/v1/models", "/models"):
-        ids = _model_ids(_get(client, listing))
+        body = _get(client, listing)
+        ids = _model_ids(body)
         if ids:
             routes.answered.append(listing)
             routes.models = sorted(set(routes.models) | set(ids))
+            routes.owners = sorted(set(routes.owners) | set(_owners(body)))
     info = _get(client, "/info")
     if isinstance(info, dict):
         routes.answered.append("/info")
         model = info.get("model_id") or info.get("model")
         routes.info_model = str(model) if model else None
     return routes
+
+
+def own_truncation_fields(url: str) -> dict[str, Any]:
+    """Request fields that let a client see how a server truncates by itself.
+
+    vLLM refuses an input longer than its ``--max-model-len`` unless the request asks it
+    to truncate; ``truncate_prompt_tokens: -1`` asks it to truncate at that limit, which
+    is what a deployment that truncates does. Other servers truncate (or refuse) without
+    being asked and may refuse fields they do not know, so they get none."""
+    root = url.rstrip("/").removesuffix("/v1")
+    with httpx.Client(base_url=root) as client:
+        routes = server_routes(client)
+    return {"truncate_prompt_tokens": -1} if "vllm" in routes.owners else {}
 
 
 def _embedding_routes(routes: ServerRoutes) -> list[str]:

@@ -145,4 +145,5 @@ SPEC = BackendSpec(BACKEND_NAME, "embedding", "engine", build_vllm_encoder,
                    self_batching=("embedding",), batch_dependence=batch_dependence,
                    load_api="openai", aliases=("vllm-engine", "vllm-server"),
                    cache_key="chunks keyed by weights fingerprint (of the W8A8 checkpoint "
-                   "when quantized), dtype, vLLM quantization, settings, texts")
+                   "when quantized), dtype, vLLM quantization, numerics class (16-bit and "
+                   "quantized on CPU), settings, texts")

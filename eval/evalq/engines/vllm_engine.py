@@ -57,6 +57,27 @@ def on_cpu_host() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def checkpoint_quantized(model_path: str | Path) -> bool:
+    """Whether a checkpoint declares its own quantization (``quantization_config`` in its
+    ``config.json``: evalq's W8A8 compressed-tensors, AWQ, GPTQ), which vLLM applies
+    without ``--quantization``."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("quantization_config"))
+
+
+def cpu_numerics_dependent(on_cpu: bool, dtype: str, quantization: str | None,
+                           model_path: str | Path) -> bool:
+    """Whether vLLM's numbers belong to one numerics class (``core.host``): on a CPU host,
+    16-bit dtypes and quantized kernels (vLLM's ``--quantization`` or a quantized
+    checkpoint) are chosen by instruction set. fp32 keeps one key across classes, as the
+    in-process fp32 model does (summation order only); a GPU is not a CPU class."""
+    return on_cpu and (dtype != "float32" or bool(quantization)
+                       or checkpoint_quantized(model_path))
+
+
 def _model_fingerprint(model_path: Path) -> str:
     return model_fingerprint(model_path)
 
@@ -182,8 +203,8 @@ class VllmEngineEncoder:
                 **({"dimensions": self.dimensions} if self.dimensions is not None else {}),
                 # On a CPU host, 16-bit and quantized kernels are chosen by instruction
                 # set (core.host): such vectors belong to one numerics class.
-                **({"numerics": numerics_key()} if self.on_cpu and (
-                    self.dtype != "float32" or self.quantization) else {}),
+                **({"numerics": numerics_key()} if cpu_numerics_dependent(
+                    self.on_cpu, self.dtype, self.quantization, self.model_path) else {}),
             },
             sort_keys=True,
         ).encode()

@@ -39,7 +39,7 @@ from evalq.engines.reranker import (
     served_fingerprint,
 )
 from evalq.engines.spec import BackendSpec
-from evalq.engines.vllm_engine import shutdown_llm
+from evalq.engines.vllm_engine import cpu_numerics_dependent, shutdown_llm
 from evalq.engines.vllm_rerank_server import VllmServerReranker
 from evalq.engines.vllm_server import ServerLaunch, engine_flags
 
@@ -91,8 +91,9 @@ class VllmEngineReranker:
     def fingerprint(self) -> str:
         return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
                                   self.quantization, self.settings,
-                                  isa_dependent=self.on_cpu and (
-                                      self.dtype != "float32" or bool(self.quantization)))
+                                  isa_dependent=cpu_numerics_dependent(
+                                      self.on_cpu, self.dtype, self.quantization,
+                                      self.model_path))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),

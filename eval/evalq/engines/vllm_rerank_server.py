@@ -34,6 +34,7 @@ from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.core.weights import model_fingerprint
 from evalq.engines.rerank_http import HttpReranker
 from evalq.engines.reranker import RerankSettings, described_quantization, served_fingerprint
+from evalq.engines.vllm_engine import cpu_numerics_dependent, on_cpu_host
 from evalq.engines.vllm_server import DEFAULT_LAUNCH, ServerLaunch, VllmServer
 
 BACKEND_NAME = "vllm-server"
@@ -87,6 +88,7 @@ class VllmServerReranker:
             launch=replace(launch, max_model_len=settings.max_length)).start()
         style = "score" if route.endswith("/score") else "rerank-api"
         try:
+            self.on_cpu = on_cpu_host()  # the server runs on this host
             self.client = HttpReranker(
                 self.server.url, style=style, model=self.server.served_model_name,
                 activation=settings.activation, max_length=settings.max_length,
@@ -104,7 +106,10 @@ class VllmServerReranker:
     def fingerprint(self) -> str:
         # Not the client's: its URL carries a port that changes with every start.
         return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
-                                  self.quantization, self.settings)
+                                  self.quantization, self.settings,
+                                  isa_dependent=cpu_numerics_dependent(
+                                      self.on_cpu, self.dtype, self.quantization,
+                                      self.model_path))
 
     def describe(self) -> dict[str, Any]:
         client = self.client.describe()

@@ -36,12 +36,18 @@ import httpx
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.core.host import numerics_key
 from evalq.core.values import EncodingSettings
 from evalq.core.weights import model_fingerprint
 from evalq.engines.devices import check_current_vllm
 from evalq.engines.openai_http import OpenAIEncoder
 from evalq.engines.process_group import log_tail, pick_child_setup, stop_group, wait_healthy
-from evalq.engines.vllm_engine import VLLM_POOLING, on_cpu_host, vllm_pooler_config_dict
+from evalq.engines.vllm_engine import (
+    VLLM_POOLING,
+    cpu_numerics_dependent,
+    on_cpu_host,
+    vllm_pooler_config_dict,
+)
 
 BACKEND_NAME = "vllm-server"
 _LIVE: weakref.WeakSet[VllmServer] = weakref.WeakSet()
@@ -299,6 +305,18 @@ class VllmServer:
         self.close()
 
 
+def served_identity(model_path: str | Path, launch: ServerLaunch, *, on_cpu: bool) -> str:
+    """The cache identity of the vectors of a server evalq starts on this host: the
+    weights, dtype and quantization (not the port, which changes with every start), and on
+    a CPU below fp32 or quantized the numerics class, as the engine's key has it
+    (``vllm_engine.cpu_numerics_dependent``)."""
+    blob = {"backend": BACKEND_NAME, "model": model_fingerprint(model_path),
+            "dtype": launch.dtype, "quantization": launch.quantization}
+    if cpu_numerics_dependent(on_cpu, launch.dtype, launch.quantization, model_path):
+        blob["numerics"] = numerics_key()
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class VllmServerEncoder:
     """Starts a :class:`VllmServer` and encodes through it with an :class:`OpenAIEncoder`."""
 
@@ -320,16 +338,8 @@ class VllmServerEncoder:
         self.settings = settings
         self.server = VllmServer(model_path, settings=settings, log_dir=log_dir,
                                  launch=launch).start()
-        identity = json.dumps(
-            {
-                "backend": BACKEND_NAME,
-                "model": model_fingerprint(model_path),
-                "dtype": launch.dtype,
-                "quantization": launch.quantization,
-            },
-            sort_keys=True,
-        )
         try:
+            identity = served_identity(model_path, launch, on_cpu=on_cpu_host())
             self.client = OpenAIEncoder(
                 self.server.url,
                 self.server.served_model_name,
@@ -342,7 +352,7 @@ class VllmServerEncoder:
                 dimensions=dimensions,
                 extra_fields=fields,
                 tokenizer_path=model_path,
-                identity=hashlib.sha256(identity.encode()).hexdigest()[:16],
+                identity=identity,
             )
         except BaseException:
             self.server.close()

@@ -16,7 +16,8 @@ recorded beside it. A deployment inside the tolerance matches; outside it, the c
 name what differs (the class, an engine version, the weights).
 
 Only in-process engines (``inprocess``, ``onnx``, ``openvino``) are certified here; a
-served variant is left out with a note.
+served variant is left out with a note. A certificate is verified against a served
+endpoint too (``url``): its raw replies are compared, normalization included.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from evalq.encode.parity import pick_parity_texts
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.options import EncoderVariant
+from evalq.engines.server_routes import own_truncation_fields
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.verify_causes import compare, cosines
 from evalq.plan.types import Plan
@@ -220,8 +222,10 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
            model: str | None = None) -> Verification:
     """Encode the certificate's probe set (``cert``: :func:`read_certificate`) with this
     machine's engine, or with the OpenAI-compatible endpoint at ``url`` (serving ``model``;
-    default: the certified model's folder name, as the recipe's ``http.model`` would), and
-    compare. ``plan``: the certified variant's, from the recipe the certificate stores
+    default: the certified model's path, as a recipe without ``http.model`` sends), and
+    compare. A vLLM endpoint is asked to truncate at its own limit (it refuses longer
+    texts otherwise); no other field is sent, so what it serves is its own defaults.
+    ``plan``: the certified variant's, from the recipe the certificate stores
     (the app builds it)."""
     name, identity, probe_part = cert["variant"], cert["identity"], cert["probe"]
     options = cert.get("options") or {}
@@ -231,6 +235,8 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
         http={"url": url, **({"model": model} if model else {})})
     with _encoder(plan, name, options.get("max_queries"),
                   options.get("max_docs"), served=served) as (encoder, settings, _, weights):
+        if url is not None:  # what the deployment does by itself, long texts included
+            encoder.extra_fields.update(own_truncation_fields(url))
         vectors = _embed(encoder, settings, probe)
     stored = np.asarray(probe_part["vectors"], dtype=np.float32)
     tolerance = float(cert["tolerance"]["max_one_minus_cosine"])
