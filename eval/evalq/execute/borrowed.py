@@ -16,7 +16,7 @@ naming the file, the lowest cosine and the ids; the probe's figures go into the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ def encode_record(docs: Any, queries: Any) -> dict[str, Any]:
         if isinstance(encoded, Borrowed):
             reused[side] = encoded.source
         else:
-            out[side] = asdict(encoded.stats)
+            out[side] = encoded.stats.model_dump()
     if reused:
         out["reused"] = reused
     if isinstance(docs, Borrowed) and docs.probe is not None:

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalq.core.encodestats import EncodeStats
+
 Figure = float | int | bool | str | None
 Verdict = Literal["pass", "fail", "inconclusive", "ungated"]
 
@@ -137,24 +139,6 @@ class SweepSummary(Part):
     cheapest: float | int | None = None
 
 
-class EncodeCounts(Part):
-    """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
-
-    texts: int
-    tokens: int
-    seconds_computing: float
-    texts_per_s: float | None
-    tokens_per_s: float | None
-    n_cached: int
-    n_computed: int
-    chunks_cached: int
-    chunks_computed: int
-    n_unique: int
-    tokens_computed: int
-    padded_tokens: int
-    batches: int
-
-
 class VectorProbe(Part):
     """A vector file checked against today's stack before the run used it (issue 31):
     ``texts`` sampled documents (``seed``) of its ``rows``, each compared with the
@@ -178,8 +162,8 @@ class EncodeSection(Part):
     variant borrowed (issue 31) has no counts: ``reused`` says where it came from
     (``variant fp32``, ``file vectors.npy``), and ``probe`` how a vector file was checked."""
 
-    documents: EncodeCounts | None = None
-    queries: EncodeCounts | None = None
+    documents: EncodeStats | None = None
+    queries: EncodeStats | None = None
     reused: dict[str, str] | None = None
     probe: VectorProbe | None = None
 

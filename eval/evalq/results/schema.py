@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, ValidationError, field_validator
 
 from evalq.core import atomicio
+from evalq.core.encodestats import EncodeStats
 from evalq.core.errors import InputError
 from evalq.results.hostpart import HostPart
 from evalq.results.parts import (
@@ -42,7 +43,6 @@ from evalq.results.parts import (
     CosineStats,
     Dependence,
     DepthCost,
-    EncodeCounts,
     EncodeSection,
     Fidelity,
     Figure,
@@ -93,8 +93,8 @@ __all__ = [
     "DatasetSummary",
     "Dependence",
     "DepthCost",
-    "EncodeCounts",
     "EncodeSection",
+    "EncodeStats",
     "Fidelity",
     "Figure",
     "FirstStageCost",
