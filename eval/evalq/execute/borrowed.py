@@ -107,7 +107,8 @@ def probe_file(vectors: np.ndarray, reference: np.ndarray, ids: list[str],
     cos = np.sum(ref_c * mine_c, axis=1) / np.maximum(
         np.linalg.norm(ref_c, axis=1) * np.linalg.norm(mine_c, axis=1), 1e-12)
     lowest = np.argsort(cos, kind="stable")[:3]
-    record = {"file": file, "rows": len(ids), "texts": len(sample), "seed": options.seed,
+    record: dict[str, Any] = {
+              "file": file, "rows": len(ids), "texts": len(sample), "seed": options.seed,
               "min_cosine": options.min_cosine, "lowest_cosine": float(cos.min()),
               "mean_cosine": float(cos.mean()),
               "lowest_ids": [ids[sample[i]] for i in lowest],

@@ -15,11 +15,18 @@ from evalq.results.hostpart import HostPart
 
 
 class Check(Protocol):
-    gate: str
-    passed: bool
-    verdict: str
-    reason: str
-    figures: Mapping[str, object]
+    """A decided check (``core.gates.GateCheck``); read-only, so frozen ones are too."""
+
+    @property
+    def gate(self) -> str: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def figures(self) -> Mapping[str, object]: ...
 
 
 class Verdict(Protocol):
