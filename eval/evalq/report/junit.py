@@ -8,30 +8,10 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Mapping
 
+from evalq.core.gates import VariantGate
 from evalq.results.hostpart import HostPart
-
-
-class Check(Protocol):
-    """A decided check (``core.gates.GateCheck``); read-only, so frozen ones are too."""
-
-    @property
-    def gate(self) -> str: ...
-    @property
-    def passed(self) -> bool: ...
-    @property
-    def verdict(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def figures(self) -> Mapping[str, object]: ...
-
-
-class Verdict(Protocol):
-    @property
-    def checks(self) -> Sequence[Check]: ...
 
 
 def _figure(value: object) -> object:
@@ -55,7 +35,7 @@ def host_properties(host: HostPart | None) -> dict[str, str]:
     return {k: str(v) for k, v in props.items() if v not in (None, "")}
 
 
-def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict],
+def _suite(root: ET.Element, name: str, verdicts: Mapping[str, VariantGate],
            properties: Mapping[str, str]) -> tuple[int, int]:
     cases = [(label, check) for label, gate in verdicts.items() for check in gate.checks]
     failures = sum(1 for _, check in cases if not check.passed)
@@ -78,8 +58,8 @@ def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict],
     return len(cases), failures
 
 
-def to_junit(verdicts: Mapping[str, Verdict], suite_name: str = "evalq",
-             pipelines: Mapping[str, Verdict] | None = None,
+def to_junit(verdicts: Mapping[str, VariantGate], suite_name: str = "evalq",
+             pipelines: Mapping[str, VariantGate] | None = None,
              host: HostPart | None = None) -> str:
     """``verdicts`` by variant; ``pipelines`` by the label `evalq gate` prints
     (``pipeline dense-ce pydocs fp32+dyn-int8@5``), written as ``<suite_name>.pipelines``;
