@@ -115,7 +115,7 @@ screenshot: install chromium
 # bench/vllm.py kept `vllm` first-party here and not in CI), then the rules between the
 # package's parts ([tool.importlinter] in pyproject.toml).
 # The parts the type checker covers ([tool.mypy] in pyproject.toml holds its settings).
-MYPY_PACKAGES := core decide results recipe report plan
+MYPY_PACKAGES := core decide results recipe report plan execute app
 
 lint: install
 	$(BIN)/ruff check --no-cache eval tests bench docs scripts

@@ -27,6 +27,7 @@ from evalq.engines.vllm_rerank_server import VllmServerReranker
 from evalq.engines.vllm_server import ServerLaunch, served_identity
 from evalq.report.junit import host_properties, to_junit
 from evalq.report.runview import class_warning
+from evalq.results.hostpart import HostPart
 
 INT8 = QuantizationRecord("ort-dynamic-int8", 8, 1000, {"per_channel": True})
 FP32 = QuantizationRecord("none", 32, 4000)
@@ -192,10 +193,11 @@ def test_class_warning_names_each_folders_class() -> None:
 
 
 def test_junit_carries_the_host_as_suite_properties() -> None:
-    facts = {**host.host_facts().as_dict(), "isa_caps": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    facts = HostPart.model_validate(
+        {**host.host_facts().as_dict(), "isa_caps": {"ONEDNN_MAX_CPU_ISA": "AVX2"}})
     props = host_properties(facts)
-    assert props["evalq.host.numerics_class"] == facts["numerics_class"]
+    assert props["evalq.host.numerics_class"] == facts.numerics_class
     assert props["evalq.host.isa_caps.ONEDNN_MAX_CPU_ISA"] == "AVX2"
     xml = to_junit({}, host=facts)
-    assert f'name="evalq.host.numerics_class" value="{facts["numerics_class"]}"' in xml
+    assert f'name="evalq.host.numerics_class" value="{facts.numerics_class}"' in xml
     assert "<properties>" not in to_junit({})  # an old folder: no host, no properties

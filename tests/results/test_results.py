@@ -129,6 +129,48 @@ def test_a_damaged_manifest_is_exit_2_naming_the_field(report_runs, tmp_path: Pa
     assert "manifest.json" in err and "'variants.fp32.role'" in err
 
 
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda m: m["variants"]["fp32"]["backend"].update(dtype=16), "variants.fp32.backend.dtype"),
+    (lambda m: m["variants"]["fp32"]["timings"].update(peak_rss_mb="a lot"),
+     "variants.fp32.timings.peak_rss_mb"),
+    (lambda m: m["environment"].update(cpu_count="many"), "environment.cpu_count"),
+    (lambda m: m["model"].update(path=["a"]), "model.path"),
+])
+def test_a_damaged_open_record_is_exit_2_when_the_manifest_is_read(
+        report_runs, tmp_path: Path, capsys, edit, field: str) -> None:
+    """What a report reads of an open record (a backend description, timings, the
+    environment) is checked as the file is parsed: a value of the wrong type is a
+    damaged file named with its field, not a TypeError in a report section (exit 3)."""
+    import shutil
+
+    from evalq.app.cli import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(report_runs.small, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert str(folder / "manifest.json") in err and f"'{field}'" in err
+
+
+def test_damaged_texts_are_exit_2_naming_the_file(report_runs, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(report_runs.small, folder)
+    texts = sorted((folder / "texts").glob("*.json"))
+    assert texts, "the report fixture stores texts/"
+    data = json.loads(texts[0].read_text())
+    assert RunFolder(folder).read_texts(texts[0].stem) is not None
+    data["queries"] = {"q1": 7}
+    texts[0].write_text(json.dumps(data))
+    with pytest.raises(InputError) as info:
+        RunFolder(folder).read_texts(texts[0].stem)
+    assert str(texts[0]) in str(info.value) and "'queries.q1'" in str(info.value)
+
+
 def test_schema_version_must_be_a_number(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps({"schema_version": "1"}))
     with pytest.raises(InputError, match="not a version number"):

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from evalq.app import console
 from evalq.app.api import run  # the Python API's run: one code path for both
@@ -43,7 +44,7 @@ EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's default exit code is 2 as well
+    def error(self, message: str) -> NoReturn:  # argparse's default exit code is 2 as well
         self.print_usage(sys.stderr)
         self.exit(EXIT_BAD_INPUT, f"evalq: error: {message}\n")
 
@@ -169,13 +170,13 @@ def _dispatch_mapped(args: argparse.Namespace) -> int:
         if user is not None:
             print(f"evalq: error: {user}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        return _bug(exc, failure)
+        return _bug(exc)
     except Exception as exc:
-        return _bug(exc, failure)
+        return _bug(exc)
 
 
-def _bug(exc: BaseException, failure) -> int:  # type: ignore[no-untyped-def]
-
+def _bug(exc: BaseException) -> int:
+    """evalq's own bug: the traceback goes to a crash log, and the exit is 3."""
     log = getattr(exc, "evalq_crash_log", None) or failure.write_crash_log(exc)
     where = f"the traceback is in {log}" if log else "no log could be written"
     print(redact(f"evalq: internal error (a bug in evalq, not in your input): "

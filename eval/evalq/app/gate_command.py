@@ -51,7 +51,7 @@ def gate_command(results: str | Path, *, junit: str | Path | None = None,
             atomicio.write_text(junit, to_junit(done.verdicts,
                                                 suite_name=f"evalq.{done.recipe_name}",
                                                 pipelines=done.pipeline_verdicts,
-                                                host=done.manifest.get("host")))
+                                                host=folder.read_manifest().host))
         except OSError as exc:
             raise InputError(message=f"cannot write the JUnit report ({exc.strerror})",
                              file=junit, field="--junit",

@@ -246,7 +246,7 @@ def _yaml(key: str, value: Any) -> str:
     non-ASCII in user strings escaped by it, never by string formatting)."""
     # allow_unicode=False: non-ASCII is escaped ("\x85"); written raw, a NEL read back as
     # a space (found by the long fuzz tier). Each value must come back as it went in.
-    text = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=False,
+    text: str = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=False,
                           default_flow_style=False, width=100).rstrip("\n")
     if yaml.safe_load(text) != {key: value}:
         raise InputError(message=f"{value!r} cannot be written to the recipe's '{key}' "

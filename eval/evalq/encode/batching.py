@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from evalq.core.encodestats import EncodeStats
 from evalq.core.errors import InputError
 from evalq.core.protocols import Encoder
 from evalq.core.values import vector_problem
@@ -44,32 +45,6 @@ Role = Literal["query", "document"]
 # Bump when the chunking or key layout changes, so old cache files are never misread.
 # v2: chunk files carry a checksum trailer (embcache).
 _KEY_FORMAT = "evalq-embed-chunk-v2"
-
-
-@dataclass(frozen=True)
-class EncodeStats:
-    """Counts and throughput of one :func:`encode_texts` call.
-
-    ``texts`` and ``tokens`` cover every input text; ``n_cached + n_computed`` equals
-    ``n_unique`` (duplicates are embedded once). Rates cover the computed texts only and
-    are ``None`` when nothing was computed (a fully cached call has no throughput).
-    ``padded_tokens`` is the token slots the computed batches occupied, so
-    ``tokens_computed / padded_tokens`` is the packing efficiency.
-    """
-
-    texts: int
-    tokens: int
-    seconds_computing: float
-    texts_per_s: float | None
-    tokens_per_s: float | None
-    n_cached: int
-    n_computed: int
-    chunks_cached: int
-    chunks_computed: int
-    n_unique: int
-    tokens_computed: int
-    padded_tokens: int
-    batches: int
 
 
 @dataclass(frozen=True)
@@ -293,7 +268,7 @@ class _Counters:
         return EncodeStats(
             texts=n_texts,
             tokens=tokens,
-            seconds_computing=self.seconds,
+            seconds_computing=float(self.seconds),
             texts_per_s=self.n_computed / self.seconds if rate else None,
             tokens_per_s=self.tokens_computed / self.seconds if rate else None,
             n_cached=self.n_cached,
@@ -301,8 +276,8 @@ class _Counters:
             chunks_cached=self.chunks_cached,
             chunks_computed=self.chunks_computed,
             n_unique=len(unique_lengths),
-            tokens_computed=self.tokens_computed,
-            padded_tokens=self.padded_tokens,
+            tokens_computed=int(self.tokens_computed),
+            padded_tokens=int(self.padded_tokens),
             batches=self.batches,
         )
 

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from evalq.core.encodestats import EncodeStats
 from evalq.core.errors import InputError
-from evalq.encode.batching import EncodeStats, encode_texts, length_order, pack_batches
+from evalq.encode.batching import encode_texts, length_order, pack_batches
 from evalq.encode.cache import EmbeddingCache
 from evalq.encode.composition import cache_composition
 from evalq.encode.scorecache import ScoreCache, pair_key

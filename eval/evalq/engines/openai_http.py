@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 import numpy as np
 
@@ -81,6 +81,21 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return (vectors / norms).astype(np.float32, copy=False)
 
 
+class HttpClientArgs(TypedDict, total=False):
+    """What a served embedding backend hands on to :class:`HttpEncoderBase` unchanged:
+    the encoding settings, the key's variable, retries and timeouts, concurrency, the
+    tokenizer that counts tokens and the folder of server probes (defaults there)."""
+
+    settings: Required[EncodingSettings]
+    api_key_env: str | None
+    timeout_s: float
+    retries: int
+    backoff_s: float
+    concurrency: int
+    tokenizer_path: str | Path | None
+    probe_store: str | Path | None
+
+
 class HttpEncoderBase:
     """What every encoder over an HTTP embedding server shares: the client, token counts,
     route listing, batching over concurrent requests, the server's identity and close.
@@ -93,8 +108,13 @@ class HttpEncoderBase:
     backend: str
 
     def __init__(self, url: str, route: str, *, settings: EncodingSettings,
-                 api_key_env: str | None, policy: RetryPolicy, concurrency: int,
-                 tokenizer_path: str | Path | None, probe_store: str | Path | None) -> None:
+                 api_key_env: str | None = None, timeout_s: float = 120.0, retries: int = 3,
+                 backoff_s: float = 0.5, concurrency: int = 4,
+                 tokenizer_path: str | Path | None = None,
+                 probe_store: str | Path | None = None) -> None:
+        """The arguments every served embedding backend takes, with their defaults; a
+        subclass takes its own and hands these on as :class:`HttpClientArgs`."""
+        policy = RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
         self.url = url.rstrip("/")
         self.route = "/" + route.lstrip("/")
         self.settings = settings
@@ -141,20 +161,13 @@ class OpenAIEncoder(HttpEncoderBase):
         url: str,
         model: str,
         *,
-        settings: EncodingSettings,
-        api_key_env: str | None = None,
-        timeout_s: float = 120.0,
-        retries: int = 3,
-        backoff_s: float = 0.5,
-        concurrency: int = 4,
         max_batch: int = 64,
         dimensions: int | None = None,
         encoding_format: EncodingFormat | None = None,
         extra_fields: Mapping[str, Any] | None = None,
-        tokenizer_path: str | Path | None = None,
         identity: str | None = None,
         route: str | None = None,
-        probe_store: str | Path | None = None,
+        **common: Unpack[HttpClientArgs],
     ) -> None:
         """``identity`` keys the embedding cache (default: url + model); a server started on
         a random port passes the weights' fingerprint instead so reruns hit the cache.
@@ -166,10 +179,7 @@ class OpenAIEncoder(HttpEncoderBase):
             if url.rstrip("/").endswith("/v1"):
                 url = url.rstrip("/")[: -len("/v1")]
             route = "/v1/embeddings"
-        super().__init__(
-            url, route, settings=settings, api_key_env=api_key_env,
-            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
-            concurrency=concurrency, tokenizer_path=tokenizer_path, probe_store=probe_store)
+        super().__init__(url, route, **common)
         self.model = model
         self.max_batch = max_batch
         self.dimensions = dimensions

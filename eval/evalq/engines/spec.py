@@ -103,7 +103,7 @@ class BackendSpec:
     self_batching: tuple[str, ...] = ()
     batch_dependence: Callable[[Any], BatchDependence] | None = None
     ray: bool = False
-    load_api: str | None = None
+    load_api: Literal["openai", "tei"] | None = None
     http_probe: bool = False
     aliases: tuple[str, ...] = ()
     cache_key: str = SERVER_CACHE_KEY

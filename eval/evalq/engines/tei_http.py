@@ -13,17 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.core.protocols import Encoder
-from evalq.core.values import EncodingSettings
 from evalq.engines.context import BuildContext
-from evalq.engines.http_common import RetryPolicy
-from evalq.engines.openai_http import HttpEncoderBase
+from evalq.engines.openai_http import HttpClientArgs, HttpEncoderBase
 from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.replies import parse_tei_reply
 from evalq.engines.spec import REMOTE_SERVER, BackendSpec
@@ -52,24 +49,14 @@ class TeiEncoder(HttpEncoderBase):
         self,
         url: str,
         *,
-        settings: EncodingSettings,
-        api_key_env: str | None = None,
-        timeout_s: float = 120.0,
-        retries: int = 3,
-        backoff_s: float = 0.5,
-        concurrency: int = 4,
         max_batch: int | None = None,
         prompt_name: str | None = None,
-        tokenizer_path: str | Path | None = None,
         route: str | None = None,
-        probe_store: str | Path | None = None,
+        **common: Unpack[HttpClientArgs],
     ) -> None:
         """``max_batch`` defaults to (and is capped by) the server's max_client_batch_size;
         ``route`` is the native embed path (default ``/embed``)."""
-        super().__init__(
-            url, route or "/embed", settings=settings, api_key_env=api_key_env,
-            policy=RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
-            concurrency=concurrency, tokenizer_path=tokenizer_path, probe_store=probe_store)
+        super().__init__(url, route or "/embed", **common)
         self.prompt_name = prompt_name
         info = self._http.get_json("/info")
         if not isinstance(info, dict):

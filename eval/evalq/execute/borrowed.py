@@ -16,7 +16,7 @@ naming the file, the lowest cosine and the ids; the probe's figures go into the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,8 @@ def probe_file(vectors: np.ndarray, reference: np.ndarray, ids: list[str],
     cos = np.sum(ref_c * mine_c, axis=1) / np.maximum(
         np.linalg.norm(ref_c, axis=1) * np.linalg.norm(mine_c, axis=1), 1e-12)
     lowest = np.argsort(cos, kind="stable")[:3]
-    record = {"file": file, "rows": len(ids), "texts": len(sample), "seed": options.seed,
+    record: dict[str, Any] = {
+              "file": file, "rows": len(ids), "texts": len(sample), "seed": options.seed,
               "min_cosine": options.min_cosine, "lowest_cosine": float(cos.min()),
               "mean_cosine": float(cos.mean()),
               "lowest_ids": [ids[sample[i]] for i in lowest],
@@ -138,7 +139,7 @@ def encode_record(docs: Any, queries: Any) -> dict[str, Any]:
         if isinstance(encoded, Borrowed):
             reused[side] = encoded.source
         else:
-            out[side] = asdict(encoded.stats)
+            out[side] = encoded.stats.model_dump()
     if reused:
         out["reused"] = reused
     if isinstance(docs, Borrowed) and docs.probe is not None:

@@ -38,7 +38,7 @@ from evalq.data.manifest import load_datasets
 from evalq.encode.parity import pick_parity_texts
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
-from evalq.engines.options import EncoderVariant
+from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.server_routes import own_truncation_fields
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.verify_causes import compare, cosines
@@ -232,7 +232,7 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
     probe = list(zip(probe_part["roles"], probe_part["texts"], strict=True))
     served = None if url is None else EncoderVariant(
         name=f"{name}-served", backend="openai",
-        http={"url": url, **({"model": model} if model else {})})
+        http=HttpOptions(url=url, model=model) if model else HttpOptions(url=url))
     with _encoder(plan, name, options.get("max_queries"),
                   options.get("max_docs"), served=served) as (encoder, settings, _, weights):
         if url is not None:  # what the deployment does by itself, long texts included

@@ -153,8 +153,9 @@ def _prepare(plan: Plan, *, progress: bool | None, executor: str | None,
     ray_exec = open_executor(plan.executor, recipe_path, executor, address)
     max_queries, max_docs = plan.limits.max_queries, plan.limits.max_docs
     datasets = load_datasets(list(plan.dataset_specs), recipe_path, max_queries, max_docs)
-    for d in datasets if plan.search is not None else []:  # before anything is encoded
-        refuse_short_split(plan.search, len(d.queries), d.name)
+    for d in datasets:  # before anything is encoded
+        if plan.search is not None:
+            refuse_short_split(plan.search, len(d.queries), d.name)
     depth = plan.depth  # metric cutoffs, gates and pipeline depths: what `evalq plan` prints
     out_dir = plan.output
     folder = RunFolder(out_dir)

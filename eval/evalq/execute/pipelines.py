@@ -363,18 +363,18 @@ def _evaluate(plan: Plan, spec: PipelineSpec, ds: Any, runs: list[FirstStageRun]
                                         for m in fid_measures},
                            "drift": pooled_drift(pair), "first_stage": f0}
             per_combo[(f0, r)].update(align(fid, judged_ids))
-        for (f, r), values in per_combo.items():
+        for (f, r), columns in per_combo.items():
             kind = ("reference" if (f, r) == ref_key else "retriever" if r == r0
                     else "reranker" if f == f0 else "both")
             if (f, r) != ref_key and ref_measures:
                 agreement = evaluate_reference(rankings[(f, r)], rankings[ref_key], ref_measures)
-                values.update(align(agreement, judged_ids))
+                columns.update(align(agreement, judged_ids))
             name = combo_name(f, r, depth)
-            folder.write_per_query(ds.name, name, PerQuery(judged_ids, values))
+            folder.write_per_query(ds.name, name, PerQuery(judged_ids, columns))
             entry: dict[str, Any] = {
                 "first_stage": f, "reranker": r, "depth": depth, "kind": kind,
                 "first_stage_recall": mean_entry(fs_recall[f], s),
-                "metrics": {m: mean_entry(values[m], s) for m in names}}
+                "metrics": {m: mean_entry(columns[m], s) for m in names}}
             if kind != "reference":
                 failed.extend(_judge(entry, spec, name, per_combo, (f, r), (f0, r0),
                                      names, ref_measures, s))

@@ -29,18 +29,19 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evalq.core.encodestats import EncodeStats
 from evalq.core.names import inside
 from evalq.core.ranking import Ranking
 from evalq.data.streamed import StreamedCorpus
 from evalq.data.streaming import return_freed_memory
 from evalq.data.vectors import ShardWriter, open_shards, release_pages
-from evalq.encode.batching import EncodeStats, encode_texts
+from evalq.encode.batching import encode_texts
 from evalq.measure.reference import VectorAgreement, vector_agreement
 from evalq.retrieve.shards import search_shards
 
@@ -96,8 +97,8 @@ def encode_corpus(encoder: Any, corpus: StreamedCorpus, root: Path, *,
 def add_stats(a: EncodeStats, b: EncodeStats) -> EncodeStats:
     """Two blocks' encoding counts as one. ``n_unique`` adds up, so a text repeated in two
     blocks counts twice there (it is embedded once per block)."""
-    summed = {f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(EncodeStats)
-              if f.name not in ("texts_per_s", "tokens_per_s")}
+    summed = {f: getattr(a, f) + getattr(b, f) for f in EncodeStats.model_fields
+              if f not in ("texts_per_s", "tokens_per_s")}
     rate = summed["seconds_computing"] > 0 and summed["n_computed"] > 0
     seconds = summed["seconds_computing"]
     return EncodeStats(**summed,

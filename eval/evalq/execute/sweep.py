@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from evalq.core.gates import GateSpec
+from evalq.core.gates import GateSpec, Outcome
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
 from evalq.decide.summary_stats import align
@@ -105,12 +105,12 @@ class Tested:
 
     value: float
     p50_ms: float | None
-    verdict: str
+    verdict: Outcome
     tested: bool
     certified: bool
 
 
-def fixed_sequence(values: Sequence[float], verdicts: Sequence[str],
+def fixed_sequence(values: Sequence[float], verdicts: Sequence[Outcome],
                    p50_ms: Sequence[float | None]) -> tuple[list[Tested], float | None]:
     """Each value (given in increasing order, i.e. least accurate first) tested from the
     last to the first, stopping at the first whose verdict is not ``pass``; and the

@@ -32,7 +32,8 @@ class Comparison:
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.sum(a * b, axis=1) / np.where(norms == 0, 1.0, norms)
+    out: np.ndarray = np.sum(a * b, axis=1) / np.where(norms == 0, 1.0, norms)
+    return out
 
 
 def _dimensions(served: np.ndarray, certified: np.ndarray, tolerance: float) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -171,7 +171,7 @@ def _build(text: str, canonical: str, params_text: str | None, cutoff: int | Non
     return Measure(family=canonical, cutoff=cutoff, params=tuple(sorted(params.items())))
 
 
-def parse_measures(texts: list[str]) -> list[Measure]:
+def parse_measures(texts: Iterable[str]) -> list[Measure]:
     seen: dict[Measure, None] = {}
     for t in texts:
         seen.setdefault(parse_measure(t), None)

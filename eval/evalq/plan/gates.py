@@ -83,14 +83,21 @@ def validate_gate(spec: GateSpec) -> Measure:
 
 class GateRule(Protocol):
     """A gate as a recipe writes it: ``GateConfig`` (embedding gates) and
-    ``PipelineGate`` (pipeline gates) both are one."""
+    ``PipelineGate`` (pipeline gates) both are one. Read-only members, so a gate whose
+    ``against`` is a narrower Literal (frozen pydantic fields) is one too."""
 
-    metric: str
-    against: str
-    max_drop: str | float | None
-    min: float | None
-    stat: Literal["mean", "p1", "min"]
-    confidence: float | None
+    @property
+    def metric(self) -> str: ...
+    @property
+    def against(self) -> str: ...
+    @property
+    def max_drop(self) -> str | float | None: ...
+    @property
+    def min(self) -> float | None: ...
+    @property
+    def stat(self) -> Literal["mean", "p1", "min"]: ...
+    @property
+    def confidence(self) -> float | None: ...
 
 
 def gate_spec(cfg: GateConfig | GateRule, default_confidence: float,

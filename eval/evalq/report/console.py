@@ -44,7 +44,7 @@ def _metric_cell(entry: MetricEntry | None, confidence: float | None = None) -> 
 
 def _rate(encode: EncodeSection) -> str:
     docs = encode.documents
-    if docs is None and encode.reused and "documents" in encode.reused:
+    if docs is None and encode.reused is not None and encode.reused.documents is not None:
         return "reused"  # issue 31: searched against another variant's or a file's vectors
     if docs is None or not docs.texts_per_s:
         return "cached"
@@ -133,7 +133,7 @@ def print_run_table(run: RunView, wide: bool = False) -> None:
             row += [_fmt(ref_metrics[m].value if m in ref_metrics else None)
                     for m in reference_metrics]
             row += [_rate(v.encode), _mib(info.weight_bytes if info else None),
-                    _mib((v.index or {}).get("bytes"))]
+                    _mib(v.index_record.bytes if v.index_record else None)]
             gate = v.gate
             row.append("" if gate is None else "ungated" if info and info.verdict == "ungated"
                        else "[green]pass[/green]" if gate.passed else "[red]FAIL[/red]")

@@ -18,6 +18,7 @@ from evalq.core.errors import InputError
 from evalq.report.html import Page, note, plot_text, table
 from evalq.report.runview import RunView, class_warning, finite
 from evalq.report.verdict import candidate_verdicts, costs
+from evalq.results.parts import GateFigures
 
 _STATUS_CSS = {"ship": "pass", "fail": "fail", "inconclusive": "inconclusive"}
 
@@ -32,19 +33,19 @@ def order_runs(runs: Sequence[RunView]) -> list[RunView]:
     return sorted(runs, key=lambda r: (r.started, r.git_revision, str(r.root)))
 
 
-def _gate_point(figures: dict[str, Any]) -> tuple[float | None, float | None, float | None,
-                                                   float | None, str] | None:
+def _gate_point(figures: GateFigures) -> tuple[float | None, float | None, float | None,
+                                                float | None, str] | None:
     """(value, ci_low, ci_high, threshold, what) of one stored gate check."""
-    if "delta" in figures:
-        margin = finite(figures.get("margin"))
-        return (finite(figures.get("delta")), finite(figures.get("ci_low")),
-                finite(figures.get("ci_high")), None if margin is None else -margin, "Δ")
-    if "mean" in figures:
-        return (finite(figures.get("mean")), finite(figures.get("ci_low")),
-                finite(figures.get("ci_high")), finite(figures.get("min")), "mean")
-    if "value" in figures and "stat" in figures:
-        return (finite(figures.get("value")), None, None, finite(figures.get("min")),
-                str(figures.get("stat")))
+    stored = figures.model_fields_set
+    if "delta" in stored:
+        margin = finite(figures.margin)
+        return (finite(figures.delta), finite(figures.ci_low), finite(figures.ci_high),
+                None if margin is None else -margin, "Δ")
+    if "mean" in stored:
+        return (finite(figures.mean), finite(figures.ci_low), finite(figures.ci_high),
+                finite(figures.min), "mean")
+    if {"value", "stat"} <= stored:
+        return finite(figures.value), None, None, finite(figures.min), str(figures.stat)
     return None
 
 
@@ -55,7 +56,7 @@ def _gate_series(runs: list[RunView]) -> dict[tuple[str, str], dict[str, list[An
         for ds in run.datasets:
             for name in run.candidates:
                 for check in run.gate_checks(ds, name):
-                    point = _gate_point(check.figures)
+                    point = _gate_point(check.read_figures)
                     if point is None:
                         continue
                     key = (ds, check.gate)

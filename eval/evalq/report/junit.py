@@ -8,45 +8,34 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping
 
-
-class Check(Protocol):
-    gate: str
-    passed: bool
-    verdict: str
-    reason: str
-    figures: Mapping[str, object]
-
-
-class Verdict(Protocol):
-    @property
-    def checks(self) -> Sequence[Check]: ...
+from evalq.core.gates import VariantGate
+from evalq.results.hostpart import HostPart
 
 
 def _figure(value: object) -> object:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def host_properties(host: Mapping[str, Any] | None) -> dict[str, str]:
+def host_properties(host: HostPart | None) -> dict[str, str]:
     """The host facts a CI's test view shows beside the verdicts (``evalq.host.*``): a
     verdict holds for the numerics class it was decided on."""
-    if not host:
+    if host is None:
         return {}
-    props = {"evalq.host.numerics_class": host.get("numerics_class"),
-             "evalq.host.cpu_model": host.get("cpu_model"),
-             "evalq.host.cpu_vendor": host.get("cpu_vendor"),
-             "evalq.host.flags": " ".join(host.get("flags") or ()),
-             "evalq.host.cores": host.get("cores"), "evalq.host.os": host.get("os")}
-    for engine, version in (host.get("engines") or {}).items():
+    props: dict[str, object] = {
+        "evalq.host.numerics_class": host.numerics_class,
+        "evalq.host.cpu_model": host.cpu_model, "evalq.host.cpu_vendor": host.cpu_vendor,
+        "evalq.host.flags": " ".join(host.flags), "evalq.host.cores": host.cores,
+        "evalq.host.os": host.os}
+    for engine, version in host.engines.items():
         props[f"evalq.host.engines.{engine}"] = version
-    for cap, value in (host.get("isa_caps") or {}).items():
+    for cap, value in host.isa_caps.items():
         props[f"evalq.host.isa_caps.{cap}"] = value
     return {k: str(v) for k, v in props.items() if v not in (None, "")}
 
 
-def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict],
+def _suite(root: ET.Element, name: str, verdicts: Mapping[str, VariantGate],
            properties: Mapping[str, str]) -> tuple[int, int]:
     cases = [(label, check) for label, gate in verdicts.items() for check in gate.checks]
     failures = sum(1 for _, check in cases if not check.passed)
@@ -69,9 +58,9 @@ def _suite(root: ET.Element, name: str, verdicts: Mapping[str, Verdict],
     return len(cases), failures
 
 
-def to_junit(verdicts: Mapping[str, Verdict], suite_name: str = "evalq",
-             pipelines: Mapping[str, Verdict] | None = None,
-             host: Mapping[str, Any] | None = None) -> str:
+def to_junit(verdicts: Mapping[str, VariantGate], suite_name: str = "evalq",
+             pipelines: Mapping[str, VariantGate] | None = None,
+             host: HostPart | None = None) -> str:
     """``verdicts`` by variant; ``pipelines`` by the label `evalq gate` prints
     (``pipeline dense-ce pydocs fp32+dyn-int8@5``), written as ``<suite_name>.pipelines``;
     ``host`` (a results folder's host facts) as each suite's properties."""

@@ -171,18 +171,17 @@ _SETTING_KEYS = ("pooling", "normalize", "max_length", "truncation_side", "query
 
 def _settings_row(run: RunView, name: str) -> dict[str, str]:
     info = run.manifest_variant(name)
-    backend = info.backend if info is not None else {}
-    settings = (info.settings if info is not None else {}) or backend.get("settings") or {}
-    quant = backend.get("quantization") if isinstance(backend.get("quantization"), dict) else {}
+    backend = run.backend(name)
+    settings = (info.settings if info is not None else {}) or backend.settings or {}
+    quant = backend.quantization_record
     recipe_v = run.recipe.variant(name)
     vectors = (recipe_v.vectors if recipe_v is not None else None) or RecipeRecordVectors()
     row = {k: json.dumps(settings.get(k)) if k in settings else "—" for k in _SETTING_KEYS}
-    row["backend"] = str(backend.get("backend") or (recipe_v and recipe_v.backend) or "—")
-    row["dtype"] = str(backend.get("dtype") or (recipe_v and recipe_v.dtype) or "—")
-    q = quant or {}
-    method = q.get("method") or "—"
-    bits = f" {q.get('bits')}-bit" if q.get("bits") else ""
-    params = q.get("params") or {}
+    row["backend"] = str(backend.backend or (recipe_v and recipe_v.backend) or "—")
+    row["dtype"] = str(backend.dtype or (recipe_v and recipe_v.dtype) or "—")
+    method = (quant.method if quant is not None else None) or "—"
+    bits = f" {quant.bits}-bit" if quant is not None and quant.bits else ""
+    params = (quant.params if quant is not None else None) or {}
     row["quantization"] = f"{method}{bits}" + (f" {json.dumps(params, sort_keys=True)}"
                                                if params else "")
     row["vectors"] = vectors.quantize + (f", rescore ×{vectors.rescore}"
@@ -225,7 +224,7 @@ def settings_section(run: RunView, page: Page) -> Markup:
 @section("provenance", "Provenance", kind=KIND, order=70)
 def provenance_section(run: RunView, page: Page) -> Markup:
     m = run.manifest
-    model = m.model
+    model, environment = m.model_record, m.environment_record
     facts = [
         ("evalq version", m.evalq_version),
         ("git revision", m.git_revision),
@@ -234,27 +233,27 @@ def provenance_section(run: RunView, page: Page) -> Markup:
         ("finished", m.finished or m.stopped),
         ("recipe file", m.recipe_file),
         ("options", json.dumps(m.options, sort_keys=True)),
-        ("model", model.get("path")),
-        ("model fingerprint", model.get("fingerprint")),
-        ("platform", m.environment.get("platform")),
-        ("CPUs", m.environment.get("cpu_count")),
+        ("model", model.path),
+        ("model fingerprint", model.fingerprint),
+        ("platform", environment.platform),
+        ("CPUs", environment.cpu_count),
         ("results folder", str(run.root)),
     ]
     parts = [table(["", ""], [[k, "—" if v is None else str(v)] for k, v in facts])]
     ds_rows = []
     for name, d in m.datasets.items():
-        source = d.source
+        source = d.source_record
         ds_rows.append([name, d.fingerprint or "—",
                         "—" if d.queries is None else str(d.queries),
                         "—" if d.documents is None else str(d.documents),
-                        str(source.get("source") or source.get("path") or "—")])
+                        str(source.source or source.path or "—")])
     parts += [Markup("<h3>Datasets</h3>"),
               table(["dataset", "fingerprint", "queries", "documents", "source"], ds_rows)]
     v_rows = []
     for name in run.variants:
         backend = run.backend(name)
-        v_rows.append([name, backend.get("backend") or "—",
-                       backend.get("model_fingerprint") or "—", backend.get("fingerprint") or "—",
+        v_rows.append([name, backend.backend or "—",
+                       backend.model_fingerprint or "—", backend.fingerprint or "—",
                        "yes" if run.ran(name) else "no"])
     parts += [Markup("<h3>Variants</h3>"),
               table(["variant", "backend", "model fingerprint", "backend fingerprint", "ran"],

@@ -16,7 +16,7 @@ from evalq.report.html import Page, fmt, fmt_mib, fmt_signed, note, plot_text, t
 from evalq.report.runview import RunView, finite
 from evalq.report.sections import section
 from evalq.report.verdict import COST_LABELS, candidate_verdicts, costs, recommend
-from evalq.results.schema import MeanEntry, MetricEntry
+from evalq.results.schema import MeanEntry, MetricEntry, TextsPart
 
 KIND = "retrieval"
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
@@ -176,12 +176,12 @@ def _paired(run: RunView, ds: str, variant: str, metric: str) -> tuple[
 
 
 def _top_list(run: RunView, ds: str, variant: str, qid: str, other: set[str],
-              texts: dict[str, Any] | None) -> Markup:
+              texts: TextsPart | None) -> Markup:
     top = (run.top(ds, variant) or {}).get(qid)
     if top is None:
         return note(f"no stored run for {variant}")
-    judged = ((texts or {}).get("judgments") or {}).get(qid, {})
-    docs = (texts or {}).get("documents") or {}
+    judged = texts.judgments.get(qid, {}) if texts is not None else {}
+    docs = texts.documents if texts is not None else {}
     rows = []
     for rank, (doc, score) in enumerate(top, start=1):
         rel = judged.get(doc, 0)
@@ -209,7 +209,7 @@ def _most_hurt(run: RunView, ds: str, variant: str, metric: str) -> Markup:
     if texts is None:
         parts.append(note("no texts/ in this folder (an older run, or report.snippet_words: "
                           "0): ids only"))
-    queries = (texts or {}).get("queries") or {}
+    queries = texts.queries if texts is not None else {}
     for i in hurt:
         qid = ids[i]
         ref_top = {d for d, _ in (run.top(ds, run.reference) or {}).get(qid, [])}

@@ -26,10 +26,11 @@ def probe_text(probe: VectorProbe) -> str:
 
 def reuse_text(encode: EncodeSection) -> str | None:
     """``documents reused from variant fp32`` (and the probe), or None: nothing reused."""
-    if not encode.reused:
+    sides = encode.reused.model_dump(exclude_none=True) if encode.reused is not None else {}
+    if not sides:
         return None
     text = "; ".join(f"{side} reused from {source} (not encoded)"
-                     for side, source in sorted(encode.reused.items()))
+                     for side, source in sorted(sides.items()))
     if encode.probe is not None:
         text += "; " + probe_text(encode.probe)
     return text

@@ -23,13 +23,17 @@ import numpy as np
 from evalq.core.errors import InputError
 from evalq.core.values import PerQuery
 from evalq.results.folder import RunFolder
+from evalq.results.hostpart import HostPart
 from evalq.results.schema import (
+    BackendRecord,
+    DatasetRecord,
     GateCheck,
     ManifestDataset,
     ManifestVariant,
     RecipeRecord,
     RunManifest,
     RunSummary,
+    TextsPart,
     VariantDatasetEntry,
     VariantSummary,
 )
@@ -37,17 +41,17 @@ from evalq.results.schema import (
 _HOST_ENGINES = ("torch", "onnxruntime", "openvino", "faiss-cpu")
 
 
-def host_text(host: dict[str, Any] | None, *, engines: bool = True) -> str:
+def host_text(host: HostPart | None, *, engines: bool = True) -> str:
     """One line for a header: CPU, numerics class, cores, caps and (``engines``) engine
     versions (``host unknown`` for a folder written before host facts)."""
     if host is None:
         return "host unknown (written before evalq recorded host facts)"
-    caps = ", ".join(f"{k}={v}" for k, v in (host.get("isa_caps") or {}).items())
-    versions = ", ".join(f"{n} {v}" for n, v in (host.get("engines") or {}).items()
+    caps = ", ".join(f"{k}={v}" for k, v in host.isa_caps.items())
+    versions = ", ".join(f"{n} {v}" for n, v in host.engines.items()
                          if engines and n in _HOST_ENGINES and v)
-    return (f"{host.get('cpu_model') or 'unknown CPU'} · numerics class "
-            f"{host['numerics_class']}" + (f" (capped: {caps})" if caps else "")
-            + f" · {host.get('cores') or '?'} cores" + (f" · {versions}" if versions else ""))
+    return (f"{host.cpu_model or 'unknown CPU'} · numerics class "
+            f"{host.numerics_class}" + (f" (capped: {caps})" if caps else "")
+            + f" · {host.cores or '?'} cores" + (f" · {versions}" if versions else ""))
 
 
 def class_warning(classes: dict[str, str | None]) -> str | None:
@@ -68,8 +72,8 @@ def class_warning(classes: dict[str, str | None]) -> str | None:
 class RunView:
     """One results folder, typed: ``manifest`` as :class:`RunManifest`, ``summary`` as
     :class:`RunSummary` (``None`` for a run that never finished). Sections read their
-    attributes; only the manifest's open parts (backend descriptions, timings, settings,
-    index records) are mappings."""
+    attributes; the manifest's open records read through :mod:`evalq.results.records`
+    (:meth:`backend`, :meth:`recorded`), and ``texts/`` as :class:`TextsPart`."""
 
     root: Path
     manifest: RunManifest
@@ -133,17 +137,17 @@ class RunView:
         return self.manifest.git_revision or "unknown"
 
     @property
-    def host(self) -> dict[str, Any] | None:
+    def host(self) -> HostPart | None:
         """The host the numbers were measured on: the summary's (with the engines'
         choices), else the manifest's; None for folders written before host facts."""
         for model in (self.summary, self.manifest):
             if model is not None and model.host is not None:
-                return model.host.model_dump()
+                return model.host
         return None
 
     @property
     def numerics_class(self) -> str | None:
-        return None if self.host is None else str(self.host["numerics_class"])
+        return None if self.host is None else self.host.numerics_class
 
     @property
     def label(self) -> str:
@@ -191,15 +195,16 @@ class RunView:
     def manifest_variant(self, variant: str) -> ManifestVariant | None:
         return self.manifest.variants.get(variant)
 
-    def backend(self, variant: str) -> dict[str, Any]:
-        """The manifest's (open) backend description of a variant; empty when absent."""
+    def backend(self, variant: str) -> BackendRecord:
+        """The manifest's backend description of a variant, as a report reads it; empty
+        when absent."""
         info = self.manifest.variants.get(variant)
-        return {} if info is None else info.backend
+        return BackendRecord() if info is None else info.described
 
-    def recorded(self, dataset: str, variant: str) -> dict[str, Any]:
-        """What the manifest recorded of a variant on a dataset (open; empty if none)."""
+    def recorded(self, dataset: str, variant: str) -> DatasetRecord:
+        """What the manifest recorded of a variant on a dataset (empty if none)."""
         info = self.manifest.variants.get(variant)
-        return {} if info is None else info.datasets.get(dataset) or {}
+        return DatasetRecord() if info is None else info.recorded(dataset)
 
     def summary_variant(self, variant: str) -> VariantSummary | None:
         return None if self.summary is None else self.summary.variants.get(variant)
@@ -280,13 +285,11 @@ class RunView:
         cached: dict[str, list[tuple[str, float]]] | None = self._cache[key]
         return cached
 
-    def texts(self, dataset: str) -> dict[str, Any] | None:
+    def texts(self, dataset: str) -> TextsPart | None:
         key = ("texts", dataset, "")
         if key not in self._cache:
-            path = self.root / "texts" / f"{dataset}.json"
-            self._cache[key] = json.loads(path.read_text(encoding="utf-8")) \
-                if path.is_file() else None
-        cached: dict[str, Any] | None = self._cache[key]
+            self._cache[key] = RunFolder(self.root).read_texts(dataset)
+        cached: TextsPart | None = self._cache[key]
         return cached
 
 

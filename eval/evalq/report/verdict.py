@@ -10,11 +10,17 @@ verdict from these functions, so they never disagree about what may ship.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from evalq.core.gates import stored_verdict
 from evalq.report.runview import RunView, finite
-from evalq.results.schema import GateCheck, RunSummary
+from evalq.results.schema import (
+    EncodeFigures,
+    EncodeStats,
+    GateCheck,
+    IndexRecord,
+    RunSummary,
+)
 
 Status = Literal["ship", "fail", "inconclusive", "ungated", "not run", "no verdict"]
 
@@ -98,22 +104,23 @@ def costs(run: RunView, variant: str) -> Costs:
     bytes summed over datasets, throughput from the stored encode counters."""
     info = run.summary_variant(variant)
     recorded = run.manifest_variant(variant)
-    quant = run.backend(variant).get("quantization")
+    quant = run.backend(variant).quantization_record
     weight = finite(info.weight_bytes if info else None) or finite(
-        quant.get("weight_bytes") if isinstance(quant, dict) else None)
+        quant.weight_bytes if quant is not None else None)
     index_total = 0.0
     any_index = False
     layout = None
     for ds in run.datasets:
         entry = run.entry(ds, variant)
-        index = (entry.index if entry else None) or run.recorded(ds, variant).get("index") or {}
-        size = finite(index.get("bytes"))
+        stored = entry.index_record if entry is not None and entry.index else None
+        index = stored or run.recorded(ds, variant).index or IndexRecord()
+        size = finite(index.bytes)
         if size is not None:
             index_total += size
             any_index = True
             layout = layout or index_layout(index)
     rss = finite(info.peak_rss_mb if info else None) or finite(
-        recorded.timings.get("peak_rss_mb") if recorded else None)
+        recorded.timings_record.peak_rss_mb if recorded else None)
     throughput = timed_throughput(run, variant)
     twin = None if throughput is not None else timed_twin(run, variant)
     if twin is not None:
@@ -126,8 +133,9 @@ def _documents_from(run: RunView, variant: str) -> str | None:
     """The source of the documents a variant borrowed instead of encoding, if it did."""
     for ds in run.datasets:
         entry = run.entry(ds, variant)
-        if entry is not None and entry.encode.reused and "documents" in entry.encode.reused:
-            return entry.encode.reused["documents"]
+        reused = entry.encode.reused if entry is not None else None
+        if reused is not None and reused.documents is not None:
+            return reused.documents
     return None
 
 
@@ -137,38 +145,37 @@ def timed_throughput(run: RunView, variant: str) -> float | None:
     texts = seconds = 0.0
     for ds in run.datasets:
         entry = run.entry(ds, variant)
-        docs = entry.encode.documents if entry is not None else None
-        timed: tuple[Any, Any, Any]  # rate, seconds, texts: stored figures, checked below
-        if docs is not None:
-            timed = (docs.texts_per_s, docs.seconds_computing, docs.n_computed or docs.texts)
-        else:  # not in the summary (an unfinished run): the manifest's open record
-            recorded = (run.recorded(ds, variant).get("encode") or {}).get("documents") or {}
-            timed = (recorded.get("texts_per_s"), recorded.get("seconds_computing"),
-                     recorded.get("n_computed") or recorded.get("texts"))
-        rate, spent, count = timed
-        if finite(rate) and finite(spent):
-            texts += float(count or 0)
-            seconds += float(spent)
+        docs: EncodeStats | EncodeFigures | None = \
+            entry.encode.documents if entry is not None else None
+        if docs is None:  # not in the summary (an unfinished run): the manifest's record
+            encode = run.recorded(ds, variant).encode
+            docs = encode.documents if encode is not None else None
+        if docs is None:
+            continue
+        rate, spent = finite(docs.texts_per_s), finite(docs.seconds_computing)
+        if rate and spent:
+            texts += float(docs.n_computed or docs.texts or 0)
+            seconds += spent
     return texts / seconds if seconds > 0 else None
 
 
 def timed_twin(run: RunView, variant: str) -> str | None:
     """The first other variant with the same encoder fingerprint that encoded in this run
     (timed), or None: whose embeddings an untimed, vectors-only candidate reused."""
-    mine = run.backend(variant).get("fingerprint")
+    mine = run.backend(variant).fingerprint
     if not mine:
         return None
     for other in run.variants:
-        if (other != variant and run.backend(other).get("fingerprint") == mine
+        if (other != variant and run.backend(other).fingerprint == mine
                 and timed_throughput(run, other) is not None):
             return other
     return None
 
 
-def index_layout(index: dict[str, Any]) -> str | None:
+def index_layout(index: IndexRecord) -> str | None:
     """``"64d int8"`` from a stored index record (None for an ANN index or an old run)."""
-    dim, quantize = index.get("dim"), index.get("quantize")
-    if not isinstance(dim, int) or quantize is None:
+    dim, quantize = index.dim, index.quantize
+    if dim is None or quantize is None:
         return None
     return f"{dim}d {'float32' if quantize == 'none' else quantize}"
 
@@ -208,7 +215,7 @@ def candidate_verdicts(run: RunView) -> list[CandidateVerdict]:
             if check.passed:
                 continue
             failures.append(Failure(ds, check.gate, check.verdict, check.reason))
-            q = check.figures.get("queries_needed")
+            q = check.read_figures.queries_needed
             if check.verdict == "inconclusive" and isinstance(q, int | float):
                 needed.append(int(q))
         status = _stored_status(run, name, checks)

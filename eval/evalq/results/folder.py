@@ -39,7 +39,15 @@ from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
 from evalq.core.version import __version__
 from evalq.data.trec import write_trec_run
-from evalq.results.schema import SCHEMA_VERSION, RunManifest, RunSummary, migrate, parse
+from evalq.results.schema import (
+    SCHEMA_VERSION,
+    RunManifest,
+    RunSummary,
+    TextsPart,
+    migrate,
+    parse,
+    parse_part,
+)
 
 __all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json",
            "host_record", "stored_checks", "stored_form"]
@@ -176,7 +184,11 @@ class RunFolder:
 
     # -- reading -----------------------------------------------------------------------
     def _read_json(self, name: str) -> dict[str, Any]:
-        path = self.root / name
+        """``name`` of the folder, a versioned file: upgraded by :func:`migrate`."""
+        return migrate(self._load_json(self.root / name), self.root / name)
+
+    def _load_json(self, path: Path) -> dict[str, Any]:
+        name = path.relative_to(self.root).as_posix()
         if not path.is_file():
             raise InputError(message=f"no {name} here: not an evalq results folder, or the "
                              "run did not finish", file=path,
@@ -189,7 +201,7 @@ class RunFolder:
         if not isinstance(data, dict):
             raise InputError(message="not a JSON object", file=path,
                              fix="rerun 'evalq run' to write the folder again")
-        return migrate(data, path)
+        return data
 
     def read_manifest(self) -> RunManifest:
         """``manifest.json`` parsed (exit 2 naming the field when it is damaged)."""
@@ -205,6 +217,12 @@ class RunFolder:
         data = self._read_json("manifest.json")
         parse(RunManifest, data, self.root / "manifest.json")
         return data
+
+    def read_texts(self, dataset: str) -> TextsPart | None:
+        """``texts/<dataset>.json`` parsed (exit 2 naming the field when it is damaged);
+        None when the run stored none (``report.snippet_words: 0``, an older run)."""
+        path = inside(self.root, "texts", f"{dataset}.json")
+        return parse_part(TextsPart, self._load_json(path), path) if path.is_file() else None
 
     def read_summary_data(self) -> dict[str, Any]:
         """``summary.json`` as stored, once it parses (every number exactly as written)."""

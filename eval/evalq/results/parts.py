@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalq.core.encodestats import EncodeStats
+
 Figure = float | int | bool | str | None
 Verdict = Literal["pass", "fail", "inconclusive", "ungated"]
 
@@ -50,12 +52,36 @@ class MetricEntry(MeanEntry):
     vs_reference: PairedEntry | None = None
 
 
+class GateFigures(BaseModel):
+    """What a report reads of a check's figures. The figures stay an open mapping (which
+    ones a check stores depends on its kind: ``delta`` and ``margin`` for an allowed drop,
+    ``mean`` and ``min`` for a historical floor, ``value``, ``min`` and ``stat`` for a
+    statistic's floor); ``model_fields_set`` says which of these the check stored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    delta: Figure = None
+    margin: Figure = None
+    mean: Figure = None
+    value: Figure = None
+    stat: Figure = None
+    min: Figure = None
+    ci_low: Figure = None
+    ci_high: Figure = None
+    queries_needed: Figure = None
+
+
 class GateCheck(Part):
     gate: str
     passed: bool
     verdict: str
     reason: str
     figures: dict[str, Figure] = Field(default_factory=dict)
+
+    @property
+    def read_figures(self) -> GateFigures:
+        """The figures as a report reads them (:class:`GateFigures`)."""
+        return GateFigures.model_validate(self.figures)
 
 
 class GateResult(Part):
@@ -137,24 +163,6 @@ class SweepSummary(Part):
     cheapest: float | int | None = None
 
 
-class EncodeCounts(Part):
-    """One ``encode_texts`` call's counts (``encode.batching.EncodeStats``)."""
-
-    texts: int
-    tokens: int
-    seconds_computing: float
-    texts_per_s: float | None
-    tokens_per_s: float | None
-    n_cached: int
-    n_computed: int
-    chunks_cached: int
-    chunks_computed: int
-    n_unique: int
-    tokens_computed: int
-    padded_tokens: int
-    batches: int
-
-
 class VectorProbe(Part):
     """A vector file checked against today's stack before the run used it (issue 31):
     ``texts`` sampled documents (``seed``) of its ``rows``, each compared with the
@@ -173,14 +181,22 @@ class VectorProbe(Part):
     passed: bool
 
 
+class ReusedSides(Part):
+    """Where each side a variant borrowed came from (``variant fp32``, ``file
+    vectors.npy``); a side it encoded itself is absent."""
+
+    documents: str | None = None
+    queries: str | None = None
+
+
 class EncodeSection(Part):
     """``encode`` of a variant on a dataset (empty when nothing was recorded). A side the
     variant borrowed (issue 31) has no counts: ``reused`` says where it came from
     (``variant fp32``, ``file vectors.npy``), and ``probe`` how a vector file was checked."""
 
-    documents: EncodeCounts | None = None
-    queries: EncodeCounts | None = None
-    reused: dict[str, str] | None = None
+    documents: EncodeStats | None = None
+    queries: EncodeStats | None = None
+    reused: ReusedSides | None = None
     probe: VectorProbe | None = None
 
 
@@ -363,6 +379,20 @@ class PipelineSummary(Part):
     passed: bool
     failed_gates: list[str]
     note: str | None = None
+
+
+# -- texts/<dataset>.json (results.snippets) ------------------------------------------
+
+class TextsPart(Part):
+    """``texts/<dataset>.json``: the query texts and the first ``words`` words of the
+    documents the reports show (each variant's top ``top`` and every judged one), and the
+    judgments, so a report of the folder needs no dataset."""
+
+    top: int | None = None
+    words: int | None = None
+    queries: dict[str, str] = Field(default_factory=dict)
+    documents: dict[str, str] = Field(default_factory=dict)
+    judgments: dict[str, dict[str, int]] = Field(default_factory=dict)
 
 
 # -- the recipe as a report reads it (manifest.recipe) ---------------------------------

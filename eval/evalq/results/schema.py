@@ -11,8 +11,8 @@ therefore fails here, once, as bad input naming the file and the field, instead 
 
 Parts are closed (``extra="forbid"``) except where a writer really stores an open
 mapping: backend descriptions, encoding settings, timings, index figures (their keys
-depend on the index kind), dataset sources, the recipe (typed by ``config.Recipe``, not
-here).
+depend on the index kind), dataset sources, the recipe. What reports read of those is
+typed in :mod:`evalq.results.records` (and ``RecipeRecord``), checked as a file is parsed.
 Numbers that can be NaN are ``float | None`` (``results.clean_json`` writes NaN as null).
 
 ``SCHEMA_VERSION`` stays 1 (evalq 0.1 wrote it; nothing here changes the format).
@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 
 from evalq.core import atomicio
+from evalq.core.encodestats import EncodeStats
 from evalq.core.errors import InputError
 from evalq.results.hostpart import HostPart
 from evalq.results.parts import (
@@ -42,7 +43,6 @@ from evalq.results.parts import (
     CosineStats,
     Dependence,
     DepthCost,
-    EncodeCounts,
     EncodeSection,
     Fidelity,
     Figure,
@@ -72,9 +72,24 @@ from evalq.results.parts import (
     SensitivitySlice,
     SweepPoint,
     SweepSummary,
+    TextsPart,
     VectorFidelity,
     VectorProbe,
     Verdict,
+)
+from evalq.results.records import (
+    BackendQuantization,
+    BackendRecord,
+    DatasetRecord,
+    EncodeFigures,
+    EnvironmentRecord,
+    IndexRecord,
+    ManifestDataset,
+    ManifestVariant,
+    ModelRecord,
+    SourceRecord,
+    TimingsRecord,
+    reads_as,
 )
 from evalq.results.searchpart import SearchSummary
 
@@ -84,22 +99,28 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Attribution",
+    "BackendQuantization",
+    "BackendRecord",
     "BetweenCompositions",
     "Combination",
     "CompositionMetric",
     "CompositionRow",
     "CosineRange",
     "CosineStats",
+    "DatasetRecord",
     "DatasetSummary",
     "Dependence",
     "DepthCost",
-    "EncodeCounts",
+    "EncodeFigures",
     "EncodeSection",
+    "EncodeStats",
+    "EnvironmentRecord",
     "Fidelity",
     "Figure",
     "FirstStageCost",
     "GateCheck",
     "GateResult",
+    "IndexRecord",
     "LoadDecision",
     "LoadKnee",
     "LoadSummary",
@@ -111,6 +132,7 @@ __all__ = [
     "MeanEntry",
     "MetricEntry",
     "MetricRange",
+    "ModelRecord",
     "PairedEntry",
     "Part",
     "PipelineCost",
@@ -131,11 +153,14 @@ __all__ = [
     "SensitivitySection",
     "SensitivitySlice",
     "SettingDifference",
+    "SourceRecord",
     "StatsPart",
     "SuiteGate",
     "SuitePart",
     "SweepPoint",
     "SweepSummary",
+    "TextsPart",
+    "TimingsRecord",
     "VariantDatasetEntry",
     "VariantSummary",
     "VectorFidelity",
@@ -146,6 +171,7 @@ __all__ = [
     "parse",
     "parse_load_summary",
     "parse_manifest",
+    "parse_part",
     "parse_summary",
     "write_json_schema",
 ]
@@ -166,13 +192,19 @@ class VariantDatasetEntry(Part):
     batch_sensitivity: SensitivitySection | None = None
     gate: GateResult | None = None
     encode: EncodeSection = Field(default_factory=EncodeSection)
-    index: dict[str, Any] | None = None
+    # open: its keys depend on the index kind
+    index: Annotated[dict[str, Any] | None, reads_as(IndexRecord)] = None
     # Model, index and end-to-end loss per measure, for a candidate searched through an
     # index (issue 30); absent for other variants and in folders written before it.
     losses: dict[str, LossSplit] | None = None
     # A swept search-time parameter as a curve, for a candidate whose index sets sweep:
     # (issue 30); absent otherwise.
     sweep: SweepSummary | None = None
+
+    @property
+    def index_record(self) -> IndexRecord | None:
+        """The index record as a report reads it (None when the entry has none)."""
+        return None if self.index is None else IndexRecord.model_validate(self.index)
 
 
 class DatasetSummary(Part):
@@ -250,22 +282,6 @@ class RunSummary(Part):
         return None if ds is None else ds.variants.get(variant)
 
 
-class ManifestDataset(Part):
-    fingerprint: str | None = None
-    queries: int | None = None
-    documents: int | None = None
-    source: dict[str, Any] = Field(default_factory=dict)
-
-
-class ManifestVariant(Part):
-    role: Literal["reference", "candidate"]
-    backend: dict[str, Any] = Field(default_factory=dict)
-    settings: dict[str, Any] = Field(default_factory=dict)
-    timings: dict[str, Any] = Field(default_factory=dict)
-    parity: dict[str, Any] | None = None
-    datasets: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-
 class RunManifest(Part):
     """``manifest.json``: what ran. Written at the start (``status: running``), after the
     variants, and at the end or when the run stopped (``rundir.record_stop``)."""
@@ -274,11 +290,12 @@ class RunManifest(Part):
     evalq_version: str | None = None
     git_revision: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)
-    environment: dict[str, Any] = Field(default_factory=dict)
+    environment: Annotated[dict[str, Any], reads_as(EnvironmentRecord)] = Field(
+        default_factory=dict)
     recipe_file: str | None = None
     recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as run (config.Recipe)
     options: dict[str, Any] = Field(default_factory=dict)
-    model: dict[str, Any] = Field(default_factory=dict)
+    model: Annotated[dict[str, Any], reads_as(ModelRecord)] = Field(default_factory=dict)
     datasets: dict[str, ManifestDataset] = Field(default_factory=dict)
     started: str | None = None
     status: Literal["running", "finished", "failed", "interrupted"] | None = None
@@ -307,6 +324,14 @@ class RunManifest(Part):
     def recipe_record(self) -> RecipeRecord:
         """The stored recipe as a report reads it (:class:`RecipeRecord`)."""
         return RecipeRecord.model_validate(self.recipe)
+
+    @property
+    def model_record(self) -> ModelRecord:
+        return ModelRecord.model_validate(self.model)
+
+    @property
+    def environment_record(self) -> EnvironmentRecord:
+        return EnvironmentRecord.model_validate(self.environment)
 
 
 # -- versions, parsing, schema export -----------------------------------------------------
@@ -339,10 +364,15 @@ def _field(error: Mapping[str, Any]) -> str:
 
 
 def parse(model: type[P], data: dict[str, Any], file: Path) -> P:
+    """``data`` (a versioned file: :func:`migrate` first) as ``model``."""
+    return parse_part(model, migrate(data, file), file)
+
+
+def parse_part(model: type[P], data: dict[str, Any], file: Path) -> P:
     """``data`` as ``model``; a wrong type, a null where a value belongs or an unknown
     key is bad input (exit 2) naming the file and the field."""
     try:
-        return model.model_validate(migrate(data, file))
+        return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""

@@ -191,36 +191,19 @@ class FaissIndex:
         self._ids = (*self._ids, *docs.ids)
 
     def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
-        if queries.vectors is None:
-            raise ValueError("a FAISS index is searched with query vectors; these have none")
-        wanted = params if params is not None else self.options.search
-        if wanted.values():
-            _set_search_parameters(self._index, self.options.factory, wanted, self.where)
-        self._params = wanted
-        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
-        k = min(depth, len(self._ids))
+        vectors, k = self._prepare(queries, depth, params)
         began = time.perf_counter()
         scores, indices = self._index.search(vectors, k) if len(vectors) else (
             np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-        self._search_s = time.perf_counter() - began
-        self._queries = len(vectors)
-        ranked_idx, ranked_sc, self._missing = _trec_order(scores, indices, depth,
-                                                           id_ranks(self._ids))
-        return Ranking.from_search(queries.ids, self._ids, ranked_idx, ranked_sc)
+        self._search_s, self._queries = time.perf_counter() - began, len(vectors)
+        return self._ranking(queries, scores, indices, depth)
 
     def search_timed(self, queries: Queries, depth: int, params: Any
                      ) -> tuple[Ranking, np.ndarray]:
         """:meth:`search` at ``params`` one query at a time, with each query's seconds
         (a batched search spreads a batch over threads and hides single-query latency);
         the parameters are set once, before the clock starts."""
-        if queries.vectors is None:
-            raise ValueError("a FAISS index is searched with query vectors; these have none")
-        wanted = params if params is not None else self.options.search
-        if wanted.values():
-            _set_search_parameters(self._index, self.options.factory, wanted, self.where)
-        self._params = wanted
-        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
-        k = min(depth, len(self._ids))
+        vectors, k = self._prepare(queries, depth, params)
         seconds = np.zeros(len(vectors), dtype=np.float64)
         scores = np.zeros((len(vectors), k), np.float32)
         indices = np.zeros((len(vectors), k), np.int64)
@@ -230,9 +213,27 @@ class FaissIndex:
                 vectors[row:row + 1], k)
             seconds[row] = time.perf_counter() - began
         self._search_s, self._queries = float(seconds.sum()), len(vectors)
+        return self._ranking(queries, scores, indices, depth), seconds
+
+    def _prepare(self, queries: Queries, depth: int, params: Any) -> tuple[np.ndarray, int]:
+        """The search parameters set on the index (``params``, else the options' own), and
+        the query vectors and the ``k`` to ask FAISS for: what both searches do before the
+        clock starts."""
+        if queries.vectors is None:
+            raise ValueError("a FAISS index is searched with query vectors; these have none")
+        wanted = params if params is not None else self.options.search
+        if wanted.values():
+            _set_search_parameters(self._index, self.options.factory, wanted, self.where)
+        self._params = wanted
+        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
+        return vectors, min(depth, len(self._ids))
+
+    def _ranking(self, queries: Queries, scores: np.ndarray, indices: np.ndarray,
+                 depth: int) -> Ranking:
+        """FAISS's answer in trec_eval's order; counts the slots FAISS left empty."""
         ranked_idx, ranked_sc, self._missing = _trec_order(scores, indices, depth,
                                                            id_ranks(self._ids))
-        return Ranking.from_search(queries.ids, self._ids, ranked_idx, ranked_sc), seconds
+        return Ranking.from_search(queries.ids, self._ids, ranked_idx, ranked_sc)
 
     def cost(self) -> IndexCost:
         """Build and last-search costs (what the manifest's ``index`` entry records)."""

@@ -52,7 +52,7 @@ def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
     device = resolve_device(variant.device) if backend.serving == "engine" else "cpu"
     ctx = BuildContext(model_path=model_path, settings=settings, logs_dir=folder.logs,
                        device=device, cache_dir=resolved.work_dir)
-    launched = None
+    launched, reachable = None, None
     if backend.serving == "engine":  # vLLM: evalq starts its OpenAI-compatible server
 
         opts = variant.vllm or VllmOptions()
@@ -60,7 +60,7 @@ def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
             variant = variant.model_copy(update={"vllm": opts.model_copy(
                 update={"mode": "server"})})
         encoder = build_vllm_encoder(variant, ctx)
-        inner = getattr(encoder, "_inner", encoder)
+        inner: Any = getattr(encoder, "_inner", encoder)
         server = getattr(inner, "server", None)
         url = server.url if server is not None else inner.url
         model = server.served_model_name if server is not None else inner.model
@@ -83,16 +83,18 @@ def serve(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
             if launched is not None:
                 launched.close()
             raise
+        reachable = http.url
         url = http.url.rstrip("/").removesuffix("/v1")
         model = http.model or str(model_path)
         endpoint = Endpoint(variant.name, url, backend.load_api or "openai",
                             model, {}, pid=launched.pid if launched else None,
                             alive=launched.alive if launched else None)
     try:
-        if backend.serving != "engine":
-            check_reachable(variant.name, http.url, section.timeout_s)
-        describe = (encoder.describe() if encoder is not None else
-                    {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
+        if reachable is not None:  # a plain HTTP server: is it there at all?
+            check_reachable(variant.name, reachable, section.timeout_s)
+        describe: dict[str, Any] = (
+            encoder.describe() if encoder is not None else
+            {"backend": variant.backend, "url": endpoint.url, "model": endpoint.model})
         if launched is not None:
             describe["launched"] = {"command": launched.command, "log": str(launched.log_path),
                                     "startup_s": launched.startup_s}

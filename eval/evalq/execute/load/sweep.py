@@ -106,7 +106,7 @@ def build_series(endpoint: Endpoint, workload: Workload,
                 for q, n in zip(pool.queries[:keep], pool.query_tokens[:keep])]
         return [("query", reqs)]
     if workload.kind == "ingest":
-        out = []
+        out: list[tuple[str, list[RequestSpec]]] = []
         docs, toks = list(pool.documents), list(pool.document_tokens)
         for asked in workload.batch_sizes or []:
             # A batch larger than the corpus sends the whole corpus: the series is labelled
