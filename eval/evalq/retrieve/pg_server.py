@@ -144,10 +144,22 @@ def connect(db: Database, where: str) -> Any:
 
 
 def database_error(exc: BaseException, db: Database, where: str) -> InputError:
-    """A connection failure or a database that stopped answering, as exit 2."""
-    fix = ("the embedded server was stopped or died: rerun (it starts again); if it keeps "
-           f"dying, read {db.data_dir / 'log'}" if db.data_dir is not None else
-           "check that the server is up and the dsn (host, port, user, database) is right")
+    """A connection failure or a database that stopped answering, as exit 2, with what
+    a rerun keeps: the tables already loaded where they outlive the run (a ``data_dir``
+    of the user's, or their database), which the rerun reuses or resumes by their key
+    (:mod:`evalq.retrieve.keyed`)."""
+    kept = ("the tables already loaded are kept there, and the rerun reuses them (or "
+            "resumes an interrupted one) instead of loading them again")
+    if db.data_dir is None:
+        fix = ("check that the server is up and the dsn (host, port, user, database) is "
+               f"right, then rerun: {kept}")
+    elif db.data_dir in _DEFAULT_DIR:  # deleted at exit: nothing survives for a rerun
+        fix = ("the embedded server was stopped or died: rerun (it starts again); set "
+               "data_dir: in the index to keep its tables for a rerun and to read its log "
+               "if it keeps dying")
+    else:
+        fix = (f"the embedded server was stopped or died: rerun, it starts again in "
+               f"{db.data_dir}; {kept}; if it keeps dying, read {db.data_dir / 'log'}")
     return InputError(message=f"{db.label} stopped answering or refused the connection "
                               f"({first_line(exc)})", field=where, fix=fix)
 
