@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.core.errors import InputError
 from evalq.core.ranking import Ranking
 from evalq.retrieve import keyed, pg_server, pgvector_kind
 from evalq.retrieve.exact import ExactOptions
@@ -236,3 +237,27 @@ def test_an_interrupted_qdrant_ingest_resumes_to_exactly_the_corpus(
     _, stats, _ = _built(options, docs, queries)
     assert stats["reused"] and stats["points"] == len(docs.ids)
 
+
+
+@pytest.mark.server
+def test_a_qdrant_shard_that_breaks_mid_run_is_exit_2_with_the_rerun(qdrant_root: Path
+                                                                     ) -> None:
+    """Closed under the run between ingest and search (qdrant-edge's own error, a bare
+    Exception): exit 2 naming the shard, the candidate's index and what a rerun keeps;
+    the rerun finds the shard complete and reuses it."""
+    docs, queries = _corpus(7, n_docs=300)
+    options = _qdrant(qdrant_root)
+    index = INDEX_KINDS.build(options, docs, where="candidates.qd.index")
+    try:
+        assert isinstance(index, QdrantIndex)
+        index._shard.close()  # the engine's shard, not the index: as if it broke
+        with pytest.raises(InputError) as err:
+            index.search(queries, K)
+    finally:
+        index._shard = None  # already closed
+        index.close()
+    assert err.value.field == "candidates.qd.index"
+    assert f"the Qdrant shard in {index.path} stopped answering" in str(err.value)
+    assert "the rerun reuses it" in str(err.value)
+    _, stats, _ = _built(options, docs, queries)
+    assert stats["reused"] and stats["points"] == len(docs.ids)

@@ -283,6 +283,8 @@ class QdrantIndex:
             raise InputError(message=f"Qdrant refused the search ({exc})",
                              field=f"{self.where}.search_params",
                              fix="use search_params Qdrant accepts") from None
+        except Exception as exc:
+            raise self._broken(exc) from None
         self._search_s = time.perf_counter() - began
         self._queries, self._missing = len(vectors), int((idx < 0).sum())
         order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
@@ -295,8 +297,26 @@ class QdrantIndex:
         ranking = self.search(queries, depth, params)
         return ranking, self._query_s.copy()
 
+    def _broken(self, exc: Exception) -> Exception:
+        """qdrant-edge's own service errors arrive as a bare ``Exception`` (a shard closed
+        or broken under the run: "Shard is not initialized"): exit 2 with what a rerun
+        keeps. Any other type is evalq's bug, returned as it is."""
+        if type(exc) is not Exception:
+            return exc
+        kept = ("the shard is kept in path, and the rerun reuses it (or resumes an "
+                "interrupted ingest)" if not self._temporary else
+                "set path: in the index to keep the shard for a rerun")
+        return InputError(message=f"the Qdrant shard in {self.path} stopped answering "
+                                  f"({str(exc).splitlines()[0][:200]})",
+                          field=self.where,
+                          fix=f"rerun; {kept}; if it keeps failing, check the disk under "
+                              f"{self.path.parent}")
+
     def _info(self) -> dict[str, int]:
-        info = self._shard.info()
+        try:
+            info = self._shard.info()
+        except Exception as exc:
+            raise self._broken(exc) from None
         return {"points": int(info.points_count),
                 "indexed_vectors": int(info.indexed_vectors_count),
                 "segments": int(info.segments_count)}
