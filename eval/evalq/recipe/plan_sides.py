@@ -26,7 +26,7 @@ from evalq.engines.modelinfo import embedding_dim
 from evalq.plan.sides import REFERENCE, SidePlan, StoredVectors, VectorFile
 from evalq.plan.types import VariantPlan
 from evalq.recipe.plan_variants import Problems
-from evalq.retrieve import stored_vectors
+from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header
 
 
 def plan_sides(recipe: Any, path: Path, planned: Sequence[VariantPlan], problems: Problems,
@@ -204,11 +204,11 @@ def read_header(file: VectorFile, base: Path) -> tuple[set[str], int]:
     or the parquet columns; an :class:`InputError` with the fix for what is wrong."""
     if file.pgvector is not None:
         db = file.pgvector
-        ids_list, width = stored_vectors.pgvector_header(db.dsn, db.table, db.id_column,
+        ids_list, width = pgvector_header(db.dsn, db.table, db.id_column,
                                                          db.vector_column, "documents")
         return _unique(ids_list, file.label()), width
     if file.qdrant is not None:
-        ids_list, width = stored_vectors.qdrant_header(
+        ids_list, width = qdrant_header(
             qdrant_folder(file.qdrant.path, file.qdrant.collection, base),
             file.qdrant.id_payload, "documents")
         return _unique(ids_list, file.label()), width
