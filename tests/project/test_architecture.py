@@ -374,6 +374,7 @@ REGISTRIES = frozenset({
 PLAN_INSPECTIONS = frozenset({
     "evalq.engines.modelinfo", "evalq.engines.capability", "evalq.engines.lasttoken",
     "evalq.data.manifest",
+    "evalq.retrieve.stored_vectors",  # a pgvector table's / Qdrant shard's ids and width
 })
 
 

@@ -7,9 +7,10 @@ per-query values as soon as they exist. A variant that later variants borrow fro
 until the run ends, so the borrowed side is never encoded again, not even from the
 cache; a variant that borrows both sides builds no engine at all.
 
-Vectors from a file are checked before they are used: a seeded sample of the documents
-is compared with the reference engine's vectors of the same texts (the reference has
-encoded the whole corpus slice already, so the probe costs no encoding). A row below
+Vectors from a file, a pgvector table or a Qdrant shard are checked before they are
+used: a seeded sample of the documents is compared with the reference engine's vectors
+of the same texts (the reference has encoded the whole corpus slice already, so the
+probe costs no encoding). A row below
 the stated cosine, or with a norm further off than stated, stops the run with exit 2
 naming the file, the lowest cosine and the ids; the probe's figures go into the summary.
 """
@@ -25,8 +26,9 @@ import numpy as np
 from evalq.core.errors import InputError
 from evalq.data.vectorfiles import read_rows
 from evalq.encode.matryoshka import common_dims
-from evalq.plan.sides import ProbeOptions, SidePlan, StoredVectors
+from evalq.plan.sides import ProbeOptions, SidePlan, StoredVectors, VectorFile
 from evalq.plan.types import Plan
+from evalq.retrieve import stored_vectors
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,31 @@ class Lent:
             raise InputError(message=f"no vector file for dataset {ds.name}",
                              field=f"{where}.documents.datasets",
                              fix=f"add documents.datasets.{ds.name}: {{path: ..., ids: ...}}")
+        vectors = self._rows(file, list(ds.corpus.ids), where)
+        reference = self._kept[(self.reference, ds.name)][0].vectors
+        label = file.label()
+        probe = probe_file(vectors, reference, list(ds.corpus.ids), stored.probe,
+                           file=label.removeprefix("file "), where=where)
+        return Borrowed(vectors, label, probe)
+
+    def _rows(self, file: VectorFile, wanted: list[str], where: str) -> np.ndarray:
+        """The corpus's rows of a vector file, a pgvector table or a Qdrant shard."""
+        if file.pgvector is not None:
+            db = file.pgvector
+            return stored_vectors.pgvector_rows(db.dsn, db.table, db.id_column,
+                                                db.vector_column, wanted,
+                                                f"{where}.documents")
+        if file.qdrant is not None:
+            folder = _resolve(file.qdrant.path, self.base)
+            if file.qdrant.collection:
+                folder = folder / file.qdrant.collection
+            return stored_vectors.qdrant_rows(folder, file.qdrant.id_payload, wanted,
+                                              f"{where}.documents")
+        assert file.path is not None
         path = _resolve(file.path, self.base)
         ids = _resolve(file.ids, self.base) if file.ids is not None else None
-        vectors = read_rows(path, ids, list(ds.corpus.ids), id_column=file.id_column,
-                            vector_column=file.vector_column)
-        reference = self._kept[(self.reference, ds.name)][0].vectors
-        probe = probe_file(vectors, reference, list(ds.corpus.ids), stored.probe,
-                           file=file.path, where=where)
-        return Borrowed(vectors, f"file {file.path}", probe)
+        return read_rows(path, ids, wanted, id_column=file.id_column,
+                         vector_column=file.vector_column)
 
 
 def _resolve(name: str, base: Path) -> Path:

@@ -15,6 +15,9 @@ vectors it has and changes only the query side (or the reverse). A variant says 
   work; with several datasets, ``datasets: {<name>: {path, ids}}``. Before the run trusts
   the file, a seeded sample of its rows is compared with the reference engine's vectors
   of the same documents (``probe``: cosine and norm within a stated tolerance).
+- ``{pgvector: {dsn, table, id_column, vector_column}}`` or ``{qdrant: {path,
+  collection, id_payload}}`` (documents only): the vectors a deployment's database
+  already holds, read by corpus id and checked like a file (width, ids, coverage, probe).
 
 These are declarations only; the plan checks them (``evalq.recipe.plan_sides``) and the
 run reuses the vectors (``evalq.execute.borrowed``).
@@ -22,6 +25,7 @@ run reuses the vectors (``evalq.execute.borrowed``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pydantic import Field, model_validator
@@ -44,42 +48,90 @@ class ProbeOptions(StrictOptions):
     seed: int = 0
 
 
+class PgvectorVectors(StrictOptions):
+    """Document vectors in a pgvector table a deployment already serves: ``dsn`` (its
+    connection string), ``table`` (``name`` or ``schema.name``), the column of document
+    ids (read as text) and the ``vector`` / ``halfvec`` column."""
+
+    dsn: str = Field(min_length=1)
+    table: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$")
+    id_column: str = Field(default="id", min_length=1)
+    vector_column: str = Field(default="embedding", min_length=1)
+
+
+class QdrantVectors(StrictOptions):
+    """Document vectors in a Qdrant shard on disk (Qdrant's engine, in-process): ``path``
+    and, when the shard is one of several there, its folder ``collection`` under it.
+    ``id_payload``: the payload key holding the document id (null: the point id is the
+    document id)."""
+
+    path: str = Field(min_length=1)
+    collection: str | None = Field(default=None, min_length=1)
+    id_payload: str | None = "id"
+
+
 class VectorFile(StrictOptions):
-    """One dataset's vectors on disk: ``.npy`` (float, 2-D) with ``ids`` (a text file,
-    one id a line, row order), or ``.parquet`` with ``id_column`` and ``vector_column``."""
-
-    path: str
-    ids: str | None = None
-    id_column: str = "id"
-    vector_column: str = "vector"
-
-
-class StoredVectors(StrictOptions):
-    """``documents: {path, ids}`` for a recipe with one dataset, or ``documents:
-    {datasets: {<dataset>: {path, ids}}}``; ``probe`` for either."""
+    """One dataset's stored vectors: ``.npy`` (float, 2-D) with ``ids`` (a text file, one
+    id a line, row order), ``.parquet`` with ``id_column`` and ``vector_column``, a
+    ``pgvector`` table or a ``qdrant`` shard."""
 
     path: str | None = None
     ids: str | None = None
     id_column: str = "id"
     vector_column: str = "vector"
+    pgvector: PgvectorVectors | None = None
+    qdrant: QdrantVectors | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VectorFile:
+        if sum(x is not None for x in (self.path, self.pgvector, self.qdrant)) != 1:
+            raise ValueError("give exactly one of path (a vector file), pgvector: {dsn, "
+                             "table, ...} or qdrant: {path, collection, ...}")
+        return self
+
+    def label(self) -> str:
+        """The source in words, for the plan, the record and errors (no password)."""
+        if self.pgvector is not None:
+            dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", self.pgvector.dsn)
+            dsn = re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+            return f"pgvector table {self.pgvector.table} at {dsn}"
+        if self.qdrant is not None:
+            where = self.qdrant.path + (f"/{self.qdrant.collection}"
+                                        if self.qdrant.collection else "")
+            return f"Qdrant shard {where}"
+        return f"file {self.path}"
+
+
+class StoredVectors(StrictOptions):
+    """``documents: {path, ids}``, ``{pgvector: {dsn, table}}`` or ``{qdrant: {path}}``
+    for a recipe with one dataset, or ``documents: {datasets: {<dataset>: {...}}}``;
+    ``probe`` for any."""
+
+    path: str | None = None
+    ids: str | None = None
+    id_column: str = "id"
+    vector_column: str = "vector"
+    pgvector: PgvectorVectors | None = None
+    qdrant: QdrantVectors | None = None
     datasets: dict[str, VectorFile] | None = None
     probe: ProbeOptions = ProbeOptions()
 
     @model_validator(mode="after")
     def _one_form(self) -> StoredVectors:
-        if (self.path is None) == (self.datasets is None):
-            raise ValueError("give the vector file as {path: ..., ids: ...} (one dataset) "
-                             "or {datasets: {<dataset>: {path: ..., ids: ...}}}, not both "
-                             "or neither")
+        if sum(x is not None for x in (self.path, self.pgvector, self.qdrant,
+                                       self.datasets)) != 1:
+            raise ValueError("give the vectors as {path: ..., ids: ...}, {pgvector: {dsn, "
+                             "table}} or {qdrant: {path, collection}} (one dataset), or "
+                             "{datasets: {<dataset>: {path: ..., ids: ...}}}: exactly one")
         return self
 
     def file_for(self, dataset: str) -> VectorFile | None:
-        """The file of ``dataset``; the single file when no mapping is given."""
+        """The source of ``dataset``; the single one when no mapping is given."""
         if self.datasets is not None:
             return self.datasets.get(dataset)
-        assert self.path is not None
         return VectorFile(path=self.path, ids=self.ids, id_column=self.id_column,
-                          vector_column=self.vector_column)
+                          vector_column=self.vector_column, pgvector=self.pgvector,
+                          qdrant=self.qdrant)
 
 
 Side = str | StoredVectors | None
@@ -114,10 +166,13 @@ class SidePlan:
 
     def source(self, side: str) -> str | None:
         """Where ``side`` ("documents" / "queries") comes from, in words; None: encoded."""
-        if side == "documents" and self.documents_file is not None:
-            files = ([self.documents_file.path] if self.documents_file.path else
-                     [f"{k}: {v.path}" for k, v in (self.documents_file.datasets or {}).items()])
-            return "file " + ", ".join(str(f) for f in files)
+        stored = self.documents_file
+        if side == "documents" and stored is not None:
+            if stored.datasets is None:
+                single = stored.file_for("")
+                assert single is not None
+                return single.label()
+            return ", ".join(f"{k}: {v.label()}" for k, v in stored.datasets.items())
         name = self.documents if side == "documents" else self.queries
         return None if name is None else f"variant {name}"
 

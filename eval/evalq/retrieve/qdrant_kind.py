@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import kinds
+from evalq.retrieve import keyed, kinds
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -46,6 +46,8 @@ from evalq.retrieve.kinds import (
 
 _UPSERT_BATCH = 1024  # points per upsert
 _LOWER_IS_BETTER = {"Euclid", "Manhattan"}  # Qdrant returns these as distances
+# the options that shape a stored shard (its key); search_params are searched at any value
+_BUILD_OPTIONS = ("distance", "hnsw_config", "optimizers_config", "quantization_config")
 
 
 class HnswConfig(StrictOptions):
@@ -125,8 +127,9 @@ class QdrantSweep(SweepOptions):
 class QdrantOptions(KindOptions):
     """``index: {kind: qdrant, ...}``: a Qdrant shard (Qdrant's engine, in-process), by
     Qdrant's names. ``distance``: ``Dot`` (what exact search uses), ``Cosine``,
-    ``Euclid``, ``Manhattan``. ``path``: the folder the shard is made in (a fresh
-    subfolder, removed after the run; the system's temporary folder when left out)."""
+    ``Euclid``, ``Manhattan``. ``path``: the folder the shard is kept in, in a
+    subfolder named by the vectors' key (:mod:`evalq.retrieve.keyed`), reused by the
+    next run of that key; left out, a temporary folder removed after the run."""
 
     kind: Literal["qdrant"] = "qdrant"
     path: str | None = Field(default=None, min_length=1)
@@ -162,8 +165,10 @@ class QdrantIndex:
             raise InputError(message=f"the Qdrant folder {parent} is not a writable folder",
                              field=f"{where}.path",
                              fix="name an existing writable folder, or leave path out")
-        # a fresh folder per shard (removed at close): a rerun never meets an old shard
-        self.path = Path(tempfile.mkdtemp(prefix="evalq-qdrant-", dir=parent)) / "shard"
+        self._parent = parent
+        self.path = Path()  # the shard's folder, named by the vectors' key when loaded
+        self.cache: keyed.CacheUse | None = None
+        self._temporary = parent is None
         self._shard: Any = None
         self._ids: tuple[str, ...] = ()
         self._dim = 0
@@ -184,30 +189,69 @@ class QdrantIndex:
                 indexing_threshold=o.optimizers_config.indexing_threshold))
 
     def add(self, docs: Documents) -> None:
+        """Load the corpus into the shard its key names (:mod:`evalq.retrieve.keyed`):
+        reuse a complete one, finish an interrupted one (only the points it lacks; a
+        point's id is the document's position), or make it; then optimize (the HNSW graph
+        and the quantized vectors) and mark the shard complete. Added once, whole."""
         if docs.vectors is None:
             raise ValueError("a Qdrant shard is built from vectors; these documents have none")
-        qe = self._qe
+        if self._ids:
+            raise ValueError("a Qdrant shard is keyed by its whole corpus; add it once")
         vectors = np.ascontiguousarray(docs.vectors, dtype=np.float32)
+        self._dim = int(vectors.shape[1])
+        key = keyed.vectors_key("qdrant", docs.ids, vectors, keyed.build_options(
+            self.options, _BUILD_OPTIONS))
+        folder = (Path(tempfile.mkdtemp(prefix="evalq-qdrant-")) if self._parent is None
+                  else self._parent / f"evalq-{key[:24]}")
+        self.path, marker = folder / "shard", folder / "complete"
+        self._ids = tuple(docs.ids)
         try:
-            if self._shard is None:
-                self._dim = int(vectors.shape[1])
-                self._shard = qe.EdgeShard.create(str(self.path), self._config())
-            began = time.perf_counter()
-            offset = len(self._ids)
-            for start in range(0, len(vectors), _UPSERT_BATCH):
-                points = [qe.Point(offset + start + i, v.tolist())
-                          for i, v in enumerate(vectors[start:start + _UPSERT_BATCH])]
-                self._shard.update(qe.UpdateOperation.upsert_points(points))
-            self._upsert_s += time.perf_counter() - began
+            self._open(folder)
+            have = self._points_stored(len(vectors))
+            self.cache = keyed.CacheUse(key, resumed=len(have), rows=len(vectors),
+                                        reused=len(have) == len(vectors) and marker.is_file())
+            if self.cache.reused:
+                return
+            self._upsert(vectors, have)
             began = time.perf_counter()
             self._shard.optimize()  # builds the HNSW graph and the quantized vectors
-            self._optimize_s += time.perf_counter() - began
+            self._shard.flush()
+            self._optimize_s = time.perf_counter() - began
         except (RuntimeError, ValueError, OSError) as exc:
             raise InputError(message=f"Qdrant refused the shard in {self.path} ({exc})",
                              field=self.where,
                              fix="use options Qdrant accepts (hnsw_config, "
                                  "quantization_config) and a writable path") from None
-        self._ids = (*self._ids, *docs.ids)
+        marker.write_text(key + "\n")
+
+    def _open(self, folder: Path) -> None:
+        """Load the key's shard (its config checked against the options'), or make it."""
+        qe = self._qe
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir() and any(self.path.iterdir()):
+            self._shard = qe.EdgeShard.load(str(self.path), self._config())
+        else:
+            self._shard = qe.EdgeShard.create(str(self.path), self._config())
+
+    def _points_stored(self, n: int) -> set[int]:
+        """The point ids (of ``0 .. n-1``) already in the shard."""
+        if int(self._shard.info().points_count) == 0:
+            return set()
+        have: set[int] = set()
+        for start in range(0, n, _UPSERT_BATCH * 8):
+            asked = list(range(start, min(n, start + _UPSERT_BATCH * 8)))
+            have.update(int(r.id) for r in self._shard.retrieve(asked, False, False))
+        return have
+
+    def _upsert(self, vectors: np.ndarray, have: set[int]) -> None:
+        qe = self._qe
+        missing = [i for i in range(len(vectors)) if i not in have]
+        began = time.perf_counter()
+        for start in range(0, len(missing), _UPSERT_BATCH):
+            points = [qe.Point(i, vectors[i].tolist())
+                      for i in missing[start:start + _UPSERT_BATCH]]
+            self._shard.update(qe.UpdateOperation.upsert_points(points))
+        self._upsert_s = time.perf_counter() - began
 
     def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
         if queries.vectors is None:
@@ -239,6 +283,8 @@ class QdrantIndex:
             raise InputError(message=f"Qdrant refused the search ({exc})",
                              field=f"{self.where}.search_params",
                              fix="use search_params Qdrant accepts") from None
+        except Exception as exc:
+            raise self._broken(exc) from None
         self._search_s = time.perf_counter() - began
         self._queries, self._missing = len(vectors), int((idx < 0).sum())
         order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
@@ -251,8 +297,26 @@ class QdrantIndex:
         ranking = self.search(queries, depth, params)
         return ranking, self._query_s.copy()
 
+    def _broken(self, exc: Exception) -> Exception:
+        """qdrant-edge's own service errors arrive as a bare ``Exception`` (a shard closed
+        or broken under the run: "Shard is not initialized"): exit 2 with what a rerun
+        keeps. Any other type is evalq's bug, returned as it is."""
+        if type(exc) is not Exception:
+            return exc
+        kept = ("the shard is kept in path, and the rerun reuses it (or resumes an "
+                "interrupted ingest)" if not self._temporary else
+                "set path: in the index to keep the shard for a rerun")
+        return InputError(message=f"the Qdrant shard in {self.path} stopped answering "
+                                  f"({str(exc).splitlines()[0][:200]})",
+                          field=self.where,
+                          fix=f"rerun; {kept}; if it keeps failing, check the disk under "
+                              f"{self.path.parent}")
+
     def _info(self) -> dict[str, int]:
-        info = self._shard.info()
+        try:
+            info = self._shard.info()
+        except Exception as exc:
+            raise self._broken(exc) from None
         return {"points": int(info.points_count),
                 "indexed_vectors": int(info.indexed_vectors_count),
                 "segments": int(info.segments_count)}
@@ -266,7 +330,8 @@ class QdrantIndex:
             detail={"upsert_s": self._upsert_s, "optimize_s": self._optimize_s,
                     "search_s": self._search_s, **self._info(),
                     "queries_per_s": self._queries / self._search_s if searched else None,
-                    "missing_slots": self._missing, "qdrant_edge": _version()})
+                    "missing_slots": self._missing, "qdrant_edge": _version(),
+                    **(self.cache.record() if self.cache is not None else {})})
 
     def proof(self) -> IndexProof:
         """Read back from the shard: how many vectors the HNSW index holds. A search is
@@ -287,10 +352,13 @@ class QdrantIndex:
             "search_params": self._params.model_dump(exclude_none=True)})
 
     def close(self) -> None:
+        """Close the shard; it stays in ``path`` for the next run of its key (a shard in
+        the system's temporary folder, ``path`` left out, is removed)."""
         if self._shard is not None:
             self._shard.close()
             self._shard = None
-        shutil.rmtree(self.path.parent, ignore_errors=True)
+        if self._temporary and self.path != Path():
+            shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
 def _quantization(qe: Any, config: QuantizationConfig | None) -> Any:

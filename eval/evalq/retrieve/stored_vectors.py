@@ -1,0 +1,176 @@
+"""Document vectors a deployment's database already holds, read by document id (issue 31,
+"can I keep my index?": vectors on disk may be a pgvector table or a Qdrant collection).
+
+The plan reads each source's ids and width (:func:`pgvector_header`,
+:func:`qdrant_header`) to check them as it checks a vector file (width against the
+model, ids unique, every corpus document present); the run reads the corpus's rows
+(:func:`pgvector_rows`, :func:`qdrant_rows`), which the probe then compares with the
+reference engine's vectors. Everything wrong with the source (no such table or column,
+no shard, a dead server, a column that is not a vector) is the user's to fix: an
+:class:`InputError` naming the source, the field and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalq.core.errors import InputError, MissingExtraError
+from evalq.retrieve import pg_server
+
+_SCROLL = 1024  # points per Qdrant scroll
+
+
+def pgvector_header(dsn: str, table: str, id_column: str, vector_column: str,
+                    where: str) -> tuple[list[str], int]:
+    """The table's document ids (as text) and its vectors' width."""
+    with _pg(dsn, where) as (conn, sql):
+        ids = [r[0] for r in _pg_rows(conn, sql.SQL("SELECT {}::text FROM {}").format(
+            sql.Identifier(id_column), _table(sql, table)), table, where)]
+        first = _pg_rows(conn, sql.SQL("SELECT vector_dims({}) FROM {} LIMIT 1").format(
+            sql.Identifier(vector_column), _table(sql, table)), table, where)
+    if not first:
+        raise InputError(message=f"pgvector table {table} is empty",
+                         field=f"{where}.pgvector.table",
+                         fix="name the table that holds the corpus's vectors")
+    return ids, int(first[0][0])
+
+
+def pgvector_rows(dsn: str, table: str, id_column: str, vector_column: str,
+                  wanted: Sequence[str], where: str) -> np.ndarray:
+    """The rows of ``wanted`` ids, in that order, as float32 (halfvec read as vector)."""
+    with _pg(dsn, where) as (conn, sql):
+        found = _pg_rows(conn, sql.SQL(
+            "SELECT {}::text, {}::vector FROM {} WHERE {}::text = ANY(%s)").format(
+            sql.Identifier(id_column), sql.Identifier(vector_column), _table(sql, table),
+            sql.Identifier(id_column)), table, where, (list(wanted),))
+    return _in_order({doc: np.asarray(getattr(v, "to_numpy", lambda v=v: v)(),
+                                      dtype=np.float32) for doc, v in found}, wanted,
+                     f"pgvector table {table}")
+
+
+@contextmanager
+def _pg(dsn: str, where: str) -> Iterator[tuple[Any, Any]]:
+    """A connection to ``dsn`` (pg_server's: pgvector's types registered), closed after."""
+    from psycopg import sql
+
+    conn = pg_server.connect(pg_server.remote(dsn), f"{where}.pgvector.dsn")
+    try:
+        yield conn, sql
+    finally:
+        conn.close()
+
+
+def _table(sql: Any, table: str) -> Any:
+    return sql.Identifier(*table.split("."))
+
+
+def _pg_rows(conn: Any, query: Any, table: str, where: str,
+             params: Any = None) -> list[Any]:
+    import psycopg
+
+    try:
+        return list(conn.execute(query, params).fetchall())
+    except psycopg.errors.UndefinedTable:
+        raise InputError(message=f"there is no table {table} at that database",
+                         field=f"{where}.pgvector.table",
+                         fix="name an existing table (schema.name if not in the search "
+                             "path)") from None
+    except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedFunction,
+            psycopg.errors.CannotCoerce, psycopg.errors.DatatypeMismatch) as exc:
+        raise InputError(message=f"pgvector table {table}: {pg_server.first_line(exc)}",
+                         field=f"{where}.pgvector",
+                         fix="set id_column to the document id column and vector_column "
+                             "to a vector or halfvec column") from None
+    except psycopg.OperationalError as exc:
+        raise InputError(message=f"the database of pgvector table {table} stopped "
+                                 f"answering ({pg_server.first_line(exc)})",
+                         field=f"{where}.pgvector.dsn",
+                         fix="check that the server is up, then rerun") from None
+
+
+def qdrant_header(path: Path, id_payload: str | None, where: str) -> tuple[list[str], int]:
+    """The shard's document ids and its vectors' width (read from the first point)."""
+    ids: list[str] = []
+    width = 0
+    for doc, vector in _points(path, id_payload, where, with_vector=False,
+                               width_of_first=True):
+        ids.append(doc)
+        width = width or len(vector)
+    if not ids:
+        raise InputError(message=f"Qdrant shard {path} holds no points",
+                         field=f"{where}.qdrant.path",
+                         fix="name the shard that holds the corpus's vectors")
+    return ids, width
+
+
+def qdrant_rows(path: Path, id_payload: str | None, wanted: Sequence[str],
+                where: str) -> np.ndarray:
+    """The points of ``wanted`` ids, in that order, as float32."""
+    rows: dict[str, np.ndarray] = {}
+    for doc, vector in _points(path, id_payload, where, with_vector=True):
+        rows[doc] = np.asarray(vector, dtype=np.float32)
+    return _in_order(rows, wanted, f"Qdrant shard {path}")
+
+
+def _points(path: Path, id_payload: str | None, where: str, *, with_vector: bool,
+            width_of_first: bool = False) -> Any:
+    """(document id, vector or []) of every point, scrolled in pages."""
+    try:
+        import qdrant_edge as qe
+    except ImportError as exc:
+        raise MissingExtraError("qdrant-edge-py", "vdb", "documents: {qdrant: ...}") from exc
+    folder = path / "shard" if (path / "shard").is_dir() else path
+    if not folder.is_dir():
+        raise InputError(message=f"there is no Qdrant shard in {path}",
+                         field=f"{where}.qdrant.path",
+                         fix="name the shard's folder (path, and collection under it)")
+    try:
+        shard = qe.EdgeShard.load(str(folder))
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise InputError(message=f"Qdrant could not open the shard in {folder} ({exc})",
+                         field=f"{where}.qdrant.path",
+                         fix="name a Qdrant shard folder that no other process holds open"
+                         ) from None
+    try:
+        offset, first = None, True
+        while True:
+            records, offset = shard.scroll(qe.ScrollRequest(
+                limit=_SCROLL, offset=offset, with_payload=id_payload is not None,
+                with_vector=with_vector or (width_of_first and first)))
+            for record in records:
+                vector = record.vector
+                if isinstance(vector, dict):  # named vectors: the unnamed one
+                    vector = vector.get("", next(iter(vector.values()), []))
+                yield _doc_id(record, id_payload, path, where), vector or []
+                first = False
+            if offset is None or not records:
+                return
+    finally:
+        shard.close()
+
+
+def _doc_id(record: Any, id_payload: str | None, path: Path, where: str) -> str:
+    if id_payload is None:
+        return str(record.id)
+    payload = record.payload or {}
+    if id_payload not in payload:
+        raise InputError(message=f"point {record.id} of the Qdrant shard {path} has no "
+                                 f"payload key '{id_payload}'",
+                         field=f"{where}.qdrant.id_payload",
+                         fix="set id_payload to the payload key that holds the document "
+                             "id, or null when the point id is the document id")
+    return str(payload[id_payload])
+
+
+def _in_order(rows: dict[str, np.ndarray], wanted: Sequence[str], label: str) -> np.ndarray:
+    missing = [doc for doc in wanted if doc not in rows]
+    if missing:
+        raise InputError(message=f"{label} lacks {len(missing)} documents of the corpus, "
+                                 f"e.g. {', '.join(missing[:3])}",
+                         fix="load the whole corpus into it, or lower max_docs")
+    return np.stack([rows[doc] for doc in wanted]).astype(np.float32, copy=False)
