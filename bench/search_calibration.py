@@ -12,7 +12,7 @@ Run: ``.venv/bin/python bench/search_calibration.py [--searches 2000]`` (the sam
 ``--per-test`` measures instead what the family asks of each survivor: the gate's default
 rule alone at one-sided alpha and at alpha / 5 (the first Holm round with 5 survivors), on
 the sparse populations where the search's worst rates are, at 4,999 resamples (the record
-``search_pertest``). A few minutes.
+``search_pertest``), each rate with its 95% Clopper-Pearson interval. A few minutes.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import json
 from pathlib import Path
 
 from evalq.decide.calibration import DEFAULT_RULE, calibrate, synthetic_panel
+from evalq.decide.search_calibration import clopper_pearson
 from evalq.execute.calibrate import search_calibration_report
 from record import write_record
 
-PER_TEST_POPULATIONS = ("sparse-10%", "sparse-20%")
+PER_TEST_POPULATIONS = ("sparse-5%", "sparse-10%", "sparse-20%")
 
 
 def per_test(trials: int = 8000, resamples: int = 4999) -> None:
@@ -38,8 +39,11 @@ def per_test(trials: int = 8000, resamples: int = 4999) -> None:
                           rules=(DEFAULT_RULE,), confidence=1.0 - 2.0 * level, seed=11,
                           blocks=8)
         for c in cells:
-            figures.setdefault(f"{c.population} n={c.n}", {})[f"false_pass_at_{level}"] = \
-                c.false_pass
+            row = figures.setdefault(f"{c.population} n={c.n}", {})
+            row[f"false_pass_at_{level}"] = c.false_pass
+            row[f"false_pass_at_{level}_cp95"] = list(clopper_pearson(
+                round(c.false_pass * trials), trials))
+            row[f"power_half_at_{level}"] = c.power_half
     write_record(
         "search_pertest",
         figures={"trials": trials, "resamples": resamples, "rule": DEFAULT_RULE.name,

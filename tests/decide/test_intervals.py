@@ -90,3 +90,29 @@ def test_constant_and_empty_inputs() -> None:
         assert math.isnan(intervals.interval(np.array([]), method, 0.95).low)
     with pytest.raises(ValueError, match="unknown interval method"):
         intervals.interval(np.ones(3), "jackknife", 0.95)
+
+
+def test_share_bounded_spread_widens_sparse_t_and_grows_as_the_level_shrinks() -> None:
+    # 30 of 300 differ: the t interval of the combined rule takes se * sqrt(p_u / p_hat).
+    k, n = 30, 300
+    at_025 = intervals.share_factor(k, n, 0.025)
+    p_u = scipy.stats.beta.ppf(0.975, k + 1, n - k)
+    assert at_025 == pytest.approx(math.sqrt(p_u * n / k), rel=1e-9)
+    assert 1.0 < at_025 < intervals.share_factor(k, n, 0.005)
+    assert intervals.share_factor(60, n, 0.025) < at_025  # more non-zero values, less widening
+    assert intervals.share_factor(n, n, 0.005) == 1.0  # dense: unchanged
+    assert intervals.share_factor(0, n, 0.005) == 1.0
+    x = np.zeros(n)
+    x[:k] = np.random.default_rng(3).normal(-0.05, 0.25, k)
+    combined = intervals.interval(x, "t-and-bootstrap-t", 0.95, resamples=2000)
+    plain_t = intervals.interval(x, "t", 0.95)
+    half = plain_t.estimate - plain_t.low
+    assert combined.low <= combined.estimate - at_025 * half + 1e-12
+
+
+def test_share_bounded_spread_leaves_dense_data_alone() -> None:
+    x = np.random.default_rng(4).normal(0.0, 0.05, 200)
+    combined = intervals.interval(x, "t-and-bootstrap-t", 0.95, resamples=2000)
+    plain_t = intervals.interval(x, "t", 0.95)
+    boot_t = intervals.interval(x, "bootstrap-t", 0.95, resamples=2000)
+    assert combined.low == min(plain_t.low, boot_t.low)

@@ -145,6 +145,11 @@ def _rate_bound(nonzero: int, n: int, alpha: float) -> float:
     return intervals.nonzero_rate_bound(nonzero, n, alpha)
 
 
+@lru_cache(maxsize=65536)
+def _share_factor(nonzero: int, n: int, alpha: float) -> float:
+    return intervals.share_factor(nonzero, n, alpha)
+
+
 @dataclass(frozen=True)
 class Replicates:
     """What every rule needs from a block of simulated samples (trials × n), computed
@@ -202,13 +207,14 @@ def outcomes(rep: Replicates, margin: float, rules: Sequence[Rule],
     trials, n = rep.estimate.size, rep.n
     alpha = (1.0 - confidence) / 2.0
     sparse_low = -np.array([_rate_bound(int(k), n, alpha) for k in rep.nonzero])
+    t_se = rep.se * np.array([_share_factor(int(k), n, alpha) for k in rep.nonzero])
     df = np.full(trials, float(n - 1))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     lows: dict[str, np.ndarray] = {}
     for rule in rules:
         if rule.method not in lows:
             low, _ = intervals.bounds(rule.method, confidence, rep.estimate, rep.se, df,
-                                      rep.boot_means, rep.boot_se, rep.accel)
+                                      rep.boot_means, rep.boot_se, rep.accel, t_se)
             # Constant samples: every method's interval is the constant (intervals.interval).
             lows[rule.method] = np.where(rep.constant, rep.estimate, low)
         out[rule.name] = drop_outcome(rep.estimate, lows[rule.method], np.full(trials, n),
