@@ -104,7 +104,7 @@ def test_share_bounded_spread_widens_sparse_t_and_grows_as_the_level_shrinks() -
     assert intervals.share_factor(0, n, 0.005) == 1.0
     x = np.zeros(n)
     x[:k] = np.random.default_rng(3).normal(-0.05, 0.25, k)
-    combined = intervals.interval(x, "t-and-bootstrap-t", 0.95, resamples=2000)
+    combined = intervals.interval(x, "share-t-and-bootstrap-t", 0.95, resamples=2000)
     plain_t = intervals.interval(x, "t", 0.95)
     half = plain_t.estimate - plain_t.low
     assert combined.low <= combined.estimate - at_025 * half + 1e-12
@@ -112,7 +112,21 @@ def test_share_bounded_spread_widens_sparse_t_and_grows_as_the_level_shrinks() -
 
 def test_share_bounded_spread_leaves_dense_data_alone() -> None:
     x = np.random.default_rng(4).normal(0.0, 0.05, 200)
-    combined = intervals.interval(x, "t-and-bootstrap-t", 0.95, resamples=2000)
+    combined = intervals.interval(x, "share-t-and-bootstrap-t", 0.95, resamples=2000)
     plain_t = intervals.interval(x, "t", 0.95)
     boot_t = intervals.interval(x, "bootstrap-t", 0.95, resamples=2000)
     assert combined.low == min(plain_t.low, boot_t.low)
+
+
+def test_the_old_default_still_decides_as_it_did() -> None:
+    """Folders decided with ``t-and-bootstrap-t`` (the default before the share-bounded
+    spread) re-decide with the plain t interval: exactly the wider of t and bootstrap-t."""
+    n, k = 300, 30
+    x = np.zeros(n)
+    x[:k] = np.random.default_rng(3).normal(-0.05, 0.25, k)
+    old = intervals.interval(x, "t-and-bootstrap-t", 0.95, resamples=2000)
+    new = intervals.interval(x, "share-t-and-bootstrap-t", 0.95, resamples=2000)
+    plain_t = intervals.interval(x, "t", 0.95)
+    boot_t = intervals.interval(x, "bootstrap-t", 0.95, resamples=2000)
+    assert old.low == min(plain_t.low, boot_t.low)
+    assert new.low < old.low  # sparse: the share-bounded spread widens the new default

@@ -238,7 +238,7 @@ def test_pipeline_gates_read_the_recipes_stats() -> None:
     assert by_default is not None and by_percentile is not None
     (d,), (p,) = by_default.checks, by_percentile.checks
     assert (d.verdict, d.figures["method"], d.figures["min_nonzero"]) == (
-        "inconclusive", "t-and-bootstrap-t", 10)
+        "inconclusive", "share-t-and-bootstrap-t", 10)
     assert (p.verdict, p.figures["method"], p.figures["min_nonzero"]) == ("pass", "percentile", 0)
     # a combination no gate applies to is ungated (no verdict object at all)
     assert combination_gates(spec, "retriever", 5, cand, ref, default.stats) is None
@@ -257,7 +257,8 @@ def test_pipeline_delta_columns_use_the_recipes_method() -> None:
     percentile = _recipe([], [], stats=PERCENTILE).stats
     a = attribution(ref, retr, rer, both, default)
     b = attribution(ref, retr, rer, both, percentile)
-    assert a["total"]["method"] == "t-and-bootstrap-t" and b["total"]["method"] == "percentile"
+    assert a["total"]["method"] == "share-t-and-bootstrap-t"
+    assert b["total"]["method"] == "percentile"
     assert (a["total"]["ci_low"], a["total"]["ci_high"]) != (b["total"]["ci_low"],
                                                              b["total"]["ci_high"])
     assert a["total"] == paired_entry(both, ref, default)

@@ -113,7 +113,7 @@ def test_ungated_dense_candidate_and_pipeline_verdicts(pipeline_run):
     assert combos["fp32+dyn-int8@5"]["verdict"] == "pass"  # its fidelity floor applies
     assert combos["dyn-int8+fp32@5"]["verdict"] == "ungated"
     delta = combos["dyn-int8+fp32@5"]["metrics"]["nDCG@5"]["vs_reference"]
-    assert delta["method"] == summary["stats"]["method"] == "t-and-bootstrap-t"
+    assert delta["method"] == summary["stats"]["method"] == "share-t-and-bootstrap-t"
 
 
 

@@ -28,6 +28,7 @@ from evalq.app.scaffold import InitAnswers, init_command, parse_trec
 from evalq.app.verify_command import certify_command, verify_command
 from evalq.core import failure, warnformat
 from evalq.core.errors import BackendUnavailableError, InputError
+from evalq.core.gates import METHODS
 from evalq.core.redact import redact
 from evalq.core.version import __version__
 from evalq.data.manifest import list_datasets
@@ -264,8 +265,7 @@ def _metrics(args: argparse.Namespace) -> int:
 def _add_gate(gate: argparse.ArgumentParser) -> None:
     gate.add_argument("results", type=Path)
     gate.add_argument("--junit", type=Path, help="also write a JUnit XML report")
-    gate.add_argument("--method", choices=("percentile", "bootstrap-t", "bca", "t",
-                                           "t-and-bootstrap-t"),
+    gate.add_argument("--method", choices=METHODS,
                       help="re-decide with this interval method instead of the stored one")
     gate.add_argument("--markdown", type=Path, help="also write a markdown job summary")
 

@@ -67,6 +67,7 @@ RULES = (
     Rule("t", DEFAULT_MIN_NONZERO),
     Rule("bca", DEFAULT_MIN_NONZERO),
     Rule("bootstrap-t", DEFAULT_MIN_NONZERO),
+    Rule("t-and-bootstrap-t", DEFAULT_MIN_NONZERO),  # the default before the share bound
     Rule(DEFAULT_METHOD, DEFAULT_MIN_NONZERO),
 )
 DEFAULT_RULE = Rule(DEFAULT_METHOD, DEFAULT_MIN_NONZERO)

@@ -23,8 +23,10 @@ resampled within each stratum):
 * ``t-and-bootstrap-t``  the wider of the two: a pass needs both to clear the margin, so
   its false-pass rate is at most the smaller of theirs on every population (the t
   interval is the safe one on heavy tails, the studentized bootstrap on skewed sparse
-  data; the calibration table shows each failing where the other holds). Its t interval
-  takes the **share-bounded spread** (:func:`share_factor`) on sparse data.
+  data; the calibration table shows each failing where the other holds). The default
+  until the share-bounded spread; kept so folders it decided re-decide the same;
+* ``share-t-and-bootstrap-t``  the same, with the t interval taking the **share-bounded
+  spread** (:func:`share_factor`) on sparse data: the default.
 
 The share-bounded spread: the spread of a sparse difference is the share of queries that
 differ times the mean square of those that do. A sample that by chance holds fewer
@@ -225,8 +227,10 @@ def bounds(
     share-bounded standard error the combined rule's t interval takes (``se`` if None)."""
     tail = (1.0 - confidence) / 2.0
     estimate = np.asarray(estimate, dtype=np.float64)
-    if method == "t-and-bootstrap-t":
-        t_low, t_high = bounds("t", confidence, estimate, se if t_se is None else t_se, df)
+    if method in ("t-and-bootstrap-t", "share-t-and-bootstrap-t"):
+        shared = method == "share-t-and-bootstrap-t" and t_se is not None
+        se_t = t_se if shared and t_se is not None else se  # the share-bounded spread
+        t_low, t_high = bounds("t", confidence, estimate, se_t, df)
         b_low, b_high = bounds("bootstrap-t", confidence, estimate, se, df, boot_means, boot_se)
         return np.fmin(t_low, b_low), np.fmax(t_high, b_high)
     if method == "t":
@@ -366,7 +370,8 @@ def interval(
         low, high = bounds("t", confidence, est, np.array([se]), np.array([df]))
     else:
         means, ses = _resample_moments(groups, resamples, seed)
-        t_se = np.array([_share_se(groups, (1.0 - confidence) / 2.0)])
+        t_se = (np.array([_share_se(groups, (1.0 - confidence) / 2.0)])
+                if method == "share-t-and-bootstrap-t" else None)
         low, high = bounds(method, confidence, est, np.array([se]), np.array([df]),
                            means[None, :], ses[None, :], np.array([_accel(groups)]), t_se)
     return Interval(estimate, float(low[0]), float(high[0]), se, n, method, confidence)

@@ -14,7 +14,13 @@ from typing import Literal, Protocol
 from pydantic import Field, model_validator
 
 from evalq.core.errors import InputError
-from evalq.core.gates import DEFAULT_METHOD, DEFAULT_MIN_NONZERO, GateSpec, parse_max_drop
+from evalq.core.gates import (
+    DEFAULT_METHOD,
+    DEFAULT_MIN_NONZERO,
+    GateSpec,
+    Method,
+    parse_max_drop,
+)
 from evalq.core.options import StrictOptions
 from evalq.measure.measures import FAMILIES, Measure
 from evalq.measure.registry import parse_measure
@@ -31,8 +37,7 @@ class StatsOptions(StrictOptions):
     # Interval method and sparse-data rule of the gates (evalq.decide.intervals;
     # docs/benchmarks.md "Gate calibration"). Results written before these keys existed
     # are re-decided with method percentile, min_nonzero 0: what decided them then.
-    method: Literal["percentile", "bootstrap-t", "bca", "t", "t-and-bootstrap-t"] = \
-        "t-and-bootstrap-t"
+    method: Method = DEFAULT_METHOD
     min_nonzero: int = Field(default=10, ge=0)
 
 
