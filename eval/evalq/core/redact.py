@@ -45,3 +45,11 @@ def redact_obj(value: object) -> object:
     if isinstance(value, list | tuple):
         return [redact_obj(v) for v in value]
     return value
+
+
+def without_password(dsn: str) -> str:
+    """A PostgreSQL connection string (URL or key=value form) with its password masked,
+    for the plan, records and errors: the password is not a registered secret (it is
+    part of a string the user wrote), so :func:`redact` would not find it."""
+    dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)

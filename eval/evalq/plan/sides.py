@@ -25,12 +25,12 @@ run reuses the vectors (``evalq.execute.borrowed``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from pydantic import Field, model_validator
 
 from evalq.core.options import StrictOptions
+from evalq.core.redact import without_password
 
 REFERENCE = "reference"  # ``documents: reference``: the recipe's reference variant
 
@@ -70,10 +70,11 @@ class QdrantVectors(StrictOptions):
     id_payload: str | None = "id"
 
 
-class VectorFile(StrictOptions):
-    """One dataset's stored vectors: ``.npy`` (float, 2-D) with ``ids`` (a text file, one
-    id a line, row order), ``.parquet`` with ``id_column`` and ``vector_column``, a
-    ``pgvector`` table or a ``qdrant`` shard."""
+class VectorSource(StrictOptions):
+    """Where stored vectors are read from: ``.npy`` (float, 2-D) with ``ids`` (a text
+    file, one id a line, row order), ``.parquet`` with ``id_column`` and ``vector_column``,
+    a ``pgvector`` table or a ``qdrant`` shard. The fields of one dataset's source and of
+    the recipe's single-dataset form alike."""
 
     path: str | None = None
     ids: str | None = None
@@ -81,6 +82,10 @@ class VectorFile(StrictOptions):
     vector_column: str = "vector"
     pgvector: PgvectorVectors | None = None
     qdrant: QdrantVectors | None = None
+
+
+class VectorFile(VectorSource):
+    """One dataset's stored vectors (exactly one of ``path``, ``pgvector``, ``qdrant``)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> VectorFile:
@@ -92,9 +97,8 @@ class VectorFile(StrictOptions):
     def label(self) -> str:
         """The source in words, for the plan, the record and errors (no password)."""
         if self.pgvector is not None:
-            dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", self.pgvector.dsn)
-            dsn = re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
-            return f"pgvector table {self.pgvector.table} at {dsn}"
+            return (f"pgvector table {self.pgvector.table} at "
+                    f"{without_password(self.pgvector.dsn)}")
         if self.qdrant is not None:
             where = self.qdrant.path + (f"/{self.qdrant.collection}"
                                         if self.qdrant.collection else "")
@@ -102,17 +106,11 @@ class VectorFile(StrictOptions):
         return f"file {self.path}"
 
 
-class StoredVectors(StrictOptions):
+class StoredVectors(VectorSource):
     """``documents: {path, ids}``, ``{pgvector: {dsn, table}}`` or ``{qdrant: {path}}``
     for a recipe with one dataset, or ``documents: {datasets: {<dataset>: {...}}}``;
     ``probe`` for any."""
 
-    path: str | None = None
-    ids: str | None = None
-    id_column: str = "id"
-    vector_column: str = "vector"
-    pgvector: PgvectorVectors | None = None
-    qdrant: QdrantVectors | None = None
     datasets: dict[str, VectorFile] | None = None
     probe: ProbeOptions = ProbeOptions()
 
@@ -129,9 +127,7 @@ class StoredVectors(StrictOptions):
         """The source of ``dataset``; the single one when no mapping is given."""
         if self.datasets is not None:
             return self.datasets.get(dataset)
-        return VectorFile(path=self.path, ids=self.ids, id_column=self.id_column,
-                          vector_column=self.vector_column, pgvector=self.pgvector,
-                          qdrant=self.qdrant)
+        return VectorFile(**{name: getattr(self, name) for name in VectorSource.model_fields})
 
 
 Side = str | StoredVectors | None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -36,6 +35,7 @@ from typing import Any
 import psutil
 
 from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.redact import without_password
 
 _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
 _DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
@@ -106,7 +106,7 @@ def _start(pgserver: Any, folder: Path, temporary: bool, where: str) -> Any:
 
 
 def remote(dsn: str) -> Database:
-    return Database(dsn, f"the PostgreSQL at {_without_password(dsn)}")
+    return Database(dsn, f"the PostgreSQL at {without_password(dsn)}")
 
 
 def stop_embedded(data_dir: Path) -> None:
@@ -216,7 +216,3 @@ def _data_folder(data_dir: str | None, where: str) -> Path:
                              "data_dir out (evalq makes a temporary one)")
     return folder
 
-
-def _without_password(dsn: str) -> str:
-    dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
