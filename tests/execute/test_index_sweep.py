@@ -31,25 +31,13 @@ from evalq.recipe.schema import load_recipe
 from evalq.results.folder import RunFolder
 from evalq.retrieve import ann
 from evalq.retrieve.exact import ExactOptions
-from evalq.retrieve.kinds import Documents, Queries
 from support import recipes
+from support.clustered import clustered
 
 EF = [1, 2, 4, 16, 64]
 
 
-def _clustered(n_docs: int = 2000, dim: int = 32, n_queries: int = 60
-               ) -> tuple[Documents, Queries]:
-    rng = np.random.default_rng(1)
-    centres = rng.standard_normal((16, dim))
-    docs = centres[rng.integers(0, 16, n_docs)] + 0.35 * rng.standard_normal((n_docs, dim))
-    docs = (docs / np.linalg.norm(docs, axis=1, keepdims=True)).astype(np.float32)
-    queries = docs[rng.choice(n_docs, n_queries, replace=False)]
-    queries = (queries + 0.05 * rng.standard_normal(queries.shape)).astype(np.float32)
-    return (Documents(tuple(f"d{i:05d}" for i in range(n_docs)), docs),
-            Queries(tuple(f"q{i}" for i in range(n_queries)), queries))
-
-
-DOCS, QUERIES = _clustered()
+DOCS, QUERIES = clustered(2000, 32, 60, seed=1)
 
 
 def _load(index: dict[str, Any], tmp_path: Path) -> Any:

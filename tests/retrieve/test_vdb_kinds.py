@@ -34,30 +34,17 @@ from evalq.core.ranking import Ranking
 from evalq.recipe.schema import load_recipe
 from evalq.retrieve import pg_server
 from evalq.retrieve.exact import ExactOptions
-from evalq.retrieve.kinds import Documents, KindOptions, Queries, recall_at
+from evalq.retrieve.kinds import Documents, KindOptions, recall_at
 from evalq.retrieve.pgvector_kind import PgvectorIndex, PgvectorSearch, check_version
 from evalq.retrieve.qdrant_kind import SearchParams
 from evalq.retrieve.registry import INDEX_KINDS
 from support import recipes
+from support.clustered import clustered
 
 K = 10
 
 
-def _clustered(n_docs: int = 2000, dim: int = 32, n_queries: int = 40,
-               seed: int = 0) -> tuple[Documents, Queries]:
-    """Unit vectors in tight clusters: many near neighbours, so a small HNSW beam misses
-    some of them."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((16, dim))
-    docs = centres[rng.integers(0, 16, n_docs)] + 0.35 * rng.standard_normal((n_docs, dim))
-    docs = (docs / np.linalg.norm(docs, axis=1, keepdims=True)).astype(np.float32)
-    queries = docs[rng.choice(n_docs, n_queries, replace=False)]
-    queries = queries + 0.05 * rng.standard_normal(queries.shape)
-    return (Documents(tuple(f"d{i:05d}" for i in range(n_docs)), docs),
-            Queries(tuple(f"q{i}" for i in range(n_queries)), queries.astype(np.float32)))
-
-
-DOCS, QUERIES = _clustered()
+DOCS, QUERIES = clustered(2000, 32, 40, seed=0)
 
 
 @pytest.fixture(scope="module")

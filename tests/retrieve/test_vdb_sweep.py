@@ -15,25 +15,14 @@ import pytest
 from evalq.execute.dataset_scoring import run_index
 from evalq.retrieve import pg_server, pgvector_kind, qdrant_kind
 from evalq.retrieve.exact import ExactOptions
-from evalq.retrieve.kinds import Documents, Queries, recall_at
+from evalq.retrieve.kinds import recall_at
 from evalq.retrieve.registry import INDEX_KINDS
+from support.clustered import clustered
 
 K = 10
 
 
-def _clustered(n_docs: int = 1500, dim: int = 32, n_queries: int = 30
-               ) -> tuple[Documents, Queries]:
-    rng = np.random.default_rng(2)
-    centres = rng.standard_normal((12, dim))
-    docs = centres[rng.integers(0, 12, n_docs)] + 0.35 * rng.standard_normal((n_docs, dim))
-    docs = (docs / np.linalg.norm(docs, axis=1, keepdims=True)).astype(np.float32)
-    queries = docs[rng.choice(n_docs, n_queries, replace=False)]
-    queries = (queries + 0.05 * rng.standard_normal(queries.shape)).astype(np.float32)
-    return (Documents(tuple(f"d{i:05d}" for i in range(n_docs)), docs),
-            Queries(tuple(f"q{i}" for i in range(n_queries)), queries))
-
-
-DOCS, QUERIES = _clustered()
+DOCS, QUERIES = clustered(1500, 32, 30, seed=2, centres=12)
 
 
 @pytest.fixture(scope="module")
