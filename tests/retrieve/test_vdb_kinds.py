@@ -440,9 +440,13 @@ def test_the_docs_recipe_is_read_as_written() -> None:
 
 
 _HOLDS_A_SERVER = """
-import sys, time
+import signal, sys, time
 from evalq.core import failure
 from evalq.retrieve import pg_server
+# A process started in the background by a non-interactive shell (a CI runner's job,
+# 'cmd &') inherits SIGINT ignored, and Python then keeps it ignored: Ctrl-C is what an
+# interactive evalq gets, so the stand-in takes Python's own handler back.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 failure.terminate_as_interrupt()  # what the CLI does: SIGTERM unwinds like Ctrl-C
 pg_server.embedded(sys.argv[1], allow_root=True, where="t")
 try:
