@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -141,16 +140,6 @@ def count_matrix(rng: np.random.Generator, resamples: int, n: int) -> np.ndarray
         np.float64)
 
 
-@lru_cache(maxsize=65536)
-def _rate_bound(nonzero: int, n: int, alpha: float) -> float:
-    return intervals.nonzero_rate_bound(nonzero, n, alpha)
-
-
-@lru_cache(maxsize=65536)
-def _share_factor(nonzero: int, n: int, alpha: float) -> float:
-    return intervals.share_factor(nonzero, n, alpha)
-
-
 @dataclass(frozen=True)
 class Replicates:
     """What every rule needs from a block of simulated samples (trials × n), computed
@@ -207,8 +196,8 @@ def outcomes(rep: Replicates, margin: float, rules: Sequence[Rule],
     a row neither passed nor failed is inconclusive."""
     trials, n = rep.estimate.size, rep.n
     alpha = (1.0 - confidence) / 2.0
-    sparse_low = -np.array([_rate_bound(int(k), n, alpha) for k in rep.nonzero])
-    t_se = rep.se * np.array([_share_factor(int(k), n, alpha) for k in rep.nonzero])
+    sparse_low = -np.array([intervals.nonzero_rate_bound(int(k), n, alpha) for k in rep.nonzero])
+    t_se = rep.se * np.array([intervals.share_factor(int(k), n, alpha) for k in rep.nonzero])
     df = np.full(trials, float(n - 1))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     lows: dict[str, np.ndarray] = {}

@@ -167,6 +167,7 @@ def t_ppf(p: float, df: float) -> float:
     return _bisect(lambda t: t_cdf(t, df), p, 0.0, hi)
 
 
+@lru_cache(maxsize=65536)
 def nonzero_rate_bound(nonzero: int, n: int, alpha: float) -> float:
     """Exact one-sided (Clopper–Pearson) upper ``1 − alpha`` bound on the share of
     queries whose difference is non-zero, having seen ``nonzero`` of ``n``."""
