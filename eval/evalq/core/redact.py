@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 _SECRETS: set[str] = set()
 _LOCK = threading.Lock()
@@ -53,3 +54,32 @@ def without_password(dsn: str) -> str:
     part of a string the user wrote), so :func:`redact` would not find it."""
     dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+
+
+def without_stored_password(dsn: str) -> str:
+    """A connection string with its password left out (not masked), for what evalq
+    writes to disk: a manifest and a certificate travel, and a password must not travel
+    with them. Left out rather than masked, so that a later ``evalq verify`` or
+    ``evalq certify`` that reconnects falls back to libpq's own ``PGPASSWORD`` or
+    ``~/.pgpass`` instead of sending ``***``."""
+    dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1@", dsn)
+    if "://" in dsn:  # a URL: password as a query parameter
+        dsn = re.sub(r"([?&])password=[^&]*&?", r"\1", dsn).rstrip("?&")
+        return dsn
+    return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", "", dsn)
+
+
+def stored_recipe_form(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe dump as evalq stores it: every ``dsn`` without its password
+    (:func:`without_stored_password`); everything else as it was."""
+    return {k: _stored(k, v) for k, v in recipe.items()}
+
+
+def _stored(key: str, value: object) -> object:
+    if key == "dsn" and isinstance(value, str):
+        return without_stored_password(value)
+    if isinstance(value, dict):
+        return {k: _stored(k, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stored("", v) for v in value]
+    return value

@@ -30,6 +30,7 @@ from typing import Any
 from evalq.core.atomicio import check_output_location
 from evalq.core.errors import InputError
 from evalq.core.host import host_facts
+from evalq.core.redact import stored_recipe_form
 from evalq.core.values import EncodingSettings
 from evalq.engines.capability import detect_device
 from evalq.engines.lasttoken import token_summary
@@ -187,7 +188,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
         batch_tokens=recipe.batch_tokens, executor=recipe.executor,
         parity=ParityPlan(recipe.parity.enabled, recipe.parity.texts,
                           recipe.parity.min_cosine),
-        sections=recipe.sections(), recorded=recipe.model_dump(mode="json"),
+        sections=recipe.sections(), recorded=stored_recipe_form(recipe.model_dump(mode="json")),
         only=tuple(only) if only else None, load=recipe.load, capacity=recipe.capacity,
         machine_notes=tuple(problems.notes),
         pipeline_gates=tuple(_pipeline_gate_texts(recipe)),
