@@ -113,7 +113,7 @@ class QdrantOptions(KindOptions):
     (:mod:`evalq.retrieve.keyed`), reused by the next run of that key (left out, a
     temporary folder removed after the run). ``url`` is a Qdrant server instead (REST,
     through qdrant-client): ``collection`` names the collection (left out,
-    ``evalq_<key>``), ``api_key_env`` the environment variable holding its API key (the
+    ``evalq-<key>``), ``api_key_env`` the environment variable holding its API key (the
     key itself is never written anywhere), ``timeout`` one request's seconds and
     ``index_wait_s`` how long the server may take to index the collection."""
 
