@@ -314,3 +314,36 @@ def test_the_api_key_is_read_from_the_named_variable_and_never_recorded(
         qdrant_standin.api_key = None
     recorded = str(stats) + str(proof) + str(options.record())
     assert stats["points"] == 600 and "key-0123456789" not in recorded
+
+
+@pytest.mark.server
+def test_a_grey_collection_is_nudged_and_then_indexed(qdrant_standin: Any,
+                                                      monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """A restarted server reports pending optimizations as ``grey`` and starts them only
+    on an update of the collection: the wait sends one, then finds the points indexed."""
+    upsert = QdrantServerIndex._upsert
+
+    def then_restarted(self: QdrantServerIndex, vectors: np.ndarray, have: set[int]
+                       ) -> None:
+        upsert(self, vectors, have)
+        qdrant_standin.collections[self.collection].grey = True
+
+    monkeypatch.setattr(QdrantServerIndex, "_upsert", then_restarted)
+    _, proof, stats = _run(_options(url=qdrant_standin.url, index_wait_s=20), _docs(19))
+    assert ("PATCH", f"/collections/{stats['collection']}") in qdrant_standin.requests
+    assert stats["indexed_vectors"] == stats["points"] == 600 and proof.method == "HNSW"
+
+
+@pytest.mark.server
+def test_a_server_that_never_indexes_is_exit_2_naming_index_wait_s(qdrant_standin: Any
+                                                                  ) -> None:
+    qdrant_standin.stalled = True
+    try:
+        err = _refused(_options(url=qdrant_standin.url, index_wait_s=0.5), _docs(20))
+    finally:
+        qdrant_standin.stalled = False
+    assert err.field == "candidates.qd.index.index_wait_s"
+    assert "had indexed 0 of 600 points" in str(err) and "raise index_wait_s" in str(err)
+    _, _, stats = _run(_options(url=qdrant_standin.url), _docs(20))  # the rerun: no upload
+    assert stats["reused"] and stats["indexed_vectors"] == 600

@@ -8,6 +8,7 @@ qdrant-client's own models (``qdrant_client/http/api/*.py``,
 
 - ``GET /`` (version), ``GET /collections/{name}/exists``, ``GET /collections/{name}``
   (``CollectionInfo``), ``PUT /collections/{name}`` (``CreateCollection``),
+  ``PATCH /collections/{name}`` (``UpdateCollection``: starts pending optimizations),
   ``DELETE /collections/{name}``;
 - ``PUT /collections/{name}/points`` (upsert: ``PointsBatch`` or ``PointsList``),
   ``POST /collections/{name}/points`` (retrieve by ids), ``POST
@@ -18,9 +19,11 @@ Behind it is Qdrant's real engine in-process (qdrant-edge-py, one shard per coll
 so its HNSW graph, quantization, oversampling and rescoring are Qdrant's own. Like a
 server, it indexes in the background: the first read of a collection after an upload
 reports it ``yellow`` with what is indexed so far, and the shard is optimized after that
-answer, so a client must poll. ``refusals`` makes it answer HTTP 400 to a request whose
-body holds a given option (as a server of an older version refuses an option it lacks);
-``api_key`` makes it answer 401 to a request without that key;
+answer, so a client must poll; a collection set ``grey`` (a restarted server's pending
+optimizations) is indexed only after an update of the collection. ``refusals`` makes it
+answer HTTP 400 to a request whose body holds a given option (as a server of an older
+version refuses an option it lacks); ``api_key`` makes it answer 401 to a request
+without that key; ``stalled`` keeps it from ever indexing (an overloaded server);
 ``stop()`` kills it mid-run (connections refused from then on). HTTP/1.0: one request
 per connection, so a stopped stand-in answers nothing more.
 """
@@ -46,6 +49,7 @@ class _Collection:
 
     def __init__(self, folder: Path, body: dict[str, Any]) -> None:
         self.body, self.dirty, self.size = body, False, int(body["vectors"]["size"])
+        self.grey = False  # optimizations pending, not triggered (a restarted server)
         self.distance = body["vectors"]["distance"]
         hnsw = body.get("hnsw_config") or {}
         config = qe.EdgeConfig(
@@ -66,7 +70,8 @@ class _Collection:
         hnsw = {"m": 16, "ef_construct": 100, "full_scan_threshold": 10000,
                 **(self.body.get("hnsw_config") or {})}
         return {
-            "status": "yellow" if self.dirty else "green", "optimizer_status": "ok",
+            "status": "grey" if self.grey else "yellow" if self.dirty else "green",
+            "optimizer_status": "ok",
             "indexed_vectors_count": int(shard.indexed_vectors_count),
             "points_count": int(shard.points_count),
             "segments_count": int(shard.segments_count), "payload_schema": {},
@@ -88,6 +93,7 @@ class QdrantStandIn:
         self.collections: dict[str, _Collection] = {}
         self.refusals: dict[str, str] = {}  # dotted option in a request body -> error
         self.api_key: str | None = None  # when set, the ``api-key`` header must match
+        self.stalled = False  # never indexes (a server too busy to optimize)
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.lock = threading.Lock()
         self._made = 0
@@ -140,6 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._answer("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._answer("PATCH")
+
     def _answer(self, method: str) -> None:
         path = unquote(urlsplit(self.path).path).rstrip("/") or "/"
         length = int(self.headers.get("Content-Length") or 0)
@@ -164,7 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(status, {"status": {"error": result}, "time": 0.0})
         self._send(200, {"result": result, "status": "ok", "time": 0.0})
         collection = s.collections.get(name)
-        if rest == "" and method == "GET" and collection is not None and collection.dirty:
+        if rest == "" and method == "GET" and collection is not None and collection.dirty \
+                and not collection.grey and not s.stalled:
             with s.lock:  # indexed after the answer that said yellow, as a server does
                 collection.shard.optimize()
                 collection.dirty = False
@@ -193,6 +203,9 @@ def _route(s: QdrantStandIn, method: str, name: str, rest: str, body: dict[str, 
         return 404, f"Not found: Collection `{name}` doesn't exist!"
     if rest == "" and method == "GET":
         return 200, collection.info()
+    if rest == "" and method == "PATCH":  # update_collection: starts pending optimizations
+        collection.grey, collection.dirty = False, True
+        return 200, True
     if rest == "" and method == "DELETE":
         s.delete(name)
         return 200, True

@@ -188,7 +188,9 @@ class QdrantServerIndex:
     def _wait_indexed(self) -> None:
         """Poll the collection until the server has indexed every point (when its
         vectors pass ``indexing_threshold``, so that it should) and its optimizer is
-        idle, at most ``index_wait_s``."""
+        idle, at most ``index_wait_s``. A ``grey`` collection (a restarted server holds
+        optimizations it has not started) is nudged with its own optimizers config, the
+        update Qdrant documents for starting them."""
         limit = self.options.index_wait_s or DEFAULT_INDEX_WAIT_S
         kb = len(self._ids) * self._dim * 4 / 1024
         expect = kb >= self.options.optimizers_config.indexing_threshold
@@ -205,6 +207,10 @@ class QdrantServerIndex:
                 not expect or info["indexed_vectors"] >= info["points"])
             if done:
                 return
+            if info["status"] == "grey":  # optimizations pending but not triggered
+                self._call("optimizers_config", self._client.update_collection,
+                           self.collection, optimizers_config=self._qc.models.
+                           OptimizersConfigDiff(**self.options.optimizers_config.model_dump()))
             if time.monotonic() >= deadline:
                 raise InputError(
                     message=f"{self.label} had indexed {info['indexed_vectors']} of "
