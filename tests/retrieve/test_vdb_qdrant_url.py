@@ -19,14 +19,17 @@ option refusals need no server and run in the fast tier.
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from evalq.app.cli import main
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.ranking import Ranking
 from evalq.retrieve import sweep
@@ -34,6 +37,7 @@ from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, KindOptions, Queries, recall_at
 from evalq.retrieve.qdrant_server import QdrantServerIndex
 from evalq.retrieve.registry import INDEX_KINDS
+from support import recipes
 from support.clustered import clustered
 
 K = 10
@@ -347,3 +351,55 @@ def test_a_server_that_never_indexes_is_exit_2_naming_index_wait_s(qdrant_standi
     assert "had indexed 0 of 600 points" in str(err) and "raise index_wait_s" in str(err)
     _, _, stats = _run(_options(url=qdrant_standin.url), _docs(20))  # the rerun: no upload
     assert stats["reused"] and stats["indexed_vectors"] == 600
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.server
+def test_a_run_whose_server_dies_is_exit_2_and_the_rerun_reuses_its_collections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Through ``evalq run``: the server killed before the last candidate's search is
+    exit 2 naming that candidate's url; the earlier variants' files stay; after the
+    server restarts, the rerun finds both collections complete and uploads nothing."""
+    from support.qdrant_standin import QdrantStandIn
+
+    standin, out = QdrantStandIn(), tmp_path / "out"
+    search = QdrantServerIndex.search
+
+    def killed_before_int8(self: QdrantServerIndex, *args: Any, **kwargs: Any) -> Ranking:
+        if self.options.quantization_config is not None:
+            standin.stop()
+        return search(self, *args, **kwargs)
+
+    data = recipes.recipe(
+        "qdrant-url", cache=tmp_path / "cache", queries=12, docs=40,
+        candidates=[{"name": "fp32-qd", "index": {"kind": "qdrant", "url": standin.url}},
+                    {"name": "fp32-qd-int8", "index": {
+                        "kind": "qdrant", "url": standin.url,
+                        "quantization_config": {"scalar": {"type": "int8"}}}}],
+        metrics=["nDCG@10"], gates=[recipes.gate("nDCG@10", "qrels", max_drop="5%")],
+        resamples=200)
+    recipe = recipes.write(tmp_path / "qdrant-url.yaml", data)
+    monkeypatch.setattr(QdrantServerIndex, "search", killed_before_int8)
+    try:
+        code = main(["run", str(recipe), "-o", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "field 'candidates.fp32-qd-int8.index.url'" in err and "Traceback" not in err
+        assert f"the Qdrant server at {standin.url} did not answer" in err
+        for done in ("fp32", "fp32-qd"):  # finished work is kept
+            assert (out / "per_query" / "pydocs" / f"{done}.jsonl").is_file(), done
+        assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+        monkeypatch.setattr(QdrantServerIndex, "search", search)
+        standin.restart()
+        uploads = standin.upserts()
+        assert main(["run", str(recipe), "-o", str(tmp_path / "again")]) in (0, 1)
+        assert standin.upserts() == uploads
+    finally:
+        standin.close()
+    variants = json.loads((tmp_path / "again" / "manifest.json").read_text())["variants"]
+    for name in ("fp32-qd", "fp32-qd-int8"):
+        entry = variants[name]["datasets"]["pydocs"]["index"]
+        assert entry["reused"] and entry["rows_loaded"] == 0, name
+        assert entry["url"] == standin.url and entry["proof"]["params"]["indexed_vectors"] == 40

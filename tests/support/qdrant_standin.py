@@ -24,7 +24,8 @@ optimizations) is indexed only after an update of the collection. ``refusals`` m
 answer HTTP 400 to a request whose body holds a given option (as a server of an older
 version refuses an option it lacks); ``api_key`` makes it answer 401 to a request
 without that key; ``stalled`` keeps it from ever indexing (an overloaded server);
-``stop()`` kills it mid-run (connections refused from then on). HTTP/1.0: one request
+``stop()`` kills it mid-run (connections refused from then on), ``restart()`` brings it
+back with its collections. HTTP/1.0: one request
 per connection, so a stopped stand-in answers nothing more.
 """
 
@@ -97,17 +98,28 @@ class QdrantStandIn:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.lock = threading.Lock()
         self._made = 0
-        handler = type("Handler", (_Handler,), {"standin": self})
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.http.daemon_threads = True
+        self._serve(0)
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        self._thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-        self._thread.start()
+
+    def _serve(self, port: int) -> None:
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self.http = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.http.daemon_threads = True
+        self.stopped = False
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
         """Stop answering (as a server killed mid-run): the port is closed."""
-        self.http.shutdown()
-        self.http.server_close()
+        if not self.stopped:
+            self.stopped = True
+            self.http.shutdown()
+            self.http.server_close()
+
+    def restart(self) -> None:
+        """Answer again on the same port, with the collections it held (a restarted
+        server keeps its storage)."""
+        self.stop()
+        self._serve(int(self.url.rsplit(":", 1)[1]))
 
     def close(self) -> None:
         self.stop()
