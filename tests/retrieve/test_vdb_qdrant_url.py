@@ -403,3 +403,14 @@ def test_a_run_whose_server_dies_is_exit_2_and_the_rerun_reuses_its_collections(
         entry = variants[name]["datasets"]["pydocs"]["index"]
         assert entry["reused"] and entry["rows_loaded"] == 0, name
         assert entry["url"] == standin.url and entry["proof"]["params"]["indexed_vectors"] == 40
+
+
+def test_url_with_path_is_refused_by_the_plan_naming_the_index(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = recipes.write(tmp_path / "r.yaml", recipes.recipe(
+        "qdrant-url", cache=tmp_path / "cache", candidates=[{"name": "qd", "index": {
+            "kind": "qdrant", "url": "http://127.0.0.1:6333", "path": str(tmp_path)}}]))
+    assert main(["plan", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "field 'candidates.0.index': url (a Qdrant server) and path (the in-process " \
+        "shard's folder) exclude each other. Fix: keep one" in err
