@@ -1,6 +1,8 @@
 """The vector databases the retrieve tests share: the session's one embedded PostgreSQL
-+ pgvector (``pg``) and one folder for Qdrant's shards (``qdrant_root``), used by
-test_vdb_kinds.py and test_vdb_sweep.py; ``pg_folder`` is a test's own data folder."""
++ pgvector (``pg``), one folder for Qdrant's shards (``qdrant_root``), used by
+test_vdb_kinds.py and test_vdb_sweep.py, and one stand-in for a Qdrant server
+(``qdrant_standin``, tests/support/qdrant_standin.py: a real server cannot run here),
+used by test_vdb_qdrant_url.py; ``pg_folder`` is a test's own data folder."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +37,20 @@ def _own_folder() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def qdrant_root() -> Iterator[Path]:
     yield from _own_folder()
+
+
+@pytest.fixture(scope="session")
+def qdrant_standin() -> Iterator[Any]:
+    """The session's stand-in Qdrant server (its collections outlive each test, as a
+    team's server's do; tests name their own collections or use their own vectors).
+    Imported here: the stand-in loads Qdrant's engine, which the fast tier never needs."""
+    from support.qdrant_standin import QdrantStandIn
+
+    server = QdrantStandIn()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

@@ -15,7 +15,9 @@ after loading; the proof reads back from the shard how many vectors are indexed,
 search that was exhaustive (``exact: true``, nothing indexed, or a collection under
 ``full_scan_threshold``) is recorded as exact, never as an index run.
 
-A Qdrant server by ``url:`` (qdrant-client) is not part of this kind yet.
+With ``url:`` the same options point the variant at a Qdrant server instead
+(:mod:`evalq.retrieve.qdrant_server`, through qdrant-client); the options themselves
+live in :mod:`evalq.retrieve.qdrant_options`, shared by both.
 """
 
 from __future__ import annotations
@@ -25,133 +27,24 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field, model_validator
 
 from evalq.core.errors import InputError, MissingExtraError
-from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, kinds
-from evalq.retrieve.kinds import (
-    Documents,
-    IndexProof,
-    IndexStats,
-    KindOptions,
-    KindSpec,
-    Queries,
-    SweepOptions,
+from evalq.retrieve import keyed, kinds, qdrant_server
+from evalq.retrieve.kinds import Documents, Index, IndexProof, IndexStats, KindSpec, Queries
+from evalq.retrieve.qdrant_options import (
+    BUILD_OPTIONS,
+    LOWER_IS_BETTER,
+    QdrantOptions,
+    QuantizationConfig,
+    SearchParams,
+    proof,
 )
 
 _UPSERT_BATCH = 1024  # points per upsert
-_LOWER_IS_BETTER = {"Euclid", "Manhattan"}  # Qdrant returns these as distances
-# the options that shape a stored shard (its key); search_params are searched at any value
-_BUILD_OPTIONS = ("distance", "hnsw_config", "optimizers_config", "quantization_config")
-
-
-class HnswConfig(StrictOptions):
-    """Qdrant's ``hnsw_config`` (``full_scan_threshold`` defaults to 1 KB here, not
-    Qdrant's 10000: see the module's note on the trap)."""
-
-    m: int = Field(default=16, ge=0)
-    ef_construct: int = Field(default=100, ge=4)
-    full_scan_threshold: int = Field(default=1, ge=0)
-
-
-class OptimizersConfig(StrictOptions):
-    """Qdrant's ``optimizers_config``: the segment size (KB) above which it builds the
-    index (1 here, so a small collection is indexed; Qdrant's default is 10000)."""
-
-    indexing_threshold: int = Field(default=1, ge=1)
-
-
-class ScalarQuantization(StrictOptions):
-    type: Literal["int8"] = "int8"
-    quantile: float | None = Field(default=None, gt=0.5, le=1.0)
-
-
-class BinaryQuantization(StrictOptions):
-    encoding: Literal["one_bit", "one_and_half_bits", "two_bits"] = "one_bit"
-
-
-class ProductQuantization(StrictOptions):
-    compression: Literal["x4", "x8", "x16", "x32", "x64"] = "x16"
-
-
-class QuantizationConfig(StrictOptions):
-    """Qdrant's ``quantization_config``: exactly one of ``scalar``, ``binary``,
-    ``product``."""
-
-    scalar: ScalarQuantization | None = None
-    binary: BinaryQuantization | None = None
-    product: ProductQuantization | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> QuantizationConfig:
-        if sum(x is not None for x in (self.scalar, self.binary, self.product)) != 1:
-            raise ValueError("give exactly one of scalar, binary, product")
-        return self
-
-
-class QuantizationSearch(StrictOptions):
-    ignore: bool = False
-    rescore: bool | None = None
-    oversampling: float | None = Field(default=None, ge=1.0, allow_inf_nan=False)
-
-
-class SearchParams(StrictOptions):
-    """Qdrant's ``search_params``: ``hnsw_ef``, ``exact`` and ``quantization``
-    (``ignore``, ``rescore``, ``oversampling``); one shard serves a sweep of them."""
-
-    hnsw_ef: int | None = Field(default=None, ge=1)
-    exact: bool = False
-    quantization: QuantizationSearch | None = None
-
-
-class QdrantSweep(SweepOptions):
-    """``sweep:`` of a Qdrant shard: ``hnsw_ef`` or ``oversampling`` (of
-    ``search_params``), each a search request's own setting on the one shard."""
-
-    TARGETS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "hnsw_ef": ("search_params", "hnsw_ef"),
-        "oversampling": ("search_params", "quantization", "oversampling")}
-    BUILD_TIME: ClassVar[tuple[str, ...]] = (
-        "hnsw_config", "m", "ef_construct", "quantization_config", "distance",
-        "optimizers_config", "indexing_threshold", "full_scan_threshold")
-
-    hnsw_ef: list[int] | None = None
-    oversampling: list[float] | None = None
-
-
-class QdrantOptions(KindOptions):
-    """``index: {kind: qdrant, ...}``: a Qdrant shard (Qdrant's engine, in-process), by
-    Qdrant's names. ``distance``: ``Dot`` (what exact search uses), ``Cosine``,
-    ``Euclid``, ``Manhattan``. ``path``: the folder the shard is kept in, in a
-    subfolder named by the vectors' key (:mod:`evalq.retrieve.keyed`), reused by the
-    next run of that key; left out, a temporary folder removed after the run."""
-
-    kind: Literal["qdrant"] = "qdrant"
-    path: str | None = Field(default=None, min_length=1)
-    distance: Literal["Dot", "Cosine", "Euclid", "Manhattan"] = "Dot"
-    hnsw_config: HnswConfig = HnswConfig()
-    optimizers_config: OptimizersConfig = OptimizersConfig()
-    quantization_config: QuantizationConfig | None = None
-    search_params: SearchParams = SearchParams()
-    sweep: QdrantSweep | None = None
-
-    @model_validator(mode="after")
-    def _oversampling_needs_codes(self) -> QdrantOptions:
-        sweep = self.sweep
-        if sweep is not None and sweep.oversampling is not None \
-                and self.quantization_config is None:
-            raise ValueError("sweep.oversampling: oversampling applies to quantized vectors; "
-                             "fix: set quantization_config (scalar, binary or product), or "
-                             "sweep hnsw_ef")
-        return self
-
-    def search_options(self) -> SearchParams:
-        return self.search_params
 
 
 class QdrantIndex:
@@ -200,7 +93,7 @@ class QdrantIndex:
         vectors = np.ascontiguousarray(docs.vectors, dtype=np.float32)
         self._dim = int(vectors.shape[1])
         key = keyed.vectors_key("qdrant", docs.ids, vectors, keyed.build_options(
-            self.options, _BUILD_OPTIONS))
+            self.options, BUILD_OPTIONS))
         folder = (Path(tempfile.mkdtemp(prefix="evalq-qdrant-")) if self._parent is None
                   else self._parent / f"evalq-{key[:24]}")
         self.path, marker = folder / "shard", folder / "complete"
@@ -267,7 +160,7 @@ class QdrantIndex:
         vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
         idx = np.full((len(vectors), depth), -1, dtype=np.int64)
         scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
-        sign = -1.0 if self.options.distance in _LOWER_IS_BETTER else 1.0
+        sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
         self._query_s = np.zeros(len(vectors), dtype=np.float64)
         began = time.perf_counter()
         try:
@@ -334,22 +227,9 @@ class QdrantIndex:
                     **(self.cache.record() if self.cache is not None else {})})
 
     def proof(self) -> IndexProof:
-        """Read back from the shard: how many vectors the HNSW index holds. A search is
-        exhaustive when it asked for ``exact``, when nothing is indexed, or when the
-        vectors are under ``full_scan_threshold``."""
-        info = self._info()
-        vectors_kb = info["points"] * self._dim * 4 / 1024
-        below = vectors_kb < self.options.hnsw_config.full_scan_threshold
-        exact = self._params.exact or info["indexed_vectors"] == 0 or below
-        quant = self.options.quantization_config
-        method = "full scan" if exact else "HNSW"
-        if quant is not None:
-            method += f" over {next(k for k, v in quant.model_dump().items() if v)} codes"
-        return IndexProof(kind="qdrant", exact=exact, method=method, params={
-            **info, "vectors_kb": vectors_kb, "below_full_scan_threshold": below,
-            **self.options.hnsw_config.model_dump(),
-            **self.options.optimizers_config.model_dump(),
-            "search_params": self._params.model_dump(exclude_none=True)})
+        """Read back from the shard: how many vectors the HNSW index holds
+        (:func:`~evalq.retrieve.qdrant_options.proof`)."""
+        return proof(self.options, self._params, self._info(), self._dim)
 
     def close(self) -> None:
         """Close the shard; it stays in ``path`` for the next run of its key (a shard in
@@ -394,11 +274,14 @@ def _version() -> str | None:
         return None
 
 
-def _build(options: QdrantOptions, docs: Documents, where: str) -> QdrantIndex:
+def _build(options: QdrantOptions, docs: Documents, where: str) -> Index:
+    if options.url is not None:
+        return kinds.filled(qdrant_server.QdrantServerIndex(options, where), docs)
     return kinds.filled(QdrantIndex(options, where), docs)
 
 
-KIND = KindSpec(name="qdrant", summary="a Qdrant shard searched by Qdrant's engine "
-                "in-process (HNSW; scalar int8, binary or product quantization with "
-                "oversampling and rescoring)", inputs="vectors", options=QdrantOptions,
-                build=_build, search_options=SearchParams)
+KIND = KindSpec(name="qdrant", summary="a Qdrant collection: a shard searched by Qdrant's "
+                "engine in-process, or url: for your Qdrant server (HNSW; scalar int8, "
+                "binary or product quantization with oversampling and rescoring)",
+                inputs="vectors", options=QdrantOptions, build=_build,
+                search_options=SearchParams)

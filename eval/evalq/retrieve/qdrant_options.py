@@ -1,0 +1,194 @@
+"""The options of ``kind: qdrant``, by Qdrant's own names: one model for both places a
+variant's Qdrant collection can live, Qdrant's engine in-process (qdrant-edge-py, the
+default, a shard under ``path``) and a team's Qdrant server by ``url:`` (qdrant-client,
+REST). Both read the same ``hnsw_config``, ``optimizers_config``, ``quantization_config``
+and ``search_params``, so one variant can be pointed at either without rewriting it.
+
+Why the defaults lower Qdrant's thresholds: see :mod:`evalq.retrieve.qdrant_kind`'s note
+on the indexing trap.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from evalq.core.options import StrictOptions
+from evalq.core.redact import without_password
+from evalq.retrieve.kinds import IndexProof, KindOptions, SweepOptions
+
+# the options that shape a stored shard or collection (its key); search_params are
+# searched at any value
+BUILD_OPTIONS = ("distance", "hnsw_config", "optimizers_config", "quantization_config")
+DEFAULT_TIMEOUT_S = 30  # one REST request to a Qdrant server
+DEFAULT_INDEX_WAIT_S = 600.0  # how long a server may take to index an uploaded collection
+LOWER_IS_BETTER = {"Euclid", "Manhattan"}  # Qdrant returns these as distances
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SERVER_ONLY = ("collection", "api_key_env", "timeout", "index_wait_s")
+
+
+class HnswConfig(StrictOptions):
+    """Qdrant's ``hnsw_config`` (``full_scan_threshold`` defaults to 1 KB here, not
+    Qdrant's 10000: see the module's note on the trap)."""
+
+    m: int = Field(default=16, ge=0)
+    ef_construct: int = Field(default=100, ge=4)
+    full_scan_threshold: int = Field(default=1, ge=0)
+
+
+class OptimizersConfig(StrictOptions):
+    """Qdrant's ``optimizers_config``: the segment size (KB) above which it builds the
+    index (1 here, so a small collection is indexed; Qdrant's default is 10000)."""
+
+    indexing_threshold: int = Field(default=1, ge=1)
+
+
+class ScalarQuantization(StrictOptions):
+    type: Literal["int8"] = "int8"
+    quantile: float | None = Field(default=None, gt=0.5, le=1.0)
+
+
+class BinaryQuantization(StrictOptions):
+    encoding: Literal["one_bit", "one_and_half_bits", "two_bits"] = "one_bit"
+
+
+class ProductQuantization(StrictOptions):
+    compression: Literal["x4", "x8", "x16", "x32", "x64"] = "x16"
+
+
+class QuantizationConfig(StrictOptions):
+    """Qdrant's ``quantization_config``: exactly one of ``scalar``, ``binary``,
+    ``product``."""
+
+    scalar: ScalarQuantization | None = None
+    binary: BinaryQuantization | None = None
+    product: ProductQuantization | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> QuantizationConfig:
+        if sum(x is not None for x in (self.scalar, self.binary, self.product)) != 1:
+            raise ValueError("give exactly one of scalar, binary, product")
+        return self
+
+
+class QuantizationSearch(StrictOptions):
+    ignore: bool = False
+    rescore: bool | None = None
+    oversampling: float | None = Field(default=None, ge=1.0, allow_inf_nan=False)
+
+
+class SearchParams(StrictOptions):
+    """Qdrant's ``search_params``: ``hnsw_ef``, ``exact`` and ``quantization``
+    (``ignore``, ``rescore``, ``oversampling``); one shard serves a sweep of them."""
+
+    hnsw_ef: int | None = Field(default=None, ge=1)
+    exact: bool = False
+    quantization: QuantizationSearch | None = None
+
+
+class QdrantSweep(SweepOptions):
+    """``sweep:`` of a Qdrant shard: ``hnsw_ef`` or ``oversampling`` (of
+    ``search_params``), each a search request's own setting on the one shard."""
+
+    TARGETS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "hnsw_ef": ("search_params", "hnsw_ef"),
+        "oversampling": ("search_params", "quantization", "oversampling")}
+    BUILD_TIME: ClassVar[tuple[str, ...]] = (
+        "hnsw_config", "m", "ef_construct", "quantization_config", "distance",
+        "optimizers_config", "indexing_threshold", "full_scan_threshold")
+
+    hnsw_ef: list[int] | None = None
+    oversampling: list[float] | None = None
+
+
+class QdrantOptions(KindOptions):
+    """``index: {kind: qdrant, ...}``: a Qdrant collection, by Qdrant's names.
+    ``distance``: ``Dot`` (what exact search uses), ``Cosine``, ``Euclid``,
+    ``Manhattan``.
+
+    Where it lives: left as it is, a shard of Qdrant's engine in-process; ``path`` is
+    the folder the shard is kept in, in a subfolder named by the vectors' key
+    (:mod:`evalq.retrieve.keyed`), reused by the next run of that key (left out, a
+    temporary folder removed after the run). ``url`` is a Qdrant server instead (REST,
+    through qdrant-client): ``collection`` names the collection (left out,
+    ``evalq-<key>``), ``api_key_env`` the environment variable holding its API key (the
+    key itself is never written anywhere), ``timeout`` one request's seconds and
+    ``index_wait_s`` how long the server may take to index the collection."""
+
+    kind: Literal["qdrant"] = "qdrant"
+    path: str | None = Field(default=None, min_length=1)
+    url: str | None = Field(default=None, min_length=1)
+    collection: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+    api_key_env: str | None = Field(default=None, min_length=1)
+    timeout: int | None = Field(default=None, ge=1)
+    index_wait_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    distance: Literal["Dot", "Cosine", "Euclid", "Manhattan"] = "Dot"
+    hnsw_config: HnswConfig = HnswConfig()
+    optimizers_config: OptimizersConfig = OptimizersConfig()
+    quantization_config: QuantizationConfig | None = None
+    search_params: SearchParams = SearchParams()
+    sweep: QdrantSweep | None = None
+
+    @model_validator(mode="after")
+    def _oversampling_needs_codes(self) -> QdrantOptions:
+        sweep = self.sweep
+        if sweep is not None and sweep.oversampling is not None \
+                and self.quantization_config is None:
+            raise ValueError("sweep.oversampling: oversampling applies to quantized vectors; "
+                             "fix: set quantization_config (scalar, binary or product), or "
+                             "sweep hnsw_ef")
+        return self
+
+    @model_validator(mode="after")
+    def _where_it_lives(self) -> QdrantOptions:
+        if self.url is None:
+            given = [n for n in _SERVER_ONLY if getattr(self, n) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to a Qdrant server (url:); fix: "
+                                 "set url: http://host:6333, or leave them out (the "
+                                 "in-process shard is named by its key under path)")
+            return self
+        if self.path is not None:
+            raise ValueError("url (a Qdrant server) and path (the in-process shard's "
+                             "folder) exclude each other; fix: keep one")
+        if not re.match(r"^https?://[^/\s]+", self.url):
+            raise ValueError(f"url {self.server_label()!r} is not an http(s) URL; fix: "
+                             "give the server's REST address, e.g. http://localhost:6333")
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise ValueError(f"api_key_env {self.api_key_env!r} is not an environment "
+                             "variable's name; fix: give the NAME of the variable that "
+                             "holds the key (e.g. QDRANT_API_KEY), never the key")
+        return self
+
+    def server_label(self) -> str:
+        """The url with any password in it masked, for records and errors."""
+        return without_password(self.url or "")
+
+    def record(self) -> dict[str, Any]:
+        out = self.model_dump(exclude={"kind", "sweep", "url"})
+        out["url"] = None if self.url is None else self.server_label()
+        return out
+
+    def search_options(self) -> SearchParams:
+        return self.search_params
+
+
+def proof(options: QdrantOptions, params: SearchParams, info: dict[str, int], dim: int
+          ) -> IndexProof:
+    """The proof of a Qdrant search, from what the shard or server reports (``points``,
+    ``indexed_vectors``): how many vectors the HNSW index holds. A search is exhaustive
+    when it asked for ``exact``, when nothing is indexed, or when the vectors are under
+    ``full_scan_threshold``; such a search is recorded as exact, never as an index run."""
+    vectors_kb = info["points"] * dim * 4 / 1024
+    below = vectors_kb < options.hnsw_config.full_scan_threshold
+    exact = params.exact or info["indexed_vectors"] == 0 or below
+    quant = options.quantization_config
+    method = "full scan" if exact else "HNSW"
+    if quant is not None:
+        method += f" over {next(k for k, v in quant.model_dump().items() if v)} codes"
+    return IndexProof(kind="qdrant", exact=exact, method=method, params={
+        **info, "vectors_kb": vectors_kb, "below_full_scan_threshold": below,
+        **options.hnsw_config.model_dump(), **options.optimizers_config.model_dump(),
+        "search_params": params.model_dump(exclude_none=True)})

@@ -1,0 +1,396 @@
+"""``kind: qdrant`` with ``url:``: the variant's vectors in a collection on a team's Qdrant
+server, through qdrant-client over REST, with the same options as the in-process shard.
+
+Why a server: the in-process engine answers "what does Qdrant's index lose on these
+vectors", but a team that has outgrown one machine wants the same variant judged on the
+database its users search, with its version and its configuration. The collection is
+built and searched as the in-process shard is, so the two are comparable option for
+option:
+
+- Named by the vectors' key (:mod:`evalq.retrieve.keyed`, the key the in-process shard
+  uses): ``evalq-<24 hex digits>``, or the ``collection`` the recipe names. The key is
+  also stored in the collection's metadata, so a named collection that holds other
+  vectors (or was made with other build options, or not by evalq) is refused instead of
+  overwritten.
+- Cached and resumable: a point's id is the document's position in the keyed corpus, so
+  a rerun asks the server which ids it already holds, uploads only the missing ones
+  (batched upserts, each waited for) and reuses a complete collection with no upload.
+- The indexing trap (:mod:`evalq.retrieve.qdrant_kind`): the collection is created with
+  the same lowered ``indexing_threshold`` / ``full_scan_threshold``, and the run waits
+  (at most ``index_wait_s``) until the server reports the points indexed; the proof is
+  the server's own ``indexed_vectors_count``.
+- Faults are the user's to fix (exit 2, naming the field): a server that does not
+  answer, an API key it refuses, a collection of other dimensions or distance, options
+  it refuses (HTTP 400), a server that stops answering mid-run (the collection stays on
+  the server; the rerun reuses it or resumes its upload).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.ranking import Ranking
+from evalq.core.redact import redact, register_secret
+from evalq.retrieve import keyed
+from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, Queries
+from evalq.retrieve.qdrant_options import (
+    BUILD_OPTIONS,
+    DEFAULT_INDEX_WAIT_S,
+    DEFAULT_TIMEOUT_S,
+    LOWER_IS_BETTER,
+    QdrantOptions,
+    QuantizationConfig,
+    SearchParams,
+    proof,
+)
+
+_UPSERT_BATCH = 512  # points per upsert request (a few MB of JSON at 384 dimensions)
+_RETRIEVE_BATCH = 8192  # ids asked per request when looking for an interrupted upload
+_POLL_S = 0.2  # between two reads of the collection's indexing state
+KEY_FIELD = "evalq_key"  # the collection metadata's field holding the vectors' key
+
+
+class QdrantServerIndex:
+    """One collection of one variant's vectors on a Qdrant server."""
+
+    def __init__(self, options: QdrantOptions, where: str) -> None:
+        self.options, self.where = options, where
+        self.label = f"the Qdrant server at {options.server_label()}"
+        self._qc, self._exc = _qdrant_client()
+        self.collection = ""  # named by the vectors' key when loaded (or by the recipe)
+        self.cache: keyed.CacheUse | None = None
+        self._ids: tuple[str, ...] = ()
+        self._dim = 0
+        self._upsert_s = self._index_s = self._search_s = 0.0
+        self._queries = self._missing = 0
+        self._params = options.search_params
+        self._query_s = np.zeros(0, dtype=np.float64)
+        self._client = self._qc.QdrantClient(
+            url=options.url, api_key=self._api_key(), prefer_grpc=False,
+            timeout=options.timeout or DEFAULT_TIMEOUT_S, check_compatibility=False)
+        try:
+            self.server_version = str(self._call("url", self._client.info).version)
+        except BaseException:
+            self._client.close()
+            raise
+
+    def _api_key(self) -> str | None:
+        name = self.options.api_key_env
+        if name is None:
+            return None
+        value = os.environ.get(name, "")
+        if not value:
+            raise InputError(message=f"the environment variable {name} (api_key_env) is "
+                                     "not set or empty", field=f"{self.where}.api_key_env",
+                             fix=f"export {name}=<your Qdrant API key> before the run, or "
+                                 "leave api_key_env out for a server without one")
+        register_secret(value)
+        return value
+
+    # -- building ---------------------------------------------------------------------
+    def add(self, docs: Documents) -> None:
+        """Load the corpus into the collection its key names: reuse a complete one,
+        finish an interrupted upload (only the ids it lacks), or create it; then wait
+        until the server has indexed it. Added once, whole."""
+        if docs.vectors is None:
+            raise ValueError("a Qdrant collection is built from vectors; these documents "
+                             "have none")
+        if self._ids:
+            raise ValueError("a Qdrant collection is keyed by its whole corpus; add it once")
+        vectors = np.ascontiguousarray(docs.vectors, dtype=np.float32)
+        self._dim, self._ids = int(vectors.shape[1]), tuple(docs.ids)
+        key = keyed.vectors_key("qdrant", docs.ids, vectors, keyed.build_options(
+            self.options, BUILD_OPTIONS))
+        self.collection = self.options.collection or f"evalq-{key[:24]}"
+        exists = self._call("url", self._client.collection_exists, self.collection)
+        have = self._stored(key, len(vectors)) if exists else set()
+        if not exists:
+            self._create(key)
+        self.cache = keyed.CacheUse(key, resumed=len(have), rows=len(vectors),
+                                    reused=len(have) == len(vectors))
+        if self.cache.reused:
+            self._wait_indexed()
+            return
+        self._upsert(vectors, have)
+        began = time.perf_counter()
+        self._wait_indexed()
+        self._index_s = time.perf_counter() - began
+
+    def _stored(self, key: str, n: int) -> set[int]:
+        """The point ids (of ``0 .. n-1``) an existing collection holds, after checking
+        that it is this corpus's: its dimensions, distance and key."""
+        info = self._call("collection", self._client.get_collection, self.collection)
+        vectors = info.config.params.vectors
+        size = getattr(vectors, "size", None)
+        distance = getattr(getattr(vectors, "distance", None), "value", None)
+        if size != self._dim or distance != self.options.distance:
+            holds = ("named vectors" if size is None else f"{size} dimensions, distance "
+                     f"{distance}")
+            raise InputError(
+                message=f"the collection '{self.collection}' on {self.label} holds {holds}; "
+                        f"this variant's vectors have {self._dim} dimensions and distance "
+                        f"{self.options.distance}",
+                field=f"{self.where}.collection",
+                fix="name another collection (or leave collection out: evalq names one by "
+                    "the vectors' key), or set distance to the collection's")
+        made = (info.config.metadata or {}).get(KEY_FIELD)
+        if made != key and (made is not None or self.options.collection is not None):
+            raise InputError(
+                message=f"the collection '{self.collection}' on {self.label} holds other "
+                        "vectors (not this corpus with these build options"
+                        + (", and was not made by evalq)" if made is None else ")"),
+                field=f"{self.where}.collection",
+                fix="name a new collection, or leave collection out: evalq names one by "
+                    "the vectors' key and never writes into a collection it did not make")
+        have: set[int] = set()
+        if not info.points_count:
+            return have
+        for start in range(0, n, _RETRIEVE_BATCH):
+            asked = list(range(start, min(n, start + _RETRIEVE_BATCH)))
+            found = self._call("url", self._client.retrieve, self.collection, ids=asked,
+                               with_payload=False, with_vectors=False)
+            have.update(int(r.id) for r in found)
+        if int(info.points_count) > len(have):
+            raise InputError(
+                message=f"the collection '{self.collection}' on {self.label} holds "
+                        f"{info.points_count} points, {int(info.points_count) - len(have)} "
+                        "of them not this corpus's",
+                field=f"{self.where}.collection",
+                fix="name a new collection, or delete that one on the server")
+        return have
+
+    def _create(self, key: str) -> None:
+        m, o = self._qc.models, self.options
+        self._call(
+            "build", self._client.create_collection, self.collection,
+            vectors_config=m.VectorParams(size=self._dim, distance=m.Distance(o.distance)),
+            hnsw_config=m.HnswConfigDiff(**o.hnsw_config.model_dump()),
+            optimizers_config=m.OptimizersConfigDiff(**o.optimizers_config.model_dump()),
+            quantization_config=_quantization(m, o.quantization_config),
+            metadata={KEY_FIELD: key})
+
+    def _upsert(self, vectors: np.ndarray, have: set[int]) -> None:
+        models = self._qc.models
+        missing = [i for i in range(len(vectors)) if i not in have]
+        began = time.perf_counter()
+        for start in range(0, len(missing), _UPSERT_BATCH):
+            ids = missing[start:start + _UPSERT_BATCH]
+            batch = models.Batch(ids=ids, vectors=vectors[ids].tolist())
+            self._call("build", self._client.upsert, self.collection, points=batch,
+                       wait=True)
+        self._upsert_s = time.perf_counter() - began
+
+    def _wait_indexed(self) -> None:
+        """Poll the collection until the server has indexed every point (when its
+        vectors pass ``indexing_threshold``, so that it should) and its optimizer is
+        idle, at most ``index_wait_s``. A ``grey`` collection (a restarted server holds
+        optimizations it has not started) is nudged with its own optimizers config, the
+        update Qdrant documents for starting them."""
+        limit = self.options.index_wait_s or DEFAULT_INDEX_WAIT_S
+        kb = len(self._ids) * self._dim * 4 / 1024
+        expect = kb >= self.options.optimizers_config.indexing_threshold
+        deadline = time.monotonic() + limit
+        while True:
+            info = self._info()
+            failed = getattr(info["optimizer"], "error", None)
+            if failed:
+                raise InputError(message=f"{self.label} failed to optimize the collection "
+                                         f"'{self.collection}' ({failed})",
+                                 field=self.where,
+                                 fix="read the server's log; use options it accepts")
+            done = info["status"] == "green" and (
+                not expect or info["indexed_vectors"] >= info["points"])
+            if done:
+                return
+            if info["status"] == "grey":  # optimizations pending but not triggered
+                self._call("optimizers_config", self._client.update_collection,
+                           self.collection, optimizers_config=self._qc.models.
+                           OptimizersConfigDiff(**self.options.optimizers_config.model_dump()))
+            if time.monotonic() >= deadline:
+                raise InputError(
+                    message=f"{self.label} had indexed {info['indexed_vectors']} of "
+                            f"{info['points']} points of '{self.collection}' after {limit:g}"
+                            f" s (status {info['status']})",
+                    field=f"{self.where}.index_wait_s",
+                    fix="raise index_wait_s, or check the server's load; the upload is "
+                        "kept, and the rerun waits again without uploading")
+            time.sleep(_POLL_S)
+
+    # -- searching --------------------------------------------------------------------
+    def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
+        if queries.vectors is None:
+            raise ValueError("a Qdrant collection is searched with query vectors; these "
+                             "have none")
+        m = self._qc.models
+        wanted: SearchParams = params if params is not None else self.options.search_params
+        self._params = wanted
+        quant = wanted.quantization
+        request = m.SearchParams(
+            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
+            quantization=None if quant is None else m.QuantizationSearchParams(
+                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
+        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
+        idx = np.full((len(vectors), depth), -1, dtype=np.int64)
+        scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
+        sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
+        self._query_s = np.zeros(len(vectors), dtype=np.float64)
+        began = time.perf_counter()
+        for row, vector in enumerate(vectors):
+            asked = time.perf_counter()
+            found = self._call("search_params", self._client.query_points, self.collection,
+                               query=vector.tolist(), limit=depth, search_params=request,
+                               with_payload=False, with_vectors=False).points
+            self._query_s[row] = time.perf_counter() - asked
+            for col, point in enumerate(found):
+                idx[row, col], scores[row, col] = int(point.id), sign * point.score
+        self._search_s = time.perf_counter() - began
+        self._queries, self._missing = len(vectors), int((idx < 0).sum())
+        order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
+        idx, scores = np.take_along_axis(idx, order, 1), np.take_along_axis(scores, order, 1)
+        return Ranking.from_search(queries.ids, self._ids, idx, scores)
+
+    def search_timed(self, queries: Queries, depth: int, params: Any
+                     ) -> tuple[Ranking, np.ndarray]:
+        """:meth:`search` at ``params``, with each query's seconds (its round trip)."""
+        ranking = self.search(queries, depth, params)
+        return ranking, self._query_s.copy()
+
+    # -- reporting --------------------------------------------------------------------
+    def _info(self) -> dict[str, Any]:
+        info = self._call("collection", self._client.get_collection, self.collection)
+        return {"points": int(info.points_count or 0),
+                "indexed_vectors": int(info.indexed_vectors_count or 0),
+                "segments": int(info.segments_count), "status": str(info.status),
+                "optimizer": info.optimizer_status}
+
+    def _counts(self) -> dict[str, int]:
+        info = self._info()
+        return {k: info[k] for k in ("points", "indexed_vectors", "segments")}
+
+    def stats(self) -> IndexStats:
+        """The upload and indexing seconds, the server's counts and versions. The
+        collection's bytes are not readable through Qdrant's REST API: 0 here."""
+        searched = self._search_s > 0 and self._queries
+        return IndexStats(
+            bytes=0, build_s=self._upsert_s + self._index_s, documents=len(self._ids),
+            detail={"upsert_s": self._upsert_s, "optimize_s": self._index_s,
+                    "search_s": self._search_s, **self._counts(),
+                    "queries_per_s": self._queries / self._search_s if searched else None,
+                    "missing_slots": self._missing, "qdrant_client": _version(),
+                    "qdrant_server": self.server_version, "server": self.label,
+                    "collection": self.collection,
+                    **(self.cache.record() if self.cache is not None else {})})
+
+    def proof(self) -> IndexProof:
+        """Read back from the server: how many vectors its HNSW index holds."""
+        return proof(self.options, self._params, self._counts(), self._dim)
+
+    def close(self) -> None:
+        """Close the client; the collection stays on the server for the next run."""
+        self._client.close()
+
+    # -- faults -----------------------------------------------------------------------
+    def _call(self, refused_field: str, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """``request(*args, **kwargs)``, with the client's failures as exit 2: no answer (refused,
+        timed out, died mid-run) names ``url``; an API key refused names
+        ``api_key_env``; an option refused (HTTP 400 / 422) names ``refused_field``
+        (``build``: the build-time option the server's message names)."""
+        try:
+            return request(*args, **kwargs)
+        except self._exc.UnexpectedResponse as exc:
+            raise self._refused(exc, refused_field) from None
+        except (self._exc.ResponseHandlingException, OSError) as exc:
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, exc: Exception) -> InputError:
+        source = getattr(exc, "source", exc)
+        why = redact(f"{type(source).__name__}: {_first_line(source)}")
+        timeout = "timed out" in why.lower() or "Timeout" in why
+        kept = ("the collections already uploaded stay on the server, and the rerun "
+                "reuses them (or resumes an interrupted upload) instead of uploading again")
+        fix = ("check that the server is up and url (scheme, host, port) is right"
+               + ("; raise timeout if the server is slow" if timeout else "")
+               + f", then rerun: {kept}")
+        return InputError(message=f"{self.label} did not answer ({why})",
+                          field=f"{self.where}.url", fix=fix)
+
+    def _refused(self, exc: Any, field: str) -> InputError:
+        status = exc.status_code
+        try:
+            said = str(exc.structured()["status"]["error"])
+        except (ValueError, KeyError, TypeError):
+            said = _first_line(exc)
+        said = redact(said)[:300]
+        if status in (401, 403):
+            return InputError(message=f"{self.label} refused the API key (HTTP {status}: "
+                                      f"{said})", field=f"{self.where}.api_key_env",
+                              fix="set api_key_env to the variable holding this server's "
+                                  "key, and check the key")
+        if status is not None and status >= 500:
+            return self._unreachable(exc)
+        if status == 404:
+            return InputError(message=f"the collection '{self.collection}' is gone from "
+                                      f"{self.label} ({said})",
+                              field=f"{self.where}.collection",
+                              fix="it was deleted during the run: rerun (it is uploaded "
+                                  "again)")
+        if field == "build":
+            field = self._build_field(said.lower())
+        return InputError(message=f"{self.label} refused {field} (HTTP {status}: {said})",
+                          field=f"{self.where}.{field}",
+                          fix=f"use a value of {field} that this server accepts (see its "
+                              f"message and its version, {getattr(self, 'server_version', '?')})")
+
+    def _build_field(self, said: str) -> str:
+        """The build-time option a refusal of the collection names (the server's message
+        says ``quantization_config.binary...`` or ``hnsw``...); when it names none, the
+        quantization (the option most often missing from an older server), else the
+        graph's."""
+        named = [f for f in ("quantization_config", "hnsw_config", "optimizers_config",
+                             "distance") if f.split("_")[0] in said]
+        if named:
+            return named[0]
+        return "quantization_config" if self.options.quantization_config else "hnsw_config"
+
+
+def _quantization(m: Any, config: QuantizationConfig | None) -> Any:
+    if config is None:
+        return None
+    if config.scalar is not None:
+        return m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(
+            type=m.ScalarType.INT8, quantile=config.scalar.quantile))
+    if config.binary is not None:
+        return m.BinaryQuantization(binary=m.BinaryQuantizationConfig(
+            encoding=m.BinaryQuantizationEncoding(config.binary.encoding)))
+    assert config.product is not None
+    return m.ProductQuantization(product=m.ProductQuantizationConfig(
+        compression=m.CompressionRatio(config.product.compression)))
+
+
+def _qdrant_client() -> tuple[Any, Any]:
+    """qdrant-client and its HTTP exceptions (the ``vdb`` extra)."""
+    try:
+        import qdrant_client
+        from qdrant_client.http import exceptions
+    except ImportError as exc:
+        raise MissingExtraError("qdrant-client", "vdb", "kind: qdrant with url:") from exc
+    return qdrant_client, exceptions
+
+
+def _version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("qdrant-client")
+    except PackageNotFoundError:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines or [type(exc).__name__])[0][:200]
