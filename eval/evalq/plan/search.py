@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializeAsAny, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, field_validator, model_validator
 
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
@@ -93,7 +93,9 @@ class SearchSection(StrictOptions):
     def _distinct(self) -> SearchSection:
         axes: tuple[tuple[str, list[str]], ...] = (
             ("weights", self.weights), ("dims", [str(d) for d in self.dims or []]),
-            ("vectors", [v.label for v in self.vectors]))
+            ("vectors", [v.label for v in self.vectors]),
+            ("index", [EXACT_KIND if o.kind == EXACT_KIND else index_label(o, i)
+                       for i, o in enumerate(self.index or [])]))
         for axis, values in axes:
             repeated = sorted({str(v) for v in values if values.count(v) > 1})
             if repeated:
@@ -123,9 +125,15 @@ class Combination:
 
 
 def index_label(options: KindOptions, i: int) -> str:
-    """A short, file-safe name for one value of the ``index`` axis."""
+    """A short, file-safe name for one value of the ``index`` axis: the kind, its factory
+    (or its place on the axis) and its search parameters, so that one factory searched
+    at two settings (HNSW32 at efSearch 16 and 64) names two combinations."""
     factory = getattr(options, "factory", None)
     text = options.kind + (f"-{factory}" if isinstance(factory, str) else f"-{i}")
+    search = getattr(options, "search", None)
+    if isinstance(search, BaseModel):
+        text += "".join(f"-{k}{v}" for k, v in sorted(
+            search.model_dump(exclude_none=True).items()))
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
 
 
