@@ -110,6 +110,32 @@ def test_recall_is_against_the_exact_float_search_of_the_same_width(tmp_path: Pa
     assert recall == pytest.approx(expected, abs=1e-9) and recall < 1.0  # sign bits lose
 
 
+def _recall_from_files(folder: RunFolder, name: str, exact: str) -> float:
+    """Top-10 overlap of run ``name`` with run ``exact``, read from the written files."""
+    runs = [read_run(folder.root / "runs" / "syn" / f"{n}.trec") for n in (name, exact)]
+    return float(np.mean([len(set(list(runs[0][q])[:10]) & set(list(runs[1][q])[:10]))
+                          / 10 for q in runs[1]]))
+
+
+@pytest.mark.server
+def test_pgvector_options_on_the_grid(tmp_path: Path) -> None:
+    """A database kind on the index axis (an embedded PostgreSQL + pgvector): a Seq Scan
+    and a small HNSW, each named by its settings, costed by what the table holds and
+    measured against exact search."""
+    pg = {"kind": "pgvector", "allow_root": True}
+    folder, entry, _ = _run(tmp_path, {"weights": ["fp32"], "index": [
+        {"kind": "exact"}, {**pg, "index": "none"},
+        {**pg, "m": 4, "ef_construction": 8, "ef_search": 4}]})
+    combos = entry["combinations"]
+    scan, hnsw = ("s.fp32.none.full.pgvector-indexnone",
+                  "s.fp32.none.full.pgvector-m4-ef_construction8-ef_search4")
+    assert set(combos) == {"s.fp32.none.full", scan, hnsw}
+    assert combos[scan]["recall_at_10"] == 1.0
+    assert combos[hnsw]["recall_at_10"] == pytest.approx(
+        _recall_from_files(folder, hnsw, "s.fp32.none.full"), abs=1e-9)
+    assert combos[hnsw]["index_bytes"] > combos[scan]["index_bytes"] > 0  # the graph
+
+
 def test_widths_past_the_vectors_and_short_splits_are_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="exceed the model's width 32"):
         _run(tmp_path, {"weights": ["fp32"], "dims": [64]})

@@ -84,6 +84,11 @@ def test_one_factory_at_two_search_settings_is_two_combinations() -> None:
                                      {**hnsw, "search": {"efSearch": 64}}]})
     assert [c.name for c in build_grid(section)[0]] == [
         "s.a.none.full.faiss-HNSW32-efSearch16", "s.a.none.full.faiss-HNSW32-efSearch64"]
+    pg = {"kind": "pgvector", "dsn": "postgresql://h/db"}  # where it lives: not named
+    section = SearchSection.model_validate(
+        {"weights": ["a"], "index": [pg, {**pg, "ef_search": 16}, {**pg, "index": "none"}]})
+    assert [c.index_label for c in build_grid(section)[0]] == [
+        "pgvector-0", "pgvector-ef_search16", "pgvector-indexnone"]
 
 
 @pytest.mark.parametrize(("search", "needles"), [

@@ -124,16 +124,28 @@ class Combination:
         return ".".join(parts)
 
 
+# Where an index lives, not how it searches: left out of an index option's label.
+_PLACE = frozenset({"kind", "dsn", "data_dir", "allow_root", "path", "sweep"})
+
+
 def index_label(options: KindOptions, i: int) -> str:
     """A short, file-safe name for one value of the ``index`` axis: the kind, its factory
-    (or its place on the axis) and its search parameters, so that one factory searched
-    at two settings (HNSW32 at efSearch 16 and 64) names two combinations."""
+    and its search parameters (FAISS), or the settings another kind was given (pgvector's
+    ``m``, ``ef_search``...), so one index searched at two settings (HNSW32 at efSearch
+    16 and 64) names two combinations; the option's place on the axis when it sets
+    nothing that tells it apart."""
     factory = getattr(options, "factory", None)
-    text = options.kind + (f"-{factory}" if isinstance(factory, str) else f"-{i}")
-    search = getattr(options, "search", None)
-    if isinstance(search, BaseModel):
-        text += "".join(f"-{k}{v}" for k, v in sorted(
-            search.model_dump(exclude_none=True).items()))
+    if isinstance(factory, str):
+        text = f"{options.kind}-{factory}"
+        search = getattr(options, "search", None)
+        if isinstance(search, BaseModel):
+            text += "".join(f"-{k}{v}" for k, v in sorted(
+                search.model_dump(exclude_none=True).items()))
+    else:
+        settings = {k: v for k, v in options.model_dump(exclude_defaults=True).items()
+                    if k not in _PLACE and isinstance(v, str | int | float)}
+        text = options.kind + ("".join(f"-{k}{v}" for k, v in settings.items())
+                               if settings else f"-{i}")
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
 
 
