@@ -1,4 +1,5 @@
-"""Vectors on disk read by corpus id (issue 31): .npy with an ids file, or parquet."""
+"""Vectors on disk read by corpus (or query) id (issue 31): .npy with an ids file, or
+parquet."""
 
 from __future__ import annotations
 
@@ -36,9 +37,14 @@ def test_parquet_rows_come_in_the_corpus_order(tmp_path: Path) -> None:
     assert rows.tolist() == [vectors[2].tolist(), vectors[1].tolist()]
 
 
-def test_a_missing_document_is_bad_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("what", "words", "knob"), [
+    ("documents", r"lacks 1 documents of the corpus, e\.g\. d9", "max_docs"),
+    ("queries", r"lacks 1 queries of the dataset, e\.g\. d9", "max_queries")])
+def test_a_missing_row_is_bad_input(tmp_path: Path, what: str, words: str,
+                                    knob: str) -> None:
     vectors, ids = _matrix()
     np.save(tmp_path / "v.npy", vectors)
     (tmp_path / "ids.txt").write_text("\n".join(ids))
-    with pytest.raises(InputError, match=r"lacks 1 documents of the corpus, e\.g\. d9"):
-        read_rows(tmp_path / "v.npy", tmp_path / "ids.txt", ["d0", "d9"])
+    with pytest.raises(InputError, match=words) as caught:
+        read_rows(tmp_path / "v.npy", tmp_path / "ids.txt", ["d0", "d9"], what=what)
+    assert knob in (caught.value.fix or "")

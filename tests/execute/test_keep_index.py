@@ -1,7 +1,8 @@
 """Keep your index (issue 31), end to end with the real MiniLM on a pydocs slice: borrowed
-sides are never encoded (engines and texts counted), scores are the hand-computed inner
-products of the vectors each side came from, and a vector file that drifted from today's
-stack stops the run with exit 2 before it is trusted."""
+sides (another variant's, or a file's documents and queries) are never encoded (engines
+and texts counted), scores are the hand-computed inner products of the vectors each side
+came from, and a vector file that drifted from today's stack stops the run with exit 2
+before it is trusted."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 QUERIES, DOCS = 40, 120
 FILE = {"path": "vec.npy", "ids": "ids.txt"}
+QUERY_FILE = {"path": "qvec.npy", "ids": "qids.txt"}
 BINARY_FLOAT_QUERIES = {"quantize": "binary", "queries": "float"}
 CANDIDATES = [
     {"name": "q-int8", "quantization": {"method": "torch-dynamic-int8"},
@@ -38,6 +40,7 @@ CANDIDATES = [
     {"name": "fp32-again", "documents": "reference", "queries": "reference"},
     {"name": "disk", "documents": FILE, "queries": "reference"},
     {"name": "disk-bin", "documents": FILE, "queries": "fp32", "vectors": BINARY_FLOAT_QUERIES},
+    {"name": "disk-both", "documents": FILE, "queries": QUERY_FILE},
 ]
 
 
@@ -90,9 +93,11 @@ def kept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         queries = encoder.embed(list(ds.queries.texts))
     finally:
         encoder.close()
-    order = np.random.default_rng(1).permutation(len(ds.corpus.ids))
-    np.save(base / "vec.npy", docs[order])
-    (base / "ids.txt").write_text("\n".join(ds.corpus.ids[i] for i in order) + "\n")
+    for file, ids, vectors in ((FILE, ds.corpus.ids, docs), (QUERY_FILE, ds.queries.ids,
+                                                            queries)):
+        order = np.random.default_rng(1).permutation(len(ids))
+        np.save(base / file["path"], vectors[order])
+        (base / file["ids"]).write_text("\n".join(ids[i] for i in order) + "\n")
     with _Counts() as counts:
         outcome = run_recipe_file(_recipe(base, CANDIDATES, "out"), progress=False)
     return {"base": base, "outcome": outcome, "counts": counts, "docs": docs,
@@ -105,7 +110,7 @@ def _entry(kept: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_borrowed_sides_are_never_encoded(kept: dict[str, Any]) -> None:
     counts = kept["counts"]
-    # fp32 and q-int8 build engines; the four that borrow both sides build none.
+    # fp32 and q-int8 build engines; the five that borrow both sides build none.
     assert counts.engines == 2
     # fp32 encodes its documents and queries; q-int8 only its queries.
     assert counts.texts == DOCS + QUERIES + QUERIES
@@ -115,6 +120,8 @@ def test_borrowed_sides_are_never_encoded(kept: dict[str, Any]) -> None:
     assert _entry(kept, "bin-docs")["encode"]["reused"] == {
         "documents": "variant fp32", "queries": "variant fp32"}
     assert _entry(kept, "disk")["encode"]["reused"]["documents"] == "file vec.npy"
+    assert _entry(kept, "disk-both")["encode"]["reused"] == {
+        "documents": "file vec.npy", "queries": "file qvec.npy"}
 
 
 def _run(kept: dict[str, Any], name: str) -> dict[str, dict[str, float]]:
@@ -144,9 +151,12 @@ def test_borrowing_both_sides_of_the_reference_reproduces_its_run_exactly(
     assert _run(kept, "fp32-again") == _run(kept, "fp32")
 
 
-def test_the_file_variant_ranks_by_the_files_vectors(kept: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", ["disk", "disk-both"])
+def test_the_file_variant_ranks_by_the_files_vectors(kept: dict[str, Any], name: str) -> None:
+    """Documents from a file (and queries from another, read by query id in another row
+    order): the hand-computed ranking of today's vectors."""
     ds = kept["ds"]
-    _assert_ranked_by(_run(kept, "disk"), kept["queries"], kept["docs"], ds)
+    _assert_ranked_by(_run(kept, name), kept["queries"], kept["docs"], ds)
 
 
 def test_binary_documents_with_float_queries_rank_by_hand(kept: dict[str, Any]) -> None:
@@ -160,7 +170,7 @@ def test_ndcg_agrees_with_pytrec_eval(kept: dict[str, Any]) -> None:
     import pytrec_eval
 
     qrels = {q: dict(d) for q, d in kept["ds"].qrels.judgments.items()}
-    for name in ("q-int8", "bin-docs", "disk"):
+    for name in ("q-int8", "bin-docs", "disk", "disk-both"):
         scores = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(
             _run(kept, name))
         expected = np.mean([scores[q]["ndcg_cut_10"] if q in scores else 0.0 for q in qrels])
@@ -172,30 +182,42 @@ def test_the_probe_is_in_the_summary(kept: dict[str, Any]) -> None:
     probe = _entry(kept, "disk")["encode"]["probe"]
     assert probe["passed"] and probe["texts"] == 16 and probe["rows"] == DOCS
     assert probe["lowest_cosine"] >= 0.999 and probe["file"] == "vec.npy"
+    queries = _entry(kept, "disk-both")["encode"]["query_probe"]
+    assert queries["passed"] and queries["side"] == "queries" and queries["rows"] == QUERIES
+    assert queries["lowest_cosine"] >= 0.999 and queries["file"] == "qvec.npy"
     # the report says what was reused and that the file matched, in every format
     run = RunView.load(kept["outcome"].output)
     for text in (run_summary_markdown(run), render_run(run)):
         assert "q-int8 on pydocs: documents reused from variant fp32 (not encoded)" in text
-        assert "the vectors in vec.npy match today&#39;s stack at cosine ≥ 0.999" in text \
-            or "the vectors in vec.npy match today's stack at cosine ≥ 0.999" in text
+        for file in ("vec.npy", "qvec.npy"):
+            assert f"the vectors in {file} match today&#39;s stack at cosine ≥ 0.999" in text \
+                or f"the vectors in {file} match today's stack at cosine ≥ 0.999" in text
+        assert "queries reused from file qvec.npy (not encoded)" in text
     # the same documents searched against the same queries: the reference's verdicts
     assert _entry(kept, "disk")["metrics"]["nDCG@10"]["value"] == pytest.approx(
         _entry(kept, "fp32")["metrics"]["nDCG@10"]["value"], abs=1e-6)
 
 
-def test_a_drifted_vector_file_stops_the_run_with_exit_2(kept: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("side", "file", "other"), [
+    ("documents", FILE, "queries"), ("queries", QUERY_FILE, "documents")])
+def test_a_drifted_vector_file_stops_the_run_with_exit_2(
+        kept: dict[str, Any], side: str, file: dict[str, str], other: str) -> None:
+    """Rows of another direction (still unit length, so the plan's norm check passes
+    them): the probe against the reference's vectors of the same texts refuses them."""
     base = kept["base"]
     rng = np.random.default_rng(7)
-    ids = (base / "ids.txt").read_text().splitlines()
-    drifted = np.load(base / "vec.npy") + rng.normal(scale=0.02, size=(len(ids), 384))
-    np.save(base / "drift.npy", drifted.astype(np.float32))
-    recipe = _recipe(base, [{"name": "disk", "queries": "reference",
-                             "documents": {"path": "drift.npy", "ids": "ids.txt"}}], "drift")
+    stored = np.load(base / file["path"])
+    drifted = stored + rng.normal(scale=0.02, size=stored.shape)
+    drifted /= np.linalg.norm(drifted, axis=1, keepdims=True)
+    np.save(base / f"drift-{side}.npy", drifted.astype(np.float32))
+    recipe = _recipe(base, [{"name": "disk", other: "reference", side: {
+        "path": f"drift-{side}.npy", "ids": file["ids"]}}], f"drift-{side}")
     with pytest.raises(InputError) as caught:
         run_recipe_file(recipe, progress=False)
     text = str(caught.value)
-    assert "drift.npy" in text and "lowest cosine 0.9" in text and "< 0.999" in text
-    assert "candidates.0.documents.probe" in text and "re-embed the corpus" in text
+    assert f"drift-{side}.npy" in text and "lowest cosine 0.9" in text and "< 0.999" in text
+    assert f"candidates.0.{side}.probe" in text and "re-embed the" in text
+    assert f"sampled {side}" in text
 
 
 def test_the_shipped_recipe_certifies_int8_queries_and_rejects_binary_docs(

@@ -13,6 +13,7 @@ import pytest
 
 from evalq.core.errors import InputError
 from evalq.data.trec import read_run
+from evalq.encode.matryoshka import truncate
 from evalq.execute.dataset_scoring import ReferenceState, run_index
 from evalq.execute.search import refuse_short_split, search_weight
 from evalq.measure.judged import JudgedIndex
@@ -22,6 +23,7 @@ from evalq.plan.search import SearchSection, search_plan
 from evalq.results.folder import RunFolder
 from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, Queries
+from support.hand_search import hand_ranking
 
 N_DOCS, N_QUERIES, DIM = 120, 40, 32
 
@@ -90,6 +92,48 @@ def test_an_index_option_goes_through_the_registry(tmp_path: Path) -> None:
     assert set(combos) == {"s.fp32.none.full", "s.fp32.none.full.faiss-HNSW16"}
     assert combos["s.fp32.none.full.faiss-HNSW16"]["index"] == "faiss-HNSW16"
     assert combos["s.fp32.none.full"]["dims"] == DIM
+    assert combos["s.fp32.none.full"]["recall_at_10"] == 1.0  # exact against itself
+    assert 0.0 < combos["s.fp32.none.full.faiss-HNSW16"]["recall_at_10"] <= 1.0
+
+
+def test_recall_is_against_the_exact_float_search_of_the_same_width(tmp_path: Path) -> None:
+    """No exact float combination at 16 dims in the grid: the exact search is run once
+    for the recall, which is the hand-computed top-10 overlap with numpy's ranking."""
+    folder, entry, ds = _run(tmp_path, {"weights": ["fp32"], "dims": [16],
+                                        "vectors": [{"quantize": "binary"}]})
+    _, docs, queries, _ = _data()
+    hand = hand_ranking(truncate(queries, 16), truncate(docs, 16), list(ds.queries.ids),
+                        list(ds.corpus.ids), 10)
+    run = read_run(folder.root / "runs" / "syn" / "s.fp32.binary.16.trec")
+    expected = np.mean([len(set(list(run[q])[:10]) & set(hand[q])) / 10 for q in hand])
+    recall = entry["combinations"]["s.fp32.binary.16"]["recall_at_10"]
+    assert recall == pytest.approx(expected, abs=1e-9) and recall < 1.0  # sign bits lose
+
+
+def _recall_from_files(folder: RunFolder, name: str, exact: str) -> float:
+    """Top-10 overlap of run ``name`` with run ``exact``, read from the written files."""
+    runs = [read_run(folder.root / "runs" / "syn" / f"{n}.trec") for n in (name, exact)]
+    return float(np.mean([len(set(list(runs[0][q])[:10]) & set(list(runs[1][q])[:10]))
+                          / 10 for q in runs[1]]))
+
+
+@pytest.mark.server
+def test_pgvector_options_on_the_grid(tmp_path: Path) -> None:
+    """A database kind on the index axis (an embedded PostgreSQL + pgvector): a Seq Scan
+    and a small HNSW, each named by its settings, costed by what the table holds and
+    measured against exact search."""
+    pg = {"kind": "pgvector", "allow_root": True}
+    folder, entry, _ = _run(tmp_path, {"weights": ["fp32"], "index": [
+        {"kind": "exact"}, {**pg, "index": "none"},
+        {**pg, "m": 4, "ef_construction": 8, "ef_search": 4}]})
+    combos = entry["combinations"]
+    scan, hnsw = ("s.fp32.none.full.pgvector-indexnone",
+                  "s.fp32.none.full.pgvector-m4-ef_construction8-ef_search4")
+    assert set(combos) == {"s.fp32.none.full", scan, hnsw}
+    assert combos[scan]["recall_at_10"] == 1.0
+    assert combos[hnsw]["recall_at_10"] == pytest.approx(
+        _recall_from_files(folder, hnsw, "s.fp32.none.full"), abs=1e-9)
+    assert combos[hnsw]["index_bytes"] > combos[scan]["index_bytes"] > 0  # the graph
 
 
 def test_widths_past_the_vectors_and_short_splits_are_bad_input(tmp_path: Path) -> None:

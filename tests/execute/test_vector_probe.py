@@ -1,5 +1,6 @@
 """The probe of a vector file (issue 31): a seeded sample compared with the reference's
-vectors of the same documents; a miss is exit 2 naming the file, the cosine and the ids."""
+vectors of the same documents (or queries); a miss is exit 2 naming the file, the side's
+field, the cosine and the ids."""
 
 from __future__ import annotations
 
@@ -47,3 +48,17 @@ def test_unnormalized_vectors_fail_on_their_norms() -> None:
     ref = _unit(50)
     with pytest.raises(InputError, match=r"norms differ by up to 1\.0000"):
         probe_file(ref * 2.0, ref, IDS, ProbeOptions(), file="v.npy", where="candidates.0")
+
+
+def test_a_queries_file_is_probed_and_refused_under_its_own_field() -> None:
+    ref = _unit(50)
+    ids = [f"q{i}" for i in range(50)]
+    record = probe_file(ref, ref, ids, ProbeOptions(), file="q.npy", where="candidates.1",
+                        side="queries")
+    assert record["side"] == "queries" and record["passed"]
+    with pytest.raises(InputError) as caught:
+        probe_file(_unit(50, seed=4), ref, ids, ProbeOptions(), file="q.npy",
+                   where="candidates.1", side="queries")
+    text = str(caught.value)
+    assert "candidates.1.queries.probe" in text and "sampled queries" in text
+    assert "re-embed the queries" in text and "queries: {path: ..., ids: ..., probe:" in text

@@ -30,16 +30,23 @@ def _problems(tmp_path: Path, candidates: list[dict[str, Any]], **extra: Any) ->
     return str(caught.value)
 
 
-def _corpus_ids() -> list[str]:
-    return list(load_dataset(recipes.PYDOCS, max_queries=QUERIES, max_docs=DOCS).corpus.ids)
+def _ids(side: str = "documents") -> list[str]:
+    """The ids of the slice's documents or queries, as the run reads them."""
+    ds = load_dataset(recipes.PYDOCS, max_queries=QUERIES, max_docs=DOCS)
+    return list(ds.corpus.ids if side == "documents" else ds.queries.ids)
 
 
 def _vectors(tmp_path: Path, ids: list[str], width: int = 384, rows: int | None = None,
-             dtype: str = "float32") -> dict[str, str]:
-    rng = np.random.default_rng(0)
-    np.save(tmp_path / "vec.npy", rng.normal(size=(rows or len(ids), width)).astype(dtype))
-    (tmp_path / "ids.txt").write_text("\n".join(ids) + "\n", encoding="utf-8")
-    return {"path": "vec.npy", "ids": "ids.txt"}
+             dtype: str = "float32", *, unit: bool = True, name: str = "vec"
+             ) -> dict[str, str]:
+    """A ``.npy`` of random rows (unit length, as MiniLM's normalized vectors are, unless
+    ``unit`` is False) and its ids file, for either side."""
+    m = np.random.default_rng(0).normal(size=(rows or len(ids), width))
+    if unit:
+        m /= np.linalg.norm(m, axis=1, keepdims=True)
+    np.save(tmp_path / f"{name}.npy", m.astype(dtype))
+    (tmp_path / f"{name}-ids.txt").write_text("\n".join(ids) + "\n", encoding="utf-8")
+    return {"path": f"{name}.npy", "ids": f"{name}-ids.txt"}
 
 
 def test_the_plan_shows_what_is_encoded_and_what_is_reused(tmp_path: Path) -> None:
@@ -111,62 +118,99 @@ def test_float_queries_need_quantized_documents(tmp_path: Path) -> None:
         _plan(tmp_path, [{"name": "x", "vectors": {"queries": "float"}}])
 
 
-def test_a_good_vector_file_plans(tmp_path: Path) -> None:
-    stored = _vectors(tmp_path, [*_corpus_ids(), "extra-doc"])
-    plan = _plan(tmp_path, [{"name": "disk", "documents": stored}])
-    assert plan.variant("disk").sides.documents_file is not None
-    assert "documents reused from file vec.npy" in describe_plan(plan)
+SIDES = ("documents", "queries")
 
 
+@pytest.mark.parametrize("side", SIDES)
+def test_a_good_vector_file_plans(tmp_path: Path, side: str) -> None:
+    stored = _vectors(tmp_path, [*_ids(side), "extra-id"])
+    plan = _plan(tmp_path, [{"name": "disk", side: stored}])
+    assert plan.variant("disk").sides.stored(side) is not None
+    assert f"{side} reused from file vec.npy" in describe_plan(plan)
+
+
+def test_both_sides_from_files_build_no_engine_and_the_plan_names_each_file(
+        tmp_path: Path) -> None:
+    plan = _plan(tmp_path, [{"name": "disk",
+                             "documents": _vectors(tmp_path, _ids(), name="docs"),
+                             "queries": _vectors(tmp_path, _ids("queries"), name="qs")}])
+    sides = plan.variant("disk").sides
+    assert not sides.builds_engine and sides.reads_files
+    assert ("encodes nothing (no engine is built); documents reused from file docs.npy "
+            "(not encoded); queries reused from file qs.npy (not encoded)") in describe_plan(plan)
+
+
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(("case", "words"), [
     ("missing", "does not exist"),
-    ("width", "are 100 wide, but disk's model"),
-    ("rows", "has 31 rows but"),
+    ("noids", "has no ids file"),
+    ("width", "vectors of file vec.npy are 100 wide, but disk's model"),
+    ("norms", "are not unit length"),
+    ("rows", "rows but"),
     ("dupes", "repeat"),
-    ("lacks", "lacks 1 of the 30 documents of dataset pydocs"),
-    ("int", "a (documents, dim) float matrix is needed"),
+    ("lacks", "lacks 1 of the {n} {side} of dataset pydocs"),
+    ("int", "a ({side}, dim) float matrix is needed"),
     ("1d", "1-D")])
-def test_a_bad_vector_file_is_refused_with_the_fix(tmp_path: Path, case: str,
+def test_a_bad_vector_file_is_refused_with_the_fix(tmp_path: Path, side: str, case: str,
                                                    words: str) -> None:
-    ids = _corpus_ids()
+    ids = _ids(side)
     stored = _vectors(tmp_path, ids)
     if case == "missing":
         stored["path"] = "nowhere.npy"
-    elif case == "width":
-        _vectors(tmp_path, ids, width=100)
-    elif case == "rows":
-        _vectors(tmp_path, ids, rows=len(ids) + 1)
-    elif case == "dupes":
-        _vectors(tmp_path, [*ids[:-1], ids[0]])
-    elif case == "lacks":
-        _vectors(tmp_path, [*ids[:-1], "other"])
-    elif case == "int":
-        _vectors(tmp_path, ids, dtype="int32")
+    elif case == "noids":
+        del stored["ids"]
+    elif case in ("width", "norms", "rows", "int"):
+        _vectors(tmp_path, ids, **{"width": {"width": 100}, "norms": {"unit": False},
+                                   "rows": {"rows": len(ids) + 1},
+                                   "int": {"dtype": "int32"}}[case])
+    elif case in ("dupes", "lacks"):
+        _vectors(tmp_path, [*ids[:-1], ids[0] if case == "dupes" else "other"])
     elif case == "1d":
         np.save(tmp_path / "vec.npy", np.zeros(len(ids), dtype=np.float32))
-    text = _problems(tmp_path, [{"name": "disk", "documents": stored}])
-    assert words in text and "candidates.0.documents" in text
+    text = _problems(tmp_path, [{"name": "disk", side: stored}])
+    assert words.format(n=len(ids), side=side) in text and f"candidates.0.{side}" in text
+    if case == "norms":  # both sides named, and the fix
+        assert "disk encodes the other side with normalize=True" in text
+        assert f"save the {side}' vectors normalized" in text
 
 
-def test_one_file_for_two_datasets_is_refused(tmp_path: Path) -> None:
-    stored = _vectors(tmp_path, _corpus_ids())
+@pytest.mark.parametrize("side", SIDES)
+def test_one_file_for_two_datasets_is_refused(tmp_path: Path, side: str) -> None:
+    stored = _vectors(tmp_path, _ids(side))
     two = [recipes.PYDOCS, {**recipes.PYDOCS, "name": "pydocs2"}]
-    text = _problems(tmp_path, [{"name": "disk", "documents": stored}], datasets=two)
+    text = _problems(tmp_path, [{"name": "disk", side: stored}], datasets=two)
     assert "one vector file for 2 datasets" in text and "pydocs2: {path" in text
+    assert f"{side}: {{datasets:" in text
 
 
-def test_a_parquet_file_plans_and_a_wrong_column_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_a_parquet_file_plans_and_a_wrong_column_is_refused(tmp_path: Path,
+                                                            side: str) -> None:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    ids = _corpus_ids()
-    vectors = np.random.default_rng(0).normal(size=(len(ids), 384)).tolist()
-    pq.write_table(pa.table({"id": ids, "vector": vectors}), tmp_path / "v.parquet")
-    plan = _plan(tmp_path, [{"name": "disk", "documents": {"path": "v.parquet"}}])
-    assert plan.variant("disk").sides.documents_file is not None
-    text = _problems(tmp_path, [{"name": "disk", "documents": {
+    ids = _ids(side)
+    vectors = np.random.default_rng(0).normal(size=(len(ids), 384))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    pq.write_table(pa.table({"id": ids, "vector": vectors.tolist()}), tmp_path / "v.parquet")
+    plan = _plan(tmp_path, [{"name": "disk", side: {"path": "v.parquet"}}])
+    assert plan.variant("disk").sides.stored(side) is not None
+    text = _problems(tmp_path, [{"name": "disk", side: {
         "path": "v.parquet", "vector_column": "embedding"}}])
     assert "has no column 'embedding' (it has id, vector)" in text
+    assert f"set {side}.id_column / vector_column" in text
+
+
+@pytest.mark.parametrize("source", [
+    {"pgvector": {"dsn": "postgresql://localhost/x", "table": "queries"}},
+    {"qdrant": {"path": "shards"}},
+    {"datasets": {"pydocs": {"pgvector": {"dsn": "postgresql://localhost/x",
+                                          "table": "q"}}}}])
+def test_queries_from_a_database_are_refused(tmp_path: Path, source: dict[str, Any]) -> None:
+    """Queries are encoded online and never kept in an index: nothing to read there."""
+    text = _problems(tmp_path, [{"name": "db", "queries": source}])
+    assert "candidates.0.queries" in text and "query vectors are not kept in an index" in text
+    assert "queries: {path: queries.npy, ids: query-ids.txt}" in text
 
 
 def test_only_must_keep_the_lender(tmp_path: Path) -> None:

@@ -77,6 +77,20 @@ def test_index_options_pair_with_float_vectors_only() -> None:
                                         "s.a.int8.full"]
 
 
+def test_one_factory_at_two_search_settings_is_two_combinations() -> None:
+    hnsw = {"kind": "faiss", "factory": "HNSW32"}
+    section = SearchSection.model_validate(
+        {"weights": ["a"], "index": [{**hnsw, "search": {"efSearch": 16}},
+                                     {**hnsw, "search": {"efSearch": 64}}]})
+    assert [c.name for c in build_grid(section)[0]] == [
+        "s.a.none.full.faiss-HNSW32-efSearch16", "s.a.none.full.faiss-HNSW32-efSearch64"]
+    pg = {"kind": "pgvector", "dsn": "postgresql://h/db"}  # where it lives: not named
+    section = SearchSection.model_validate(
+        {"weights": ["a"], "index": [pg, {**pg, "ef_search": 16}, {**pg, "index": "none"}]})
+    assert [c.index_label for c in build_grid(section)[0]] == [
+        "pgvector-0", "pgvector-ef_search16", "pgvector-indexnone"]
+
+
 @pytest.mark.parametrize(("search", "needles"), [
     ({**SEARCH, "colour": ["red"]}, ["unknown key 'colour'", "search.colour"]),
     ({**SEARCH, "weights": []}, ["search.weights", "at least 1"]),
@@ -86,6 +100,8 @@ def test_index_options_pair_with_float_vectors_only() -> None:
      ["rescore needs quantize"]),
     ({**SEARCH, "vectors": [{"quantize": "float8"}]}, ["search.vectors.0.quantize"]),
     ({**SEARCH, "dims": [256, 256]}, ["repeats 256"]),
+    ({**SEARCH, "index": [{"kind": "faiss", "factory": "Flat"}] * 2},
+     ["search.index repeats faiss-Flat"]),
     ({**SEARCH, "split": {"explore": 1.0}}, ["search.split.explore"]),
 ])
 def test_bad_sections_are_refused_naming_the_field(tmp_path: Path, search: dict[str, Any],

@@ -98,6 +98,8 @@ def test_markdown_has_the_table_and_the_recommendation(tmp_path: Path) -> None:
     assert names[4].startswith("&lt;img") and names[5] == "fp32/binary/384"
     marks = {n: r for n, r in zip(names, table)}
     assert "✅ certified" in marks["int8-w/int8/384"]
+    assert "| exact | 0.9875 | 384 | 0.509 | pass | ✅ certified |" in marks["fp32/int8/384"]
+    assert "| exact | — | 1536 |" in marks["fp32/none/384"]  # an older run: not recorded
     assert "❌ failed" in marks[names[4]]
     assert "➖ not confirmed" in marks["fp32/binary/384"]
     assert HOSTILE not in text

@@ -7,10 +7,11 @@ per-query values as soon as they exist. A variant that later variants borrow fro
 until the run ends, so the borrowed side is never encoded again, not even from the
 cache; a variant that borrows both sides builds no engine at all.
 
-Vectors from a file, a pgvector table or a Qdrant shard are checked before they are
-used: a seeded sample of the documents is compared with the reference engine's vectors
-of the same texts (the reference has encoded the whole corpus slice already, so the
-probe costs no encoding). A row below
+Vectors from a file, a pgvector table or a Qdrant shard (documents), or from a file
+(queries, read by query id), are checked before they are used: a seeded sample of the
+rows is compared with the reference engine's vectors of the same texts (the reference
+has encoded the whole corpus and query slice already, so the probe costs no encoding).
+A row below
 the stated cosine, or with a norm further off than stated, stops the run with exit 2
 naming the file, the lowest cosine and the ids; the probe's figures go into the summary.
 """
@@ -48,7 +49,7 @@ class Lent:
         self.base = plan.recipe_file.parent
         wanted = {s for vp in plan.variants for s in (vp.sides.documents, vp.sides.queries)
                   if s is not None}
-        if any(vp.sides.documents_file is not None for vp in plan.variants):
+        if any(vp.sides.reads_files for vp in plan.variants):
             wanted.add(self.reference)  # the probe compares files with its vectors
         self.lenders = wanted
         self._kept: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -64,46 +65,50 @@ class Lent:
             return Borrowed(self._kept[(sides.documents, ds.name)][0].vectors,
                             f"variant {sides.documents}")
         if sides.documents_file is not None:
-            return self._from_file(sides.documents_file, ds, where)
+            return self._from_file(sides.documents_file, ds, where, "documents")
         return None
 
-    def queries(self, sides: SidePlan, ds: Any) -> Borrowed | None:
+    def queries(self, sides: SidePlan, ds: Any, where: str) -> Borrowed | None:
+        """The variant's borrowed queries of ``ds``, or None when it encodes them."""
+        if sides.queries_file is not None:
+            return self._from_file(sides.queries_file, ds, where, "queries")
         if sides.queries is None:
             return None
         return Borrowed(self._kept[(sides.queries, ds.name)][1].vectors,
                         f"variant {sides.queries}")
 
-    def _from_file(self, stored: StoredVectors, ds: Any, where: str) -> Borrowed:
+    def _from_file(self, stored: StoredVectors, ds: Any, where: str, side: str) -> Borrowed:
         file = stored.file_for(ds.name)
         if file is None:  # the plan refuses it; a dataset renamed since is still input
             raise InputError(message=f"no vector file for dataset {ds.name}",
-                             field=f"{where}.documents.datasets",
-                             fix=f"add documents.datasets.{ds.name}: {{path: ..., ids: ...}}")
-        vectors = self._rows(file, list(ds.corpus.ids), where)
-        reference = self._kept[(self.reference, ds.name)][0].vectors
+                             field=f"{where}.{side}.datasets",
+                             fix=f"add {side}.datasets.{ds.name}: {{path: ..., ids: ...}}")
+        ids = list(ds.corpus.ids if side == "documents" else ds.queries.ids)
+        vectors = self._rows(file, ids, f"{where}.{side}")
+        kept = self._kept[(self.reference, ds.name)]
+        reference = (kept[0] if side == "documents" else kept[1]).vectors
         label = file.label()
-        probe = probe_file(vectors, reference, list(ds.corpus.ids), stored.probe,
-                           file=label.removeprefix("file "), where=where)
+        probe = probe_file(vectors, reference, ids, stored.probe,
+                           file=label.removeprefix("file "), where=where, side=side)
         return Borrowed(vectors, label, probe)
 
     def _rows(self, file: VectorFile, wanted: list[str], where: str) -> np.ndarray:
-        """The corpus's rows of a vector file, a pgvector table or a Qdrant shard."""
+        """The wanted rows of a vector file, a pgvector table or a Qdrant shard
+        (``where``: the side's recipe field)."""
         if file.pgvector is not None:
             db = file.pgvector
             return stored_vectors.pgvector_rows(db.dsn, db.table, db.id_column,
-                                                db.vector_column, wanted,
-                                                f"{where}.documents")
+                                                db.vector_column, wanted, where)
         if file.qdrant is not None:
             folder = _resolve(file.qdrant.path, self.base)
             if file.qdrant.collection:
                 folder = folder / file.qdrant.collection
-            return stored_vectors.qdrant_rows(folder, file.qdrant.id_payload, wanted,
-                                              f"{where}.documents")
+            return stored_vectors.qdrant_rows(folder, file.qdrant.id_payload, wanted, where)
         assert file.path is not None
         path = _resolve(file.path, self.base)
         ids = _resolve(file.ids, self.base) if file.ids is not None else None
         return read_rows(path, ids, wanted, id_column=file.id_column,
-                         vector_column=file.vector_column)
+                         vector_column=file.vector_column, what=where.rsplit(".", 1)[-1])
 
 
 def _resolve(name: str, base: Path) -> Path:
@@ -112,9 +117,11 @@ def _resolve(name: str, base: Path) -> Path:
 
 
 def probe_file(vectors: np.ndarray, reference: np.ndarray, ids: list[str],
-               options: ProbeOptions, *, file: str, where: str) -> dict[str, Any]:
+               options: ProbeOptions, *, file: str, where: str, side: str = "documents"
+               ) -> dict[str, Any]:
     """Compare a seeded sample of the file's rows with the reference engine's vectors of
-    the same documents; the figures, or an :class:`InputError` when a row misses."""
+    the same documents (or queries: ``side``); the figures, or an :class:`InputError`
+    when a row misses."""
     rng = np.random.default_rng(options.seed)
     sample = np.sort(rng.choice(len(ids), size=min(options.texts, len(ids)), replace=False))
     mine, theirs = vectors[sample].astype(np.float64), reference[sample].astype(np.float64)
@@ -127,7 +134,8 @@ def probe_file(vectors: np.ndarray, reference: np.ndarray, ids: list[str],
         np.linalg.norm(ref_c, axis=1) * np.linalg.norm(mine_c, axis=1), 1e-12)
     lowest = np.argsort(cos, kind="stable")[:3]
     record: dict[str, Any] = {
-              "file": file, "rows": len(ids), "texts": len(sample), "seed": options.seed,
+              "file": file, "side": side, "rows": len(ids), "texts": len(sample),
+              "seed": options.seed,
               "min_cosine": options.min_cosine, "lowest_cosine": float(cos.min()),
               "mean_cosine": float(cos.mean()),
               "lowest_ids": [ids[sample[i]] for i in lowest],
@@ -140,11 +148,12 @@ def probe_file(vectors: np.ndarray, reference: np.ndarray, ids: list[str],
                 f"norms differ by up to {norm_gap:.4f} (tolerance {options.norm_tolerance})")
         raise InputError(
             message=f"the vectors in {file} do not match what the reference encodes today: "
-            f"{what} over {len(sample)} sampled documents (lowest: "
+            f"{what} over {len(sample)} sampled {side} (lowest: "
             f"{', '.join(record['lowest_ids'])})",
-            field=f"{where}.documents.probe",
-            fix="re-embed the corpus with the reference's model and settings, or state the "
-            "tolerance the file is known to meet: documents: {path: ..., ids: ..., probe: "
+            field=f"{where}.{side}.probe",
+            fix=f"re-embed the {'corpus' if side == 'documents' else 'queries'} with the "
+            "reference's model and settings, or state the tolerance the file is known to "
+            f"meet: {side}: {{path: ..., ids: ..., probe: "
             "{min_cosine: <lower>, norm_tolerance: <higher>}}")
     return {**record, "passed": True}
 
@@ -163,6 +172,8 @@ def encode_record(docs: Any, queries: Any) -> dict[str, Any]:
         out["reused"] = reused
     if isinstance(docs, Borrowed) and docs.probe is not None:
         out["probe"] = docs.probe
+    if isinstance(queries, Borrowed) and queries.probe is not None:
+        out["query_probe"] = queries.probe
     return out
 
 

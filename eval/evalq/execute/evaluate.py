@@ -382,7 +382,7 @@ def _sides(run: _Run, variant: SearchedVariant, engine: tuple[Any, ...], ds: Any
         else:
             docs = encode_texts(encoder, ds.corpus.texts_for_encoding(separator),
                                 role="document", progress=show, **options)
-    queries: Any = run.lent.queries(planned.sides, ds)
+    queries: Any = run.lent.queries(planned.sides, ds, planned.where)
     if queries is None:
         assert encoder is not None
         queries = encode_texts(encoder, list(ds.queries.texts), role="query", progress=show,

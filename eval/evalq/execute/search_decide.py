@@ -180,12 +180,14 @@ def _costs(combo: Combination, variants: Mapping[str, Mapping[str, Any]],
     info = variants[combo.weights]
     quant = (info.get("backend") or {}).get("quantization") or {}
     weight_bytes = quant.get("weight_bytes") if isinstance(quant, dict) else None
-    index_bytes, dims = 0, 0
+    index_bytes, dims, recalls = 0, 0, []
     docs_rate = queries_rate = None
     for ds in datasets:
         entry = info["datasets"][ds]
         derived = entry["search"]["combinations"][combo.name]
         index_bytes += int(derived["index_bytes"])
+        if derived.get("recall_at_10") is not None:
+            recalls.append(float(derived["recall_at_10"]))
         dims = int(derived["dims"])
         encode = entry.get("encode") or {}
         docs_rate = docs_rate or (encode.get("documents") or {}).get("texts_per_s")
@@ -201,6 +203,7 @@ def _costs(combo: Combination, variants: Mapping[str, Mapping[str, Any]],
         figures[key + "_cost"] = (None if value is None else
                                   1.0 / value if inverse else float(value))
     figures["dims"] = dims
+    figures["recall_at_10"] = float(np.mean(recalls)) if recalls else None
     return figures
 
 
@@ -214,7 +217,8 @@ def _point(p: Point, combo: Combination, costs: Mapping[str, Any], explored: _De
         weight_bytes=costs["weight_bytes"], index_bytes=costs["index_bytes"],
         docs_per_s=costs["docs_per_s"], queries_per_s=costs["queries_per_s"],
         dollars_per_million_queries=costs["dollars_per_million_queries"],
-        quality=p.quality, explore=explored.verdict, mark=mark, alpha=alpha,
+        recall_at_10=costs["recall_at_10"], quality=p.quality, explore=explored.verdict,
+        mark=mark, alpha=alpha,
         reasons=reasons, frontier=frontier)
 
 

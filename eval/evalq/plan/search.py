@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializeAsAny, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, field_validator, model_validator
 
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
@@ -93,7 +93,9 @@ class SearchSection(StrictOptions):
     def _distinct(self) -> SearchSection:
         axes: tuple[tuple[str, list[str]], ...] = (
             ("weights", self.weights), ("dims", [str(d) for d in self.dims or []]),
-            ("vectors", [v.label for v in self.vectors]))
+            ("vectors", [v.label for v in self.vectors]),
+            ("index", [EXACT_KIND if o.kind == EXACT_KIND else index_label(o, i)
+                       for i, o in enumerate(self.index or [])]))
         for axis, values in axes:
             repeated = sorted({str(v) for v in values if values.count(v) > 1})
             if repeated:
@@ -122,10 +124,28 @@ class Combination:
         return ".".join(parts)
 
 
+# Where an index lives, not how it searches: left out of an index option's label.
+_PLACE = frozenset({"kind", "dsn", "data_dir", "allow_root", "path", "sweep"})
+
+
 def index_label(options: KindOptions, i: int) -> str:
-    """A short, file-safe name for one value of the ``index`` axis."""
+    """A short, file-safe name for one value of the ``index`` axis: the kind, its factory
+    and its search parameters (FAISS), or the settings another kind was given (pgvector's
+    ``m``, ``ef_search``...), so one index searched at two settings (HNSW32 at efSearch
+    16 and 64) names two combinations; the option's place on the axis when it sets
+    nothing that tells it apart."""
     factory = getattr(options, "factory", None)
-    text = options.kind + (f"-{factory}" if isinstance(factory, str) else f"-{i}")
+    if isinstance(factory, str):
+        text = f"{options.kind}-{factory}"
+        search = getattr(options, "search", None)
+        if isinstance(search, BaseModel):
+            text += "".join(f"-{k}{v}" for k, v in sorted(
+                search.model_dump(exclude_none=True).items()))
+    else:
+        settings = {k: v for k, v in options.model_dump(exclude_defaults=True).items()
+                    if k not in _PLACE and isinstance(v, str | int | float)}
+        text = options.kind + ("".join(f"-{k}{v}" for k, v in settings.items())
+                               if settings else f"-{i}")
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
 
 

@@ -9,15 +9,17 @@ vectors it has and changes only the query side (or the reverse). A variant says 
   engine produced them (before its own ``vectors:`` truncation or quantization; this
   variant's ``vectors:`` applies to both sides). The side is not encoded again, not even
   from the cache, and a variant that borrows both sides builds no engine at all.
-- ``{path: vectors.npy, ids: ids.txt}`` (documents only): vectors the user already has
-  on disk (``.npy`` with a text file of ids, one a line, or ``.parquet`` with an id and a
-  vector column). Rows are picked by the dataset's corpus ids, so ``max_docs`` slices
-  work; with several datasets, ``datasets: {<name>: {path, ids}}``. Before the run trusts
-  the file, a seeded sample of its rows is compared with the reference engine's vectors
-  of the same documents (``probe``: cosine and norm within a stated tolerance).
+- ``{path: vectors.npy, ids: ids.txt}``: vectors the user already has on disk (``.npy``
+  with a text file of ids, one a line, or ``.parquet`` with an id and a vector column),
+  for either side. Rows are picked by the dataset's corpus (or query) ids, so
+  ``max_docs`` / ``max_queries`` slices work; with several datasets, ``datasets:
+  {<name>: {path, ids}}``. Before the run trusts the file, a seeded sample of its rows is
+  compared with the reference engine's vectors of the same texts (``probe``: cosine and
+  norm within a stated tolerance).
 - ``{pgvector: {dsn, table, id_column, vector_column}}`` or ``{qdrant: {path,
   collection, id_payload}}`` (documents only): the vectors a deployment's database
   already holds, read by corpus id and checked like a file (width, ids, coverage, probe).
+  Queries are not kept in an index, so ``queries:`` takes no database source.
 
 These are declarations only; the plan checks them (``evalq.recipe.plan_sides``) and the
 run reuses the vectors (``evalq.execute.borrowed``).
@@ -142,6 +144,7 @@ class SidePlan:
     documents: str | None = None
     queries: str | None = None
     documents_file: StoredVectors | None = None
+    queries_file: StoredVectors | None = None
 
     @property
     def encodes_documents(self) -> bool:
@@ -149,7 +152,16 @@ class SidePlan:
 
     @property
     def encodes_queries(self) -> bool:
-        return self.queries is None
+        return self.queries is None and self.queries_file is None
+
+    @property
+    def reads_files(self) -> bool:
+        """Whether a side comes from stored vectors (which the reference's probe checks)."""
+        return self.documents_file is not None or self.queries_file is not None
+
+    def stored(self, side: str) -> StoredVectors | None:
+        """The stored vectors ``side`` ("documents" / "queries") is read from, if any."""
+        return self.documents_file if side == "documents" else self.queries_file
 
     @property
     def builds_engine(self) -> bool:
@@ -162,8 +174,8 @@ class SidePlan:
 
     def source(self, side: str) -> str | None:
         """Where ``side`` ("documents" / "queries") comes from, in words; None: encoded."""
-        stored = self.documents_file
-        if side == "documents" and stored is not None:
+        stored = self.stored(side)
+        if stored is not None:
             if stored.datasets is None:
                 single = stored.file_for("")
                 assert single is not None

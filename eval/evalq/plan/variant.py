@@ -33,11 +33,12 @@ class SearchedVariant(EncoderVariant):
         "variant's name, a vector file {path, ids}, a pgvector table {pgvector: {dsn, "
         "table}} or a Qdrant shard {qdrant: {path}}, instead of encoding them; see "
         "[Keep your index](../keep-index.md)")
-    queries: str | None = Field(
-        default=None, description="take the query vectors from `reference` or an earlier "
-        "variant's name instead of encoding them")
+    queries: str | StoredVectors | None = Field(
+        default=None, description="take the query vectors from `reference`, an earlier "
+        "variant's name or a vector file {path, ids} (read by query id) instead of "
+        "encoding them; see [Keep your index](../keep-index.md)")
 
-    @field_validator("documents", mode="before")
+    @field_validator("documents", "queries", mode="before")
     @classmethod
     def _stored_vectors(cls, value: Any) -> Any:
         """A mapping is stored vectors: validated here, so a wrong one is refused with

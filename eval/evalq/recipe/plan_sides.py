@@ -23,10 +23,10 @@ import numpy as np
 from evalq.core.errors import InputError
 from evalq.data.manifest import load_datasets
 from evalq.engines.modelinfo import embedding_dim
-from evalq.plan.sides import REFERENCE, SidePlan, StoredVectors, VectorFile
+from evalq.plan.sides import REFERENCE, ProbeOptions, SidePlan, StoredVectors, VectorFile
 from evalq.plan.types import VariantPlan
 from evalq.recipe.plan_variants import Problems
-from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header
+from evalq.recipe.plan_vectorfiles import read_header, sample_norms
 
 
 def plan_sides(recipe: Any, path: Path, planned: Sequence[VariantPlan], problems: Problems,
@@ -67,9 +67,13 @@ def plan_sides(recipe: Any, path: Path, planned: Sequence[VariantPlan], problems
                     sides = (replace(sides, documents=lender) if side == "documents"
                              else replace(sides, queries=lender))
             elif isinstance(value, StoredVectors):
-                _check_files(value, recipe, path, variant, by_name[variant.name],
+                if side == "queries" and _in_a_database(value, (*vpath, side), label,
+                                                        problems):
+                    continue
+                _check_files(value, recipe, path, (variant, by_name[variant.name]),
                              (*vpath, side), label, problems, limits)
-                sides = replace(sides, documents_file=value)
+                sides = (replace(sides, documents_file=value) if side == "documents"
+                         else replace(sides, queries_file=value))
         out[variant.name] = sides
     return out
 
@@ -145,16 +149,32 @@ def _words(family: tuple[str | None, int | None]) -> str:
     return f"a {family[0] or 'unknown'} model of width {family[1] or 'unknown'}"
 
 
-def _check_files(stored: StoredVectors, recipe: Any, path: Path, variant: Any,
-                 plan: VariantPlan, key: tuple[Any, ...], label: str, problems: Problems,
-                 limits: tuple[int | None, int | None]) -> None:
+def _in_a_database(stored: StoredVectors, key: tuple[Any, ...], label: str,
+                   problems: Problems) -> bool:
+    """Whether ``queries:`` names a pgvector table or a Qdrant shard (refused: queries
+    are encoded online, never kept in an index, so there is nothing there to read)."""
+    files = ([stored] if stored.datasets is None else list(stored.datasets.values()))
+    if not any(f.pgvector is not None or f.qdrant is not None for f in files):
+        return False
+    problems.add(key, f"{label}: queries: names a database (pgvector / qdrant); query "
+                 "vectors are not kept in an index, so a database source is for documents "
+                 "only", "give the query vectors as a file, queries: {path: queries.npy, "
+                 "ids: query-ids.txt} (or .parquet), or encode them (leave queries: out)")
+    return True
+
+
+def _check_files(stored: StoredVectors, recipe: Any, path: Path,
+                 variant: tuple[Any, VariantPlan], key: tuple[Any, ...], label: str,
+                 problems: Problems, limits: tuple[int | None, int | None]) -> None:
     """One file per dataset, each readable, 2-D float, ids matching rows, wide enough,
-    and covering the dataset's corpus as the run slices it."""
+    of the variant's normalization, and covering the dataset's corpus (or queries, for
+    ``key`` ending in ``queries``) as the run slices it."""
+    side = str(key[-1])
     datasets = [d if isinstance(d, str) else str(d.get("name", d)) for d in recipe.datasets]
     if stored.datasets is None and len(datasets) > 1:
         problems.add(key, f"{label}: one vector file for {len(datasets)} datasets "
-                     f"({', '.join(datasets)}); each dataset's corpus has its own vectors",
-                     "give one file per dataset: documents: {datasets: {"
+                     f"({', '.join(datasets)}); each dataset has its own {side}' vectors",
+                     f"give one file per dataset: {side}: {{datasets: {{"
                      + ", ".join(f"{d}: {{path: ..., ids: ...}}" for d in datasets) + "}}")
         return
     if stored.datasets is not None:
@@ -162,141 +182,67 @@ def _check_files(stored: StoredVectors, recipe: Any, path: Path, variant: Any,
         missing = [d for d in datasets if d not in stored.datasets]
         if unknown or missing:
             problems.add((*key, "datasets"),
-                         f"{label}: documents.datasets names "
+                         f"{label}: {side}.datasets names "
                          + (f"unknown dataset(s) {', '.join(unknown)}" if unknown else "")
                          + ("; " if unknown and missing else "")
                          + (f"no file for {', '.join(missing)}" if missing else ""),
                          f"give exactly the recipe's datasets: {', '.join(datasets)}")
             return
-    model_dim = embedding_dim(plan.model_path) if plan.model_path else None
-    widths = {model_dim, variant.vectors.dims} - {None}
     read: dict[str, set[str]] = {}
     for name in datasets:
         file = stored.file_for(name)
         assert file is not None
         fkey = key if stored.datasets is None else (*key, "datasets", name)
-        try:
-            ids, width = read_header(file, path.parent)
-        except InputError as exc:
-            problems.add(fkey, f"{label}: {exc.message}", exc.fix or "")
-            continue
-        if widths and width not in widths:
-            problems.add(fkey, f"{label}: the vectors of {file.label()} are {width} wide, but "
-                         f"{variant.name}'s model ({plan.model_path}) makes {model_dim}-wide "
-                         "vectors" + (f" (searched at vectors.dims {variant.vectors.dims})"
-                                      if variant.vectors.dims else ""),
-                         "embed the corpus with this model, or point documents at the "
-                         "vectors that this model made")
-            continue
-        read[name] = ids
+        ids = _check_one(file, stored.probe, path.parent, variant, (side, fkey), label,
+                         problems)
+        if ids is not None:
+            read[name] = ids
     if read:
         _check_coverage(recipe, path, read, stored, key, label, problems, limits)
 
 
-def resolve_file(name: str, base: Path) -> Path:
-    """A recipe's file path, relative to the recipe's folder."""
-    candidate = Path(name).expanduser()
-    return candidate if candidate.is_absolute() else base / candidate
-
-
-def read_header(file: VectorFile, base: Path) -> tuple[set[str], int]:
-    """The file's ids and vector width, reading the ``.npy`` header only (memory-mapped)
-    or the parquet columns; an :class:`InputError` with the fix for what is wrong."""
-    if file.pgvector is not None:
-        db = file.pgvector
-        ids_list, width = pgvector_header(db.dsn, db.table, db.id_column,
-                                                         db.vector_column, "documents")
-        return _unique(ids_list, file.label()), width
-    if file.qdrant is not None:
-        ids_list, width = qdrant_header(
-            qdrant_folder(file.qdrant.path, file.qdrant.collection, base),
-            file.qdrant.id_payload, "documents")
-        return _unique(ids_list, file.label()), width
-    assert file.path is not None
-    where = resolve_file(file.path, base)
-    if not where.is_file():
-        raise InputError(message=f"vector file {where} does not exist",
-                         fix="fix documents.path (relative paths are read from the recipe's "
-                         "folder)")
-    if where.suffix == ".parquet":
-        ids_list, width = _parquet_header(where, file)
-    elif where.suffix == ".npy":
-        ids_list, width = _npy_header(where, file, base)
-    else:
-        raise InputError(message=f"vector file {where} is neither .npy nor .parquet",
-                         fix="save the vectors with numpy.save (with an ids file) or as "
-                         "parquet with an id and a vector column")
-    return _unique(ids_list, str(where)), width
-
-
-def qdrant_folder(path: str, collection: str | None, base: Path) -> Path:
-    """A Qdrant source's shard folder: ``path`` (from the recipe's folder) / ``collection``."""
-    folder = resolve_file(path, base)
-    return folder / collection if collection else folder
-
-
-def _unique(ids_list: list[str], source: str) -> set[str]:
-    ids = set(ids_list)
-    if len(ids) != len(ids_list):
-        dupes = sorted({i for i in ids_list if ids_list.count(i) > 1})[:5] \
-            if len(ids_list) < 100_000 else ["(several)"]
-        raise InputError(message=f"the ids of {source} repeat: {', '.join(dupes)}",
-                         fix="give each document one row (one id per line, unique)")
+def _check_one(file: VectorFile, probe: ProbeOptions, base: Path,
+               variant: tuple[Any, VariantPlan], at: tuple[str, tuple[Any, ...]],
+               label: str, problems: Problems) -> set[str] | None:
+    """One source's ids, when it is readable and its width and norms fit the variant
+    (``at``: the side and the recipe field of the source)."""
+    options, plan = variant
+    side, key = at
+    try:
+        ids, width = read_header(file, base, side)
+    except InputError as exc:
+        problems.add(key, f"{label}: {exc.message}", exc.fix or "")
+        return None
+    model_dim = embedding_dim(plan.model_path) if plan.model_path else None
+    widths = {model_dim, options.vectors.dims} - {None}
+    if widths and width not in widths:
+        problems.add(key, f"{label}: the {side}' vectors of {file.label()} are {width} wide, "
+                     f"but {options.name}'s model ({plan.model_path}) makes {model_dim}-wide "
+                     "vectors" + (f" (searched at vectors.dims {options.vectors.dims})"
+                                  if options.vectors.dims else ""),
+                     f"embed the {side} with this model, or point {side} at the vectors "
+                     "that this model made")
+        return None
+    normalize = (plan.settings or {}).get("normalize")
+    norms = sample_norms(file, base, probe) if normalize and width == model_dim else None
+    if norms is not None and len(norms) and float(np.max(np.abs(norms - 1.0))) > \
+            probe.norm_tolerance:
+        problems.add(key, f"{label}: the {side}' vectors of {file.label()} are not unit "
+                     f"length (sampled norms {norms.min():.4g} to {norms.max():.4g}), but "
+                     f"{options.name} encodes the other side with normalize=True: inner "
+                     "products would mix unit and raw lengths",
+                     f"save the {side}' vectors normalized (v / ||v||), or set "
+                     f"encoding.normalize: false on {options.name} if the stored vectors "
+                     "are raw")
+        return None
     return ids
-
-
-def _npy_header(where: Path, file: VectorFile, base: Path) -> tuple[list[str], int]:
-    if file.ids is None:
-        raise InputError(message=f"vector file {where} has no ids file",
-                         fix="add ids: <file with one document id per line, in row order>")
-    try:
-        array = np.load(where, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(message=f"vector file {where} is not a readable .npy array ({exc})",
-                         fix="save it with numpy.save(path, vectors.astype('float32'))") \
-            from None
-    if array.ndim != 2 or array.dtype.kind != "f":
-        raise InputError(message=f"vector file {where} holds a {array.ndim}-D "
-                         f"{array.dtype} array; a (documents, dim) float matrix is needed",
-                         fix="save the vectors as a 2-D float32 array")
-    ids_path = resolve_file(file.ids, base)
-    if not ids_path.is_file():
-        raise InputError(message=f"ids file {ids_path} does not exist",
-                         fix="fix documents.ids (one document id per line, in row order)")
-    ids = ids_path.read_text(encoding="utf-8").splitlines()
-    if len(ids) != array.shape[0]:
-        raise InputError(message=f"vector file {where} has {array.shape[0]} rows but "
-                         f"{ids_path} has {len(ids)} ids",
-                         fix="write one id per row, in the file's row order")
-    return ids, int(array.shape[1])
-
-
-def _parquet_header(where: Path, file: VectorFile) -> tuple[list[str], int]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise InputError(message=f"vector file {where} is parquet, and pyarrow is not "
-                         "installed", fix="pip install pyarrow, or save the vectors as "
-                         ".npy with an ids file") from None
-    table = pq.read_table(where, columns=None)
-    for column in (file.id_column, file.vector_column):
-        if column not in table.column_names:
-            raise InputError(message=f"vector file {where} has no column '{column}' "
-                             f"(it has {', '.join(table.column_names)})",
-                             fix="set documents.id_column / vector_column")
-    ids = [str(i) for i in table.column(file.id_column).to_pylist()]
-    first = table.column(file.vector_column).slice(0, 1).to_pylist()
-    if not first or not isinstance(first[0], list) or not all(
-            isinstance(x, float) for x in first[0]):
-        raise InputError(message=f"column '{file.vector_column}' of {where} does not hold "
-                         "lists of floats", fix="store one float list per row")
-    return ids, len(first[0])
 
 
 def _check_coverage(recipe: Any, path: Path, read: dict[str, set[str]],
                     stored: StoredVectors, key: tuple[Any, ...], label: str,
                     problems: Problems, limits: tuple[int | None, int | None]) -> None:
-    """Every document of each dataset, as the run will slice it, has a row."""
+    """Every document (or query) of each dataset, as the run will slice it, has a row."""
+    side = str(key[-1])
     try:
         loaded = load_datasets(list(recipe.datasets), path, *limits)
     except InputError:
@@ -305,11 +251,13 @@ def _check_coverage(recipe: Any, path: Path, read: dict[str, set[str]],
         ids = read.get(ds.name)
         if ids is None:
             continue
-        lacking = [d for d in ds.corpus.ids if d not in ids]
+        wanted = list(ds.corpus.ids if side == "documents" else ds.queries.ids)
+        lacking = [d for d in wanted if d not in ids]
         if lacking:
             file = stored.file_for(ds.name)
             problems.add(key, f"{label}: {file.label() if file else 'the vectors'} lacks "
-                         f"{len(lacking)} of the {len(ds.corpus)} documents of dataset "
+                         f"{len(lacking)} of the {len(wanted)} {side} of dataset "
                          f"{ds.name}, e.g. {', '.join(lacking[:3])}",
-                         "embed the whole corpus (ids as the dataset names them), or lower "
-                         "max_docs to the documents the file holds")
+                         f"embed all the dataset's {side} (ids as the dataset names them), "
+                         f"or lower max_{'docs' if side == 'documents' else 'queries'} to "
+                         f"the {side} the file holds")

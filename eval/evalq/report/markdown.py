@@ -122,7 +122,7 @@ def _search_lines(run: RunView) -> list[str]:
     rows = []
     for p in search_view.ordered_points(search):
         cells = search_view.point_cells(p, search)
-        cells[8] = SEARCH_ICON[p.mark]
+        cells[search_view.MARK_COLUMN] = SEARCH_ICON[p.mark]
         rows.append("| " + " | ".join(md(c) for c in cells) + " |")
     control = search_view.error_control_line(search)
     return ["", "### Grid search", "",

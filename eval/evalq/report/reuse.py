@@ -20,7 +20,7 @@ def probe_text(probe: VectorProbe) -> str:
              f"{probe.norm_tolerance:.2%})")
     return (f"the vectors in {probe.file} match today's stack at cosine ≥ "
             f"{probe.min_cosine:g} (lowest {probe.lowest_cosine:.6f}, mean "
-            f"{probe.mean_cosine:.6f} over {probe.texts} sampled documents of {probe.rows}, "
+            f"{probe.mean_cosine:.6f} over {probe.texts} sampled {probe.side} of {probe.rows}, "
             f"seed {probe.seed}{norms})")
 
 
@@ -31,8 +31,9 @@ def reuse_text(encode: EncodeSection) -> str | None:
         return None
     text = "; ".join(f"{side} reused from {source} (not encoded)"
                      for side, source in sorted(sides.items()))
-    if encode.probe is not None:
-        text += "; " + probe_text(encode.probe)
+    for probe in (encode.probe, encode.query_probe):
+        if probe is not None:
+            text += "; " + probe_text(probe)
     return text
 
 

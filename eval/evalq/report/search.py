@@ -17,9 +17,10 @@ MARK_NOTE = {
     "inconclusive": "confirmed, and not shown to be within the margin",
     "not confirmed": "pruned on the explore queries: never tested, never certified",
 }
-HEADERS = ["point", "weights", "vectors", "dims", "index", "cost", "quality", "explore",
-           "mark", "decided at α", "frontier", "why"]
-NUMERIC = (3, 5, 6, 9)
+HEADERS = ["point", "weights", "vectors", "dims", "index", "recall@10 vs exact", "cost",
+           "quality", "explore", "mark", "decided at α", "frontier", "why"]
+NUMERIC = (3, 5, 6, 7, 10)
+MARK_COLUMN = HEADERS.index("mark")
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -62,7 +63,8 @@ def ordered_points(search: SearchSummary) -> list[SearchPoint]:
 def point_cells(point: SearchPoint, search: SearchSummary) -> list[str]:
     """One row of the table of points (plain text; each report escapes it its own way)."""
     return [point.name, point.weights, point.vectors, str(point.dims), point.index or "exact",
-            _num(point.cost), _num(point.quality), point.explore, point.mark,
+            _num(point.recall_at_10), _num(point.cost), _num(point.quality), point.explore,
+            point.mark,
             _num(point.alpha, 3), "yes" if point.name in search.frontier else "",
             "; ".join(point.reasons)]
 

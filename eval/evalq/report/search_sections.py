@@ -16,6 +16,7 @@ from evalq.report.retrieval_sections import plotly_go
 from evalq.report.runview import RunView
 from evalq.report.search import (
     HEADERS,
+    MARK_COLUMN,
     MARK_NOTE,
     MARKS,
     NUMERIC,
@@ -108,7 +109,7 @@ def search_section(run: RunView, page: Page) -> Markup:
     for p in ordered_points(search):
         cells: list[Any] = list(point_cells(p, search))
         cells[0] = Markup('<span class="variant">{}</span>').format(cells[0])
-        cells[8] = (cells[8], MARK_CSS[p.mark])
+        cells[MARK_COLUMN] = (cells[MARK_COLUMN], MARK_CSS[p.mark])
         rows.append(cells)
     parts.append(table(HEADERS, rows, numeric=NUMERIC))
     return Markup("").join(parts)

@@ -165,10 +165,11 @@ class SweepSummary(Part):
 
 class VectorProbe(Part):
     """A vector file checked against today's stack before the run used it (issue 31):
-    ``texts`` sampled documents (``seed``) of its ``rows``, each compared with the
-    reference engine's vector of the same text."""
+    ``texts`` sampled rows (``seed``) of its ``rows``, each compared with the reference
+    engine's vector of the same text; ``side``: the documents or the queries."""
 
     file: str
+    side: str = "documents"
     rows: int
     texts: int
     seed: int
@@ -192,12 +193,14 @@ class ReusedSides(Part):
 class EncodeSection(Part):
     """``encode`` of a variant on a dataset (empty when nothing was recorded). A side the
     variant borrowed (issue 31) has no counts: ``reused`` says where it came from
-    (``variant fp32``, ``file vectors.npy``), and ``probe`` how a vector file was checked."""
+    (``variant fp32``, ``file vectors.npy``), and ``probe`` / ``query_probe`` how a
+    documents' / queries' vector file was checked."""
 
     documents: EncodeStats | None = None
     queries: EncodeStats | None = None
     reused: ReusedSides | None = None
     probe: VectorProbe | None = None
+    query_probe: VectorProbe | None = None
 
 
 # -- batch sensitivity (sensitivity.apply_sensitivity) ------------------------------------

@@ -43,6 +43,9 @@ class SearchPoint(Part):
     docs_per_s: float | None = None
     queries_per_s: float | None = None
     dollars_per_million_queries: float | None = None
+    # recall@10 against the exact float search of the same vectors and width, averaged
+    # over datasets: what the index or the stored codes lose (None: an older run)
+    recall_at_10: float | None = None
     quality: float | None
     explore: ExploreVerdict
     mark: Mark
