@@ -7,11 +7,11 @@ per-query values as soon as they exist. A variant that later variants borrow fro
 until the run ends, so the borrowed side is never encoded again, not even from the
 cache; a variant that borrows both sides builds no engine at all.
 
-Vectors from a file, a pgvector table or a Qdrant shard are checked before they are
-used: a seeded sample of the documents is compared with the reference engine's vectors
-of the same texts (the reference has encoded the whole corpus slice already, so the
-probe costs no encoding). A row below
-the stated cosine, or with a norm further off than stated, stops the run with exit 2
+Vectors from a file, a pgvector table, a Qdrant shard or a collection on a Qdrant server
+are checked before they are used: a seeded sample of the documents is compared with the
+reference engine's vectors of the same texts (the reference has encoded the whole corpus
+slice already, so the probe costs no encoding). A row below the stated cosine, or with a
+norm further off than stated, stops the run with exit 2
 naming the file, the lowest cosine and the ids; the probe's figures go into the summary.
 """
 
@@ -87,13 +87,21 @@ class Lent:
         return Borrowed(vectors, label, probe)
 
     def _rows(self, file: VectorFile, wanted: list[str], where: str) -> np.ndarray:
-        """The corpus's rows of a vector file, a pgvector table or a Qdrant shard."""
+        """The corpus's rows of a vector file, a pgvector table, a Qdrant shard or a
+        Qdrant server's collection."""
         if file.pgvector is not None:
             db = file.pgvector
             return stored_vectors.pgvector_rows(db.dsn, db.table, db.id_column,
                                                 db.vector_column, wanted,
                                                 f"{where}.documents")
+        q = file.qdrant
+        if q is not None and q.url is not None:
+            assert q.collection is not None
+            return stored_vectors.qdrant_server_rows(q.url, q.collection, q.api_key_env,
+                                                     q.id_payload, wanted,
+                                                     f"{where}.documents")
         if file.qdrant is not None:
+            assert file.qdrant.path is not None
             folder = _resolve(file.qdrant.path, self.base)
             if file.qdrant.collection:
                 folder = folder / file.qdrant.collection

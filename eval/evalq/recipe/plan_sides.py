@@ -26,7 +26,11 @@ from evalq.engines.modelinfo import embedding_dim
 from evalq.plan.sides import REFERENCE, SidePlan, StoredVectors, VectorFile
 from evalq.plan.types import VariantPlan
 from evalq.recipe.plan_variants import Problems
-from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header
+from evalq.retrieve.stored_vectors import (
+    pgvector_header,
+    qdrant_header,
+    qdrant_server_header,
+)
 
 
 def plan_sides(recipe: Any, path: Path, planned: Sequence[VariantPlan], problems: Problems,
@@ -178,7 +182,9 @@ def _check_files(stored: StoredVectors, recipe: Any, path: Path, variant: Any,
         try:
             ids, width = read_header(file, path.parent)
         except InputError as exc:
-            problems.add(fkey, f"{label}: {exc.message}", exc.fix or "")
+            inner = (exc.field or "").split(".")  # documents.<source>.<field>
+            problems.add((*fkey, *inner[1:]) if inner[0] == "documents" else fkey,
+                         f"{label}: {exc.message}", exc.fix or "")
             continue
         if widths and width not in widths:
             problems.add(fkey, f"{label}: the vectors of {file.label()} are {width} wide, but "
@@ -207,7 +213,14 @@ def read_header(file: VectorFile, base: Path) -> tuple[set[str], int]:
         ids_list, width = pgvector_header(db.dsn, db.table, db.id_column,
                                                          db.vector_column, "documents")
         return _unique(ids_list, file.label()), width
+    q = file.qdrant
+    if q is not None and q.url is not None:
+        assert q.collection is not None
+        ids_list, width = qdrant_server_header(q.url, q.collection, q.api_key_env,
+                                               q.id_payload, "documents")
+        return _unique(ids_list, file.label()), width
     if file.qdrant is not None:
+        assert file.qdrant.path is not None
         ids_list, width = qdrant_header(
             qdrant_folder(file.qdrant.path, file.qdrant.collection, base),
             file.qdrant.id_payload, "documents")
