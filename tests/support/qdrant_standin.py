@@ -13,7 +13,11 @@ qdrant-client's own models (``qdrant_client/http/api/*.py``,
 - ``PUT /collections/{name}/points`` (upsert: ``PointsBatch`` or ``PointsList``),
   ``POST /collections/{name}/points`` (retrieve by ids), ``POST
   /collections/{name}/points/count``, ``POST /collections/{name}/points/query``
-  (``QueryRequest``: a nearest-vector query with ``params``).
+  (``QueryRequest``: a nearest-vector query with ``params``), ``POST
+  /collections/{name}/points/scroll`` (``ScrollRequest``: pages of points with their
+  payload and vectors, for ``documents: {qdrant: {url}}``) and ``GET /collections``.
+  A collection of named vectors or of sparse vectors only is kept as its configuration
+  (no shard, no points): enough for the tests that it is refused.
 
 Behind it is Qdrant's real engine in-process (qdrant-edge-py, one shard per collection),
 so its HNSW graph, quantization, oversampling and rescoring are Qdrant's own. Like a
@@ -49,9 +53,13 @@ class _Collection:
     """One collection: its creation request, its shard, and whether it needs indexing."""
 
     def __init__(self, folder: Path, body: dict[str, Any]) -> None:
-        self.body, self.dirty, self.size = body, False, int(body["vectors"]["size"])
+        self.body, self.dirty = body, False
         self.grey = False  # optimizations pending, not triggered (a restarted server)
-        self.distance = body["vectors"]["distance"]
+        vectors = body.get("vectors") or {}
+        if "size" not in vectors:  # named vectors, or sparse only: a configuration, no shard
+            self.size, self.distance, self.shard = 0, None, None
+            return
+        self.size, self.distance = int(vectors["size"]), vectors["distance"]
         hnsw = body.get("hnsw_config") or {}
         config = qe.EdgeConfig(
             vectors=qe.EdgeVectorParams(size=self.size,
@@ -67,6 +75,16 @@ class _Collection:
 
     def info(self) -> dict[str, Any]:
         """``CollectionInfo``: yellow while an upload waits to be indexed."""
+        if self.shard is None:
+            return {"status": "green", "optimizer_status": "ok", "indexed_vectors_count": 0,
+                    "points_count": 0, "segments_count": 0, "payload_schema": {},
+                    "config": {"params": {"vectors": self.body.get("vectors") or {},
+                                          "sparse_vectors": self.body.get("sparse_vectors")},
+                               "hnsw_config": {"m": 16, "ef_construct": 100,
+                                               "full_scan_threshold": 10000},
+                               "optimizer_config": {"default_segment_number": 0,
+                                                    "flush_interval_sec": 5},
+                               "metadata": None}}
         shard = self.shard.info()
         hnsw = {"m": 16, "ef_construct": 100, "full_scan_threshold": 10000,
                 **(self.body.get("hnsw_config") or {})}
@@ -124,7 +142,8 @@ class QdrantStandIn:
     def close(self) -> None:
         self.stop()
         for collection in self.collections.values():
-            collection.shard.close()
+            if collection.shard is not None:
+                collection.shard.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def upserts(self) -> int:
@@ -137,7 +156,8 @@ class QdrantStandIn:
 
     def delete(self, name: str) -> None:
         collection = self.collections.pop(name)
-        collection.shard.close()
+        if collection.shard is not None:
+            collection.shard.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -172,6 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
         for option, error in s.refusals.items():
             if _holds(body, option):
                 return self._send(400, {"status": {"error": error}, "time": 0.0})
+        if path == "/collections" and method == "GET":
+            return self._send(200, {"result": {"collections": [
+                {"name": n} for n in sorted(s.collections)]}, "status": "ok", "time": 0.0})
         if path == "/" and method == "GET":
             return self._send(200, {"title": "qdrant - vector search engine (evalq test "
                                               "stand-in)", "version": version("qdrant-edge-py")})
@@ -230,17 +253,40 @@ def _route(s: QdrantStandIn, method: str, name: str, rest: str, body: dict[str, 
         return 200, {"count": int(collection.shard.info().points_count)}
     if rest == "/points/query" and method == "POST":
         return _query(collection, body)
+    if rest == "/points/scroll" and method == "POST":
+        return 200, _scroll(collection, body)
     return 404, f"Not found: {method} {raw}"
 
 
 def _upsert(collection: _Collection, body: dict[str, Any]) -> dict[str, Any]:
-    pairs: list[tuple[Any, Any]] = (
-        list(zip(body["batch"]["ids"], body["batch"]["vectors"])) if "batch" in body
-        else [(p["id"], p["vector"]) for p in body["points"]])
-    points = [qe.Point(int(i), [float(x) for x in v]) for i, v in pairs]
+    batch = body.get("batch") or {}
+    rows: list[tuple[Any, Any, Any]] = (
+        list(zip(batch["ids"], batch["vectors"], batch.get("payloads") or
+                 [None] * len(batch["ids"]))) if "batch" in body
+        else [(p["id"], p["vector"], p.get("payload")) for p in body["points"]])
+    points = [qe.Point(int(i), [float(x) for x in v], payload) for i, v, payload in rows]
     collection.shard.update(qe.UpdateOperation.upsert_points(points))
     collection.dirty = True
     return {"operation_id": 0, "status": "completed"}
+
+
+def _scroll(collection: _Collection, body: dict[str, Any]) -> dict[str, Any]:
+    """``ScrollResult``: a page of points in id order, with the payload keys asked for
+    (``with_payload``: true, false or a list of keys) and the vectors when asked."""
+    if collection.shard is None:
+        return {"points": [], "next_page_offset": None}
+    wanted = body.get("with_payload", True)
+    records, offset = collection.shard.scroll(qe.ScrollRequest(
+        limit=int(body.get("limit") or 10), offset=body.get("offset"),
+        with_payload=wanted is not False, with_vector=bool(body.get("with_vector"))))
+    points = []
+    for r in records:
+        payload = r.payload or {}
+        if isinstance(wanted, list):
+            payload = {k: v for k, v in payload.items() if k in wanted}
+        points.append({"id": int(r.id), "payload": payload if wanted is not False else None,
+                       "vector": list(r.vector) if body.get("with_vector") else None})
+    return {"points": points, "next_page_offset": None if offset is None else int(offset)}
 
 
 def _query(collection: _Collection, body: dict[str, Any]) -> tuple[int, Any]:

@@ -7,7 +7,8 @@ per-query values as soon as they exist. A variant that later variants borrow fro
 until the run ends, so the borrowed side is never encoded again, not even from the
 cache; a variant that borrows both sides builds no engine at all.
 
-Vectors from a file, a pgvector table or a Qdrant shard (documents), or from a file
+Vectors from a file, a pgvector table, a Qdrant shard or a collection on a Qdrant
+server (documents), or from a file
 (queries, read by query id), are checked before they are used: a seeded sample of the
 rows is compared with the reference engine's vectors of the same texts (the reference
 has encoded the whole corpus and query slice already, so the probe costs no encoding).
@@ -93,13 +94,19 @@ class Lent:
         return Borrowed(vectors, label, probe)
 
     def _rows(self, file: VectorFile, wanted: list[str], where: str) -> np.ndarray:
-        """The wanted rows of a vector file, a pgvector table or a Qdrant shard
-        (``where``: the side's recipe field)."""
+        """The wanted rows of a vector file, a pgvector table, a Qdrant shard or a Qdrant
+        server's collection (``where``: the side's recipe field)."""
         if file.pgvector is not None:
             db = file.pgvector
             return stored_vectors.pgvector_rows(db.dsn, db.table, db.id_column,
                                                 db.vector_column, wanted, where)
+        q = file.qdrant
+        if q is not None and q.url is not None:
+            assert q.collection is not None
+            return stored_vectors.qdrant_server_rows(q.url, q.collection, q.api_key_env,
+                                                     q.id_payload, wanted, where)
         if file.qdrant is not None:
+            assert file.qdrant.path is not None
             folder = _resolve(file.qdrant.path, self.base)
             if file.qdrant.collection:
                 folder = folder / file.qdrant.collection

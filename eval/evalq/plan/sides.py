@@ -16,9 +16,11 @@ vectors it has and changes only the query side (or the reverse). A variant says 
   {<name>: {path, ids}}``. Before the run trusts the file, a seeded sample of its rows is
   compared with the reference engine's vectors of the same texts (``probe``: cosine and
   norm within a stated tolerance).
-- ``{pgvector: {dsn, table, id_column, vector_column}}`` or ``{qdrant: {path,
-  collection, id_payload}}`` (documents only): the vectors a deployment's database
-  already holds, read by corpus id and checked like a file (width, ids, coverage, probe).
+- ``{pgvector: {dsn, table, id_column, vector_column}}``, ``{qdrant: {path,
+  collection, id_payload}}`` (a shard on disk) or ``{qdrant: {url, collection,
+  api_key_env, id_payload}}`` (a Qdrant server) (documents only): the vectors a
+  deployment's database already holds, read by corpus id and checked like a file
+  (width, ids, coverage, probe).
   Queries are not kept in an index, so ``queries:`` takes no database source.
 
 These are declarations only; the plan checks them (``evalq.recipe.plan_sides``) and the
@@ -33,6 +35,7 @@ from pydantic import Field, model_validator
 
 from evalq.core.options import StrictOptions
 from evalq.core.redact import without_password
+from evalq.retrieve.qdrant_options import check_server
 
 REFERENCE = "reference"  # ``documents: reference``: the recipe's reference variant
 
@@ -62,14 +65,46 @@ class PgvectorVectors(StrictOptions):
 
 
 class QdrantVectors(StrictOptions):
-    """Document vectors in a Qdrant shard on disk (Qdrant's engine, in-process): ``path``
-    and, when the shard is one of several there, its folder ``collection`` under it.
-    ``id_payload``: the payload key holding the document id (null: the point id is the
-    document id)."""
+    """Document vectors in Qdrant: a shard on disk (``path``, Qdrant's engine
+    in-process; ``collection``: its folder under ``path`` when it is one of several) or a
+    collection on a team's Qdrant server (``url``, through qdrant-client; ``collection``
+    names it, ``api_key_env`` the environment variable holding its API key). ``path``
+    and ``url`` exclude each other. ``id_payload``: the payload key holding the document
+    id (null: the point id is the document id)."""
 
-    path: str = Field(min_length=1)
+    path: str | None = Field(default=None, min_length=1)
+    url: str | None = Field(default=None, min_length=1)
     collection: str | None = Field(default=None, min_length=1)
+    api_key_env: str | None = Field(default=None, min_length=1)
     id_payload: str | None = "id"
+
+    @model_validator(mode="after")
+    def _shard_or_server(self) -> QdrantVectors:
+        if self.url is not None and self.path is not None:
+            raise ValueError("url (a Qdrant server) and path (a shard on disk) exclude "
+                             "each other; fix: keep one")
+        if self.url is None:
+            if self.path is None:
+                raise ValueError("give path (a Qdrant shard on disk) or url (a Qdrant "
+                                 "server, with collection)")
+            if self.api_key_env is not None:
+                raise ValueError("api_key_env applies to a Qdrant server (url:); fix: set "
+                                 "url, or leave api_key_env out")
+            return self
+        check_server(self.url, self.api_key_env)
+        if self.collection is None:
+            raise ValueError("a Qdrant server holds many collections; fix: name the one "
+                             "with the corpus's vectors (collection: ...)")
+        return self
+
+    def label(self) -> str:
+        """The source in words (a password in the url masked)."""
+        if self.url is not None:
+            return (f"Qdrant collection {self.collection} at "
+                    f"{without_password(self.url)}")
+        assert self.path is not None
+        return "Qdrant shard " + self.path + (f"/{self.collection}"
+                                              if self.collection else "")
 
 
 class VectorSource(StrictOptions):
@@ -93,7 +128,7 @@ class VectorFile(VectorSource):
     def _one_source(self) -> VectorFile:
         if sum(x is not None for x in (self.path, self.pgvector, self.qdrant)) != 1:
             raise ValueError("give exactly one of path (a vector file), pgvector: {dsn, "
-                             "table, ...} or qdrant: {path, collection, ...}")
+                             "table, ...} or qdrant: {path or url, collection, ...}")
         return self
 
     def label(self) -> str:
@@ -102,14 +137,12 @@ class VectorFile(VectorSource):
             return (f"pgvector table {self.pgvector.table} at "
                     f"{without_password(self.pgvector.dsn)}")
         if self.qdrant is not None:
-            where = self.qdrant.path + (f"/{self.qdrant.collection}"
-                                        if self.qdrant.collection else "")
-            return f"Qdrant shard {where}"
+            return self.qdrant.label()
         return f"file {self.path}"
 
 
 class StoredVectors(VectorSource):
-    """``documents: {path, ids}``, ``{pgvector: {dsn, table}}`` or ``{qdrant: {path}}``
+    """``documents: {path, ids}``, ``{pgvector: {dsn, table}}`` or ``{qdrant: {path or url}}``
     for a recipe with one dataset, or ``documents: {datasets: {<dataset>: {...}}}``;
     ``probe`` for any."""
 
@@ -121,7 +154,7 @@ class StoredVectors(VectorSource):
         if sum(x is not None for x in (self.path, self.pgvector, self.qdrant,
                                        self.datasets)) != 1:
             raise ValueError("give the vectors as {path: ..., ids: ...}, {pgvector: {dsn, "
-                             "table}} or {qdrant: {path, collection}} (one dataset), or "
+                             "table}} or {qdrant: {path or url, collection}} (one dataset), or "
                              "{datasets: {<dataset>: {path: ..., ids: ...}}}: exactly one")
         return self
 

@@ -31,7 +31,8 @@ class SearchedVariant(EncoderVariant):
     documents: str | StoredVectors | None = Field(
         default=None, description="take the document vectors from `reference`, an earlier "
         "variant's name, a vector file {path, ids}, a pgvector table {pgvector: {dsn, "
-        "table}} or a Qdrant shard {qdrant: {path}}, instead of encoding them; see "
+        "table}}, a Qdrant shard {qdrant: {path}} or server {qdrant: {url, collection}}, "
+        "instead of encoding them; see "
         "[Keep your index](../keep-index.md)")
     queries: str | StoredVectors | None = Field(
         default=None, description="take the query vectors from `reference`, an earlier "

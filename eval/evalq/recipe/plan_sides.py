@@ -211,7 +211,9 @@ def _check_one(file: VectorFile, probe: ProbeOptions, base: Path,
     try:
         ids, width = read_header(file, base, side)
     except InputError as exc:
-        problems.add(key, f"{label}: {exc.message}", exc.fix or "")
+        inner = (exc.field or "").split(".")  # <side>.<source>.<field>: name the field
+        problems.add((*key, *inner[1:]) if inner[0] == side else key,
+                     f"{label}: {exc.message}", exc.fix or "")
         return None
     model_dim = embedding_dim(plan.model_path) if plan.model_path else None
     widths = {model_dim, options.vectors.dims} - {None}

@@ -17,7 +17,7 @@ import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.plan.sides import ProbeOptions, VectorFile
-from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header
+from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header, qdrant_server_header
 
 
 def resolve_file(name: str, base: Path) -> Path:
@@ -40,7 +40,14 @@ def read_header(file: VectorFile, base: Path, side: str = "documents") -> tuple[
         ids_list, width = pgvector_header(db.dsn, db.table, db.id_column, db.vector_column,
                                           side)
         return _unique(ids_list, file.label(), side), width
+    q = file.qdrant
+    if q is not None and q.url is not None:
+        assert q.collection is not None
+        ids_list, width = qdrant_server_header(q.url, q.collection, q.api_key_env,
+                                               q.id_payload, side)
+        return _unique(ids_list, file.label(), side), width
     if file.qdrant is not None:
+        assert file.qdrant.path is not None
         ids_list, width = qdrant_header(
             qdrant_folder(file.qdrant.path, file.qdrant.collection, base),
             file.qdrant.id_payload, side)

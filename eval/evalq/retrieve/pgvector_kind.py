@@ -12,7 +12,8 @@ the same vectors like every kind (:func:`evalq.retrieve.kinds.index_report`).
 - Cached and resumable: the table is named by the vectors' key and the build options
   (:mod:`evalq.retrieve.keyed`) and kept after the run; a complete one (its comment
   says so) is searched again with no ingest and no index build, an interrupted one gets
-  only its missing rows (``id`` is the primary key), then the index.
+  only its missing rows (``id`` is the primary key), then the index. Runs that share
+  a server build one key's table one at a time (:mod:`evalq.retrieve.pg_lock`).
 - Ties: ``ORDER BY distance, id``, where a row's id is its place in trec_eval's tie order
   (document id descending), so the rows chosen at the depth boundary are trec_eval's.
 - Proof: ``EXPLAIN`` of the first query. An ``Index Scan`` on the index is an index run
@@ -36,7 +37,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, kinds, pg_server
+from evalq.retrieve import keyed, kinds, pg_lock, pg_server
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -200,6 +201,12 @@ class PgvectorIndex:
         self._row_of = np.empty(len(sql_ids), dtype=np.int64)
         self._row_of[sql_ids] = np.arange(len(sql_ids))
         self._ids = tuple(docs.ids)
+        with pg_lock.building(self.conn, key, self.db, self.where):  # one build at a time
+            self._load(key, sql_ids, vectors)
+
+    def _load(self, key: str, sql_ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Reuse the key's complete table, or load what it lacks and build its index
+        (under the key's lock: another run's finished build is found complete here)."""
         have = self._rows_stored(key)
         if have is None:
             self.cache = keyed.CacheUse(key, reused=True, resumed=len(sql_ids), rows=len(sql_ids))

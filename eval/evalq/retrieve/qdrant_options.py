@@ -153,13 +153,7 @@ class QdrantOptions(KindOptions):
         if self.path is not None:
             raise ValueError("url (a Qdrant server) and path (the in-process shard's "
                              "folder) exclude each other; fix: keep one")
-        if not re.match(r"^https?://[^/\s]+", self.url):
-            raise ValueError(f"url {self.server_label()!r} is not an http(s) URL; fix: "
-                             "give the server's REST address, e.g. http://localhost:6333")
-        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
-            raise ValueError(f"api_key_env {self.api_key_env!r} is not an environment "
-                             "variable's name; fix: give the NAME of the variable that "
-                             "holds the key (e.g. QDRANT_API_KEY), never the key")
+        check_server(self.url, self.api_key_env)
         return self
 
     def server_label(self) -> str:
@@ -173,6 +167,18 @@ class QdrantOptions(KindOptions):
 
     def search_options(self) -> SearchParams:
         return self.search_params
+
+
+def check_server(url: str, api_key_env: str | None) -> None:
+    """A Qdrant server's ``url`` and ``api_key_env`` as a recipe gives them (for the
+    ``index:`` kind and for ``documents:`` alike); a ValueError with the fix."""
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"url {without_password(url)!r} is not an http(s) URL; fix: "
+                         "give the server's REST address, e.g. http://localhost:6333")
+    if api_key_env is not None and not _ENV_NAME.match(api_key_env):
+        raise ValueError(f"api_key_env {api_key_env!r} is not an environment "
+                         "variable's name; fix: give the NAME of the variable that "
+                         "holds the key (e.g. QDRANT_API_KEY), never the key")
 
 
 def proof(options: QdrantOptions, params: SearchParams, info: dict[str, int], dim: int

@@ -27,21 +27,19 @@ option:
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import numpy as np
 
-from evalq.core.errors import InputError, MissingExtraError
+from evalq.core.errors import InputError
 from evalq.core.ranking import Ranking
-from evalq.core.redact import redact, register_secret
 from evalq.retrieve import keyed
 from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, Queries
+from evalq.retrieve.qdrant_connection import QdrantConnection
 from evalq.retrieve.qdrant_options import (
     BUILD_OPTIONS,
     DEFAULT_INDEX_WAIT_S,
-    DEFAULT_TIMEOUT_S,
     LOWER_IS_BETTER,
     QdrantOptions,
     QuantizationConfig,
@@ -60,8 +58,13 @@ class QdrantServerIndex:
 
     def __init__(self, options: QdrantOptions, where: str) -> None:
         self.options, self.where = options, where
-        self.label = f"the Qdrant server at {options.server_label()}"
-        self._qc, self._exc = _qdrant_client()
+        self.server = QdrantConnection(
+            options.url or "", options.api_key_env, options.timeout, where,
+            needed_for="kind: qdrant with url:", build_field=self._build_field,
+            gone_fix="it was deleted during the run: rerun (it is uploaded again)")
+        self.label, self.server_version = self.server.label, self.server.version
+        self._client, self._call, self._qc = (self.server.client, self.server.call,
+                                              self.server.qc)
         self.collection = ""  # named by the vectors' key when loaded (or by the recipe)
         self.cache: keyed.CacheUse | None = None
         self._ids: tuple[str, ...] = ()
@@ -70,27 +73,6 @@ class QdrantServerIndex:
         self._queries = self._missing = 0
         self._params = options.search_params
         self._query_s = np.zeros(0, dtype=np.float64)
-        self._client = self._qc.QdrantClient(
-            url=options.url, api_key=self._api_key(), prefer_grpc=False,
-            timeout=options.timeout or DEFAULT_TIMEOUT_S, check_compatibility=False)
-        try:
-            self.server_version = str(self._call("url", self._client.info).version)
-        except BaseException:
-            self._client.close()
-            raise
-
-    def _api_key(self) -> str | None:
-        name = self.options.api_key_env
-        if name is None:
-            return None
-        value = os.environ.get(name, "")
-        if not value:
-            raise InputError(message=f"the environment variable {name} (api_key_env) is "
-                                     "not set or empty", field=f"{self.where}.api_key_env",
-                             fix=f"export {name}=<your Qdrant API key> before the run, or "
-                                 "leave api_key_env out for a server without one")
-        register_secret(value)
-        return value
 
     # -- building ---------------------------------------------------------------------
     def add(self, docs: Documents) -> None:
@@ -107,6 +89,7 @@ class QdrantServerIndex:
         key = keyed.vectors_key("qdrant", docs.ids, vectors, keyed.build_options(
             self.options, BUILD_OPTIONS))
         self.collection = self.options.collection or f"evalq-{key[:24]}"
+        self.server.collection = self.collection
         exists = self._call("url", self._client.collection_exists, self.collection)
         have = self._stored(key, len(vectors)) if exists else set()
         if not exists:
@@ -295,57 +278,6 @@ class QdrantServerIndex:
         self._client.close()
 
     # -- faults -----------------------------------------------------------------------
-    def _call(self, refused_field: str, request: Any, *args: Any, **kwargs: Any) -> Any:
-        """``request(*args, **kwargs)``, with the client's failures as exit 2: no answer (refused,
-        timed out, died mid-run) names ``url``; an API key refused names
-        ``api_key_env``; an option refused (HTTP 400 / 422) names ``refused_field``
-        (``build``: the build-time option the server's message names)."""
-        try:
-            return request(*args, **kwargs)
-        except self._exc.UnexpectedResponse as exc:
-            raise self._refused(exc, refused_field) from None
-        except (self._exc.ResponseHandlingException, OSError) as exc:
-            raise self._unreachable(exc) from None
-
-    def _unreachable(self, exc: Exception) -> InputError:
-        source = getattr(exc, "source", exc)
-        why = redact(f"{type(source).__name__}: {_first_line(source)}")
-        timeout = "timed out" in why.lower() or "Timeout" in why
-        kept = ("the collections already uploaded stay on the server, and the rerun "
-                "reuses them (or resumes an interrupted upload) instead of uploading again")
-        fix = ("check that the server is up and url (scheme, host, port) is right"
-               + ("; raise timeout if the server is slow" if timeout else "")
-               + f", then rerun: {kept}")
-        return InputError(message=f"{self.label} did not answer ({why})",
-                          field=f"{self.where}.url", fix=fix)
-
-    def _refused(self, exc: Any, field: str) -> InputError:
-        status = exc.status_code
-        try:
-            said = str(exc.structured()["status"]["error"])
-        except (ValueError, KeyError, TypeError):
-            said = _first_line(exc)
-        said = redact(said)[:300]
-        if status in (401, 403):
-            return InputError(message=f"{self.label} refused the API key (HTTP {status}: "
-                                      f"{said})", field=f"{self.where}.api_key_env",
-                              fix="set api_key_env to the variable holding this server's "
-                                  "key, and check the key")
-        if status is not None and status >= 500:
-            return self._unreachable(exc)
-        if status == 404:
-            return InputError(message=f"the collection '{self.collection}' is gone from "
-                                      f"{self.label} ({said})",
-                              field=f"{self.where}.collection",
-                              fix="it was deleted during the run: rerun (it is uploaded "
-                                  "again)")
-        if field == "build":
-            field = self._build_field(said.lower())
-        return InputError(message=f"{self.label} refused {field} (HTTP {status}: {said})",
-                          field=f"{self.where}.{field}",
-                          fix=f"use a value of {field} that this server accepts (see its "
-                              f"message and its version, {getattr(self, 'server_version', '?')})")
-
     def _build_field(self, said: str) -> str:
         """The build-time option a refusal of the collection names (the server's message
         says ``quantization_config.binary...`` or ``hnsw``...); when it names none, the
@@ -372,16 +304,6 @@ def _quantization(m: Any, config: QuantizationConfig | None) -> Any:
         compression=m.CompressionRatio(config.product.compression)))
 
 
-def _qdrant_client() -> tuple[Any, Any]:
-    """qdrant-client and its HTTP exceptions (the ``vdb`` extra)."""
-    try:
-        import qdrant_client
-        from qdrant_client.http import exceptions
-    except ImportError as exc:
-        raise MissingExtraError("qdrant-client", "vdb", "kind: qdrant with url:") from exc
-    return qdrant_client, exceptions
-
-
 def _version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -390,7 +312,3 @@ def _version() -> str | None:
     except PackageNotFoundError:
         return None
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines or [type(exc).__name__])[0][:200]

@@ -2,12 +2,15 @@
 "can I keep my index?": vectors on disk may be a pgvector table or a Qdrant collection).
 
 The plan reads each source's ids and width (:func:`pgvector_header`,
-:func:`qdrant_header`) to check them as it checks a vector file (width against the
-model, ids unique, every corpus document present); the run reads the corpus's rows
-(:func:`pgvector_rows`, :func:`qdrant_rows`), which the probe then compares with the
-reference engine's vectors. Everything wrong with the source (no such table or column,
-no shard, a dead server, a column that is not a vector) is the user's to fix: an
-:class:`InputError` naming the source, the field and the fix.
+:func:`qdrant_header` for a shard on disk, :func:`qdrant_server_header` for a collection
+on a Qdrant server, through qdrant-client) to check them as it checks a vector file
+(width against the model, ids unique, every corpus document present); the run reads
+the corpus's rows (:func:`pgvector_rows`, :func:`qdrant_rows`,
+:func:`qdrant_server_rows`), which the probe then compares with the reference engine's
+vectors. Everything wrong with the source (no such table or column, no shard, no
+collection, a dead server, a column that is not a vector, a collection of named or
+sparse vectors only) is the user's to fix: an :class:`InputError` naming the source,
+the field and the fix.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import numpy as np
 
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.retrieve import pg_server
+from evalq.retrieve.qdrant_connection import QdrantConnection
 
-_SCROLL = 1024  # points per Qdrant scroll
+SCROLL_PAGE = 1024  # points per Qdrant scroll request
 
 
 def pgvector_header(dsn: str, table: str, id_column: str, vector_column: str,
@@ -140,13 +144,13 @@ def _points(path: Path, id_payload: str | None, where: str, *, with_vector: bool
         offset, first = None, True
         while True:
             records, offset = shard.scroll(qe.ScrollRequest(
-                limit=_SCROLL, offset=offset, with_payload=id_payload is not None,
+                limit=SCROLL_PAGE, offset=offset, with_payload=id_payload is not None,
                 with_vector=with_vector or (width_of_first and first)))
             for record in records:
                 vector = record.vector
                 if isinstance(vector, dict):  # named vectors: the unnamed one
                     vector = vector.get("", next(iter(vector.values()), []))
-                yield _doc_id(record, id_payload, path, where), vector or []
+                yield _doc_id(record, id_payload, f"Qdrant shard {path}", where), vector or []
                 first = False
             if offset is None or not records:
                 return
@@ -154,17 +158,98 @@ def _points(path: Path, id_payload: str | None, where: str, *, with_vector: bool
         shard.close()
 
 
-def _doc_id(record: Any, id_payload: str | None, path: Path, where: str) -> str:
+def _doc_id(record: Any, id_payload: str | None, label: str, where: str) -> str:
     if id_payload is None:
         return str(record.id)
     payload = record.payload or {}
     if id_payload not in payload:
-        raise InputError(message=f"point {record.id} of the Qdrant shard {path} has no "
+        raise InputError(message=f"point {record.id} of the {label} has no "
                                  f"payload key '{id_payload}'",
                          field=f"{where}.qdrant.id_payload",
                          fix="set id_payload to the payload key that holds the document "
                              "id, or null when the point id is the document id")
     return str(payload[id_payload])
+
+
+def qdrant_server_header(url: str, collection: str, api_key_env: str | None,
+                         id_payload: str | None, where: str) -> tuple[list[str], int]:
+    """The collection's document ids and its vectors' width (read from its
+    configuration, which must be one unnamed dense vector per point). Its distance is
+    not needed: the candidate searches the vectors with its own index, and a Cosine
+    collection's unit-length vectors meet the probe's norm check like any others."""
+    with _server(url, collection, api_key_env, where) as (conn, width):
+        ids = [doc for doc, _ in _scrolled(conn, collection, id_payload, where,
+                                           with_vectors=False)]
+    if not ids:
+        raise InputError(message=f"the collection '{collection}' on {conn.label} holds "
+                                 "no points", field=f"{where}.qdrant.collection",
+                         fix="name the collection that holds the corpus's vectors")
+    return ids, width
+
+
+def qdrant_server_rows(url: str, collection: str, api_key_env: str | None,
+                       id_payload: str | None, wanted: Sequence[str], where: str
+                       ) -> np.ndarray:
+    """The points of ``wanted`` ids, in that order, as float32 (the collection is
+    scrolled in pages, and only the corpus's rows are kept)."""
+    asked, rows = set(wanted), {}
+    with _server(url, collection, api_key_env, where) as (conn, _):
+        for doc, vector in _scrolled(conn, collection, id_payload, where,
+                                     with_vectors=True):
+            if doc in asked:
+                rows[doc] = np.asarray(vector, dtype=np.float32)
+    return _in_order(rows, wanted, f"the collection '{collection}' on {conn.label}")
+
+
+@contextmanager
+def _server(url: str, collection: str, api_key_env: str | None, where: str
+            ) -> Iterator[tuple[QdrantConnection, int]]:
+    """A connection to the server (qdrant_server's faults), after checking that the
+    collection exists and holds one unnamed dense vector per point; closed after."""
+    conn = QdrantConnection(url, api_key_env, None, f"{where}.qdrant",
+                            needed_for="documents: {qdrant: {url: ...}}",
+                            gone_fix="it was deleted while evalq read it: restore it, or "
+                                     "name another collection")
+    try:
+        conn.collection = collection
+        if not conn.call("collection", conn.client.collection_exists, collection):
+            held = [c.name for c in conn.call("collection",
+                                              conn.client.get_collections).collections]
+            raise InputError(message=f"there is no collection '{collection}' on "
+                                     f"{conn.label}", field=f"{where}.qdrant.collection",
+                             fix="name one of the server's collections: "
+                                 + (", ".join(sorted(held)[:10]) or "(it holds none)"))
+        params = conn.call("collection", conn.client.get_collection,
+                           collection).config.params
+        vectors = params.vectors
+        size = getattr(vectors, "size", None)
+        if size is None:
+            holds = (f"named vectors ({', '.join(sorted(vectors))})" if vectors
+                     else "only sparse vectors" if params.sparse_vectors else "no vectors")
+            raise InputError(message=f"the collection '{collection}' on {conn.label} holds "
+                                     f"{holds}; evalq reads one unnamed dense vector per "
+                                     "point", field=f"{where}.qdrant.collection",
+                             fix="name a collection of one dense vector per point (copy "
+                                 "the dense vectors into one, or give them as a file)")
+        yield conn, int(size)
+    finally:
+        conn.close()
+
+
+def _scrolled(conn: QdrantConnection, collection: str, id_payload: str | None,
+              where: str, *, with_vectors: bool) -> Iterator[tuple[str, Any]]:
+    """(document id, vector or None) of every point, scrolled in pages."""
+    offset = None
+    label = f"collection '{collection}' on {conn.label}"
+    while True:
+        records, offset = conn.call(
+            "id_payload", conn.client.scroll, collection, limit=SCROLL_PAGE, offset=offset,
+            with_payload=[id_payload] if id_payload is not None else False,
+            with_vectors=with_vectors)
+        for record in records:
+            yield _doc_id(record, id_payload, label, where), record.vector
+        if offset is None or not records:
+            return
 
 
 def _in_order(rows: dict[str, np.ndarray], wanted: Sequence[str], label: str) -> np.ndarray:
