@@ -121,8 +121,7 @@ def test_the_engine_default_precision_is_what_the_plan_says(ov_ctx, ov_fp32, ref
     """``openvino: {precision: default}`` runs what the CPU plugin chooses when nothing
     pins it (bf16 on a CPU with native bf16, f32 on an AVX2-only one), the plan's flag-based
     prediction names the same, and the cache key differs from the pinned f32 one."""
-    from evalq.core.host import host_facts
-    from evalq.recipe.arithmetic import openvino_default
+    from evalq.core.host import host_facts, openvino_default
 
     variant = Variant(name="ov-default", backend="openvino",
                       openvino={"precision": "default"})

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from evalq.core.host import HostFacts
-from evalq.recipe.arithmetic import openvino_default, planned_arithmetic
+from evalq.core.host import HostFacts, openvino_default
+from evalq.recipe.arithmetic import planned_arithmetic
 from evalq.recipe.schema import Variant
 
 AVX2 = HostFacts(cpu_vendor="AuthenticAMD", cpu_model="EPYC", arch="x86-64",
@@ -19,8 +19,14 @@ ARM = HostFacts(cpu_vendor="0x41", cpu_model=None, arch="arm64",
                 flags=("asimd", "asimdhp", "fphp"), numerics_class="arm64/neon")
 
 
+CAPPED = dataclasses.replace(BF16, isa_caps={"ONEDNN_MAX_CPU_ISA": "AVX2"},
+                             numerics_class="x86-64/avx2")
+CAPPED_BF16 = dataclasses.replace(BF16, isa_caps={"DNNL_MAX_CPU_ISA": "avx512_core_bf16"})
+
+
 @pytest.mark.parametrize(("host", "expected"), [(AVX2, "f32"), (BF16, "bf16"),
-                                                 (ARM, "f16")])
+                                                 (ARM, "f16"), (CAPPED, "f32"),
+                                                 (CAPPED_BF16, "bf16")])
 def test_openvino_default_precision_follows_the_flags(host: HostFacts, expected: str) -> None:
     assert openvino_default(host) == expected
 

@@ -235,6 +235,31 @@ def engine_choices() -> dict[str, Any]:
     return out
 
 
+# oneDNN ISA caps under which the CPU plugin still has bf16 kernels (ONEDNN_MAX_CPU_ISA).
+_BF16_CAPS = frozenset({"AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                        "AVX512_CORE_AMX_FP16", "ALL"})
+
+
+def openvino_default(host: HostFacts) -> str:
+    """What OpenVINO's CPU plugin computes in when nothing pins it, on this host's
+    numerics class: bf16 on a CPU with native bf16 (AVX512-BF16, AMX), f16 on an ARM CPU
+    with half-precision arithmetic, else f32.
+
+    A oneDNN cap below bf16 (``ONEDNN_MAX_CPU_ISA=AVX2``, how an AVX2-only machine is
+    emulated) makes the class one without bf16, so the answer is f32, what a deployment
+    on that class serves. The plugin itself reads the CPU, not the cap, and would still
+    choose bf16, then fail to compile it with kernels capped at AVX2; the engine pins this
+    answer instead (:func:`evalq.engines.openvino_backend.compile_cpu`)."""
+    flags = set(host.flags)
+    cap = (host.isa_caps.get("ONEDNN_MAX_CPU_ISA") or host.isa_caps.get("DNNL_MAX_CPU_ISA")
+           or "").upper()
+    if flags & {"avx512_bf16", "amx_bf16"} and (not cap or cap in _BF16_CAPS):
+        return "bf16"
+    if host.arch == "arm64" and flags & {"fphp", "asimdhp"}:
+        return "f16"
+    return "f32"
+
+
 def _openvino_choice(ov: Any) -> dict[str, Any]:
     """The CPU plugin's device name and the precision it computes in by default (what a
     deployment without a config serves; evalq's variants pin theirs)."""
@@ -250,4 +275,5 @@ def _openvino_choice(ov: Any) -> dict[str, Any]:
 
 __all__ = ["ARM_FLAGS", "CAPS", "ENGINES", "X86_FLAGS", "CpuInfo", "HostFacts",
            "current_class", "engine_choices", "engine_versions", "host_facts", "isa_caps",
-           "normal_arch", "numerics_class", "numerics_key", "parse_cpuinfo", "read_cpu"]
+           "normal_arch", "numerics_class", "numerics_key", "openvino_default", "parse_cpuinfo",
+           "read_cpu"]

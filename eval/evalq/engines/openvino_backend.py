@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.core.host import host_facts, openvino_default
 from evalq.core.protocols import Encoder
 from evalq.core.values import EncodingSettings, QuantizationRecord
 from evalq.engines.context import BuildContext
@@ -138,8 +139,10 @@ def compile_cpu(ov: Any, path: Path, width: int, options: OpenVinoOptions, *,
     core = ov.Core()
     model = read_ir(core, path, width, field_name=field_name, head=head)
     inputs = [n for n in TOKEN_INPUTS if any(n in i.get_names() for i in model.inputs)]
-    config: dict[str, Any] = ({"INFERENCE_PRECISION_HINT": "f32"}
-                              if options.precision == "f32" else {})
+    # The default is the plugin's own, except where a oneDNN cap emulates a CPU without
+    # bf16: there the class's default (f32) is pinned, see core.host.openvino_default.
+    pinned = options.precision == "f32" or openvino_default(host_facts()) == "f32"
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"} if pinned else {}
     if options.threads is not None:
         config["INFERENCE_NUM_THREADS"] = options.threads
     try:

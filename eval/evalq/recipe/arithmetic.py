@@ -11,22 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalq.core.host import HostFacts
+from evalq.core.host import HostFacts, openvino_default
 
 # Methods that change weights or graphs without putting integer kernels in the path.
 _NOT_INTEGER = ("dtype", "ort-optimize")
-
-
-def openvino_default(host: HostFacts) -> str:
-    """What OpenVINO's CPU plugin computes in when nothing pins it: bf16 on a CPU with
-    native bf16 (AVX512-BF16, AMX), f16 on an ARM CPU with half-precision arithmetic,
-    else f32."""
-    flags = set(host.flags)
-    if flags & {"avx512_bf16", "amx_bf16"}:
-        return "bf16"
-    if host.arch == "arm64" and flags & {"fphp", "asimdhp"}:
-        return "f16"
-    return "f32"
 
 
 def _float_part(variant: Any, host: HostFacts) -> str:
@@ -55,4 +43,4 @@ def planned_arithmetic(variant: Any, device: str, host: HostFacts) -> str:
     return floats
 
 
-__all__ = ["openvino_default", "planned_arithmetic"]
+__all__ = ["planned_arithmetic"]
