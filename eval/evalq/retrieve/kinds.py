@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
@@ -149,6 +150,14 @@ class KindOptions(StrictOptions):
     def search_options(self) -> BaseModel | None:
         """The kind's typed search options as the recipe set them (None: it has none)."""
         return None
+
+    def with_home(self, cache_dir: Path) -> KindOptions:
+        """These options with the kind's default data folder under the recipe's
+        ``cache_dir``, for a kind that keeps its index on disk and was given no folder
+        of its own (a database's tables, a shard): so the next run of the same recipe
+        finds them complete and reuses them instead of loading and building again. A
+        kind that keeps nothing between runs returns itself."""
+        return self
 
     def sweep_options(self) -> SweepOptions | None:
         """The ``sweep:`` the recipe set (None: the kind has none, or it was not set)."""

@@ -26,8 +26,10 @@ the same vectors like every kind (:func:`evalq.retrieve.kinds.index_report`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -84,11 +86,13 @@ class PgvectorOptions(KindOptions):
     """``index: {kind: pgvector, ...}``: pgvector's index and vector type, by its names.
 
     ``dsn`` points at a team's own PostgreSQL with pgvector; without it an embedded
-    server starts (in ``data_dir``, or a temporary folder). ``index``: ``hnsw`` (``m``,
-    ``ef_construction``; searched with ``ef_search``), ``ivfflat`` (``lists``; searched
-    with ``probes``) or ``none`` (exact, a Seq Scan). ``vector_type``: ``vector``
-    (float32), ``halfvec`` (float16) or ``bit`` (``binary_quantize``, Hamming distance;
-    ``rerank`` re-ranks that many candidates by ``operator`` on the float vectors).
+    server starts in ``data_dir``, by default a folder under the recipe's ``cache_dir``
+    (a temporary one with ``--no-cache``), whose tables the next run reuses. ``index``:
+    ``hnsw`` (``m``, ``ef_construction``; searched with ``ef_search``), ``ivfflat``
+    (``lists``; searched with ``probes``) or ``none`` (exact, a Seq Scan).
+    ``vector_type``: ``vector`` (float32), ``halfvec`` (float16) or ``bit``
+    (``binary_quantize``, Hamming distance; ``rerank`` re-ranks that many candidates
+    by ``operator`` on the float vectors).
     ``operator``: ``<#>`` inner product (what exact search uses), ``<=>`` cosine,
     ``<->`` L2. ``iterative_scan`` (pgvector 0.8: ``strict_order`` / ``relaxed_order``)
     lets an index scan go on past ``ef_search`` / ``probes`` rows.
@@ -145,6 +149,15 @@ class PgvectorOptions(KindOptions):
         out["dsn"] = None if self.dsn is None else pg_server.remote(self.dsn).label
         return out
 
+    def with_home(self, cache_dir: Path) -> PgvectorOptions:
+        """The embedded server's data folder under the cache (``vdb/<server>``, named by
+        the PostgreSQL build, since a data folder opens only with the major version
+        that made it), unless the index names its own ``data_dir`` or a ``dsn``."""
+        if self.dsn is not None or self.data_dir is not None:
+            return self
+        home = cache_dir / "vdb" / pg_server.server_build()
+        return self.model_copy(update={"data_dir": str(home)})
+
     def search_options(self) -> PgvectorSearch:
         return PgvectorSearch(ef_search=self.ef_search, probes=self.probes,
                               rerank=self.rerank, iterative_scan=self.iterative_scan)
@@ -200,6 +213,17 @@ class PgvectorIndex:
         self._row_of = np.empty(len(sql_ids), dtype=np.int64)
         self._row_of[sql_ids] = np.arange(len(sql_ids))
         self._ids = tuple(docs.ids)
+        # Another evalq loading this key (two runs on one cache) holds the lock: wait for
+        # it, then find its table complete instead of loading the same rows twice.
+        self._sql(f"SELECT pg_advisory_lock(hashtext('{self.table}'))")
+        try:
+            self._load(key, sql_ids, vectors)
+        finally:
+            with contextlib.suppress(Exception):  # a dead server holds no lock
+                self.conn.execute(f"SELECT pg_advisory_unlock(hashtext('{self.table}'))")
+
+    def _load(self, key: str, sql_ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Reuse, resume or make the key's table (the caller holds its lock)."""
         have = self._rows_stored(key)
         if have is None:
             self.cache = keyed.CacheUse(key, reused=True, resumed=len(sql_ids), rows=len(sql_ids))
@@ -295,7 +319,7 @@ class PgvectorIndex:
             else _OPERATORS[self.options.operator][1]
         try:
             if n_q:
-                self._plan = _plan_summary(self.conn.execute(
+                self._plan = pg_server.plan_summary(self.conn.execute(
                     "EXPLAIN (FORMAT JSON) " + sql, {"q": vectors[0]}).fetchone()[0])
             self._query_s = np.zeros(n_q, dtype=np.float64)
             began = time.perf_counter()
@@ -446,28 +470,6 @@ def check_version(version: str, options: PgvectorOptions, label: str, where: str
                 field=f"{where}.{field}",
                 fix="upgrade pgvector on that server (ALTER EXTENSION vector UPDATE), or "
                     "leave dsn: out to use the embedded server (pgvector 0.8)")
-
-
-def _plan_summary(plan: Any) -> dict[str, Any]:
-    """The scan nodes of an EXPLAIN (FORMAT JSON) plan: the index scan (node type and
-    index name) when there is one, and every node type in order."""
-    nodes: list[dict[str, Any]] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        nodes.append(node)
-        for child in node.get("Plans", ()):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    out: dict[str, Any] = {"plan_nodes": [n["Node Type"] for n in nodes]}
-    # the scans of the table (a Subquery Scan, the bit re-rank's outer query, reads none)
-    scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Relation Name")]
-    indexed = [n for n in scans if n.get("Index Name")]
-    if indexed:
-        out.update(node=indexed[0]["Node Type"], index_name=indexed[0]["Index Name"])
-    if scans:
-        out["scan"] = scans[0]["Node Type"]
-    return out
 
 
 def _build(options: PgvectorOptions, docs: Documents, where: str) -> PgvectorIndex:

@@ -20,6 +20,7 @@ A Qdrant server by ``url:`` (qdrant-client) is not part of this kind yet.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -33,7 +34,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, kinds
+from evalq.retrieve import folders, keyed, kinds
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -129,7 +130,8 @@ class QdrantOptions(KindOptions):
     Qdrant's names. ``distance``: ``Dot`` (what exact search uses), ``Cosine``,
     ``Euclid``, ``Manhattan``. ``path``: the folder the shard is kept in, in a
     subfolder named by the vectors' key (:mod:`evalq.retrieve.keyed`), reused by the
-    next run of that key; left out, a temporary folder removed after the run."""
+    next run of that key; left out, a folder under the recipe's ``cache_dir``
+    (:meth:`with_home`), or with ``--no-cache`` a temporary folder removed after the run."""
 
     kind: Literal["qdrant"] = "qdrant"
     path: str | None = Field(default=None, min_length=1)
@@ -150,6 +152,14 @@ class QdrantOptions(KindOptions):
                              "sweep hnsw_ef")
         return self
 
+    def with_home(self, cache_dir: Path) -> QdrantOptions:
+        """The shards' folder under the cache (``vdb/qdrant-edge-<version>``: a shard
+        opens with the engine that wrote it), unless the index names its own ``path``."""
+        if self.path is not None:
+            return self
+        home = cache_dir / "vdb" / f"qdrant-edge-{_version() or 'unknown'}"
+        return self.model_copy(update={"path": str(home)})
+
     def search_options(self) -> SearchParams:
         return self.search_params
 
@@ -161,15 +171,19 @@ class QdrantIndex:
         self.options, self.where = options, where
         self._qe = _qdrant_edge()
         parent = Path(options.path).expanduser() if options.path else None
-        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
-            raise InputError(message=f"the Qdrant folder {parent} is not a writable folder",
-                             field=f"{where}.path",
-                             fix="name an existing writable folder, or leave path out")
+        if parent is not None:
+            with contextlib.suppress(OSError):  # made here; refused below when it cannot be
+                parent.mkdir(parents=True, exist_ok=True)
+            if not parent.is_dir() or not os.access(parent, os.W_OK):
+                raise InputError(message=f"the Qdrant folder {parent} is not a writable "
+                                 "folder", field=f"{where}.path",
+                                 fix="name a writable folder, or leave path out")
         self._parent = parent
         self.path = Path()  # the shard's folder, named by the vectors' key when loaded
         self.cache: keyed.CacheUse | None = None
         self._temporary = parent is None
         self._shard: Any = None
+        self._lock: Any = None  # the key folder's lock, held while the shard is open
         self._ids: tuple[str, ...] = ()
         self._dim = 0
         self._upsert_s = self._optimize_s = self._search_s = 0.0
@@ -205,6 +219,7 @@ class QdrantIndex:
                   else self._parent / f"evalq-{key[:24]}")
         self.path, marker = folder / "shard", folder / "complete"
         self._ids = tuple(docs.ids)
+        self._lock = folders.hold(folder, f"the Qdrant shard in {folder}", f"{self.where}.path")
         try:
             self._open(folder)
             have = self._points_stored(len(vectors))
@@ -357,6 +372,9 @@ class QdrantIndex:
         if self._shard is not None:
             self._shard.close()
             self._shard = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
         if self._temporary and self.path != Path():
             shutil.rmtree(self.path.parent, ignore_errors=True)
 
