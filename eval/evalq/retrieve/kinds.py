@@ -265,6 +265,9 @@ class KindSpec:
     search_options: type[BaseModel] | None = None
     exhaustive: bool = False  # every search scores every document (no approximation)
     attach: Callable[[Any, str], Index] | None = None
+    # a database: its index answers concurrent searches through ``worker(timeout_s)``
+    # (:mod:`evalq.retrieve.workers`), which ``evalq load``'s database stage drives
+    database: bool = False
 
 
 class KindRegistry:

@@ -36,6 +36,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -290,3 +291,22 @@ def plan_summary(plan: Any) -> dict[str, Any]:
     if scans:
         out["scan"] = scans[0]["Node Type"]
     return out
+
+
+def check_version(version: str, options: Any, label: str, where: str) -> None:
+    """The options' pgvector features against the server's pgvector: ``halfvec`` and
+    ``binary_quantize`` came in 0.7, iterative index scans in 0.8."""
+    have = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    needs = []
+    if options.vector_type in ("halfvec", "bit"):
+        needs.append(((0, 7), "vector_type", f"vector_type: {options.vector_type}"))
+    if options.iterative_scan not in (None, "off"):
+        needs.append(((0, 8), "iterative_scan", "iterative_scan"))
+    for (major, minor), field, what in needs:
+        if have < (major, minor):
+            raise InputError(
+                message=f"{label} has pgvector {version}; {what} needs {major}.{minor} or "
+                        "newer",
+                field=f"{where}.{field}",
+                fix="upgrade pgvector on that server (ALTER EXTENSION vector UPDATE), or "
+                    "leave dsn: out to use the embedded server (pgvector 0.8)")

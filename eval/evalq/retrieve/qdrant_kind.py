@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import folders, keyed, kinds
+from evalq.retrieve import folders, keyed, kinds, workers
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -167,6 +167,8 @@ class QdrantOptions(KindOptions):
 class QdrantIndex:
     """One Qdrant edge shard of one variant's vectors."""
 
+    in_process = True  # the engine runs inside evalq
+
     def __init__(self, options: QdrantOptions, where: str) -> None:
         self.options, self.where = options, where
         self._qe = _qdrant_edge()
@@ -274,11 +276,7 @@ class QdrantIndex:
         qe = self._qe
         wanted: SearchParams = params if params is not None else self.options.search_params
         self._params = wanted
-        quant = wanted.quantization
-        request_params = qe.SearchParams(
-            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
-            quantization=None if quant is None else qe.QuantizationSearchParams(
-                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
+        request_params = self._request_params(wanted)
         vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
         idx = np.full((len(vectors), depth), -1, dtype=np.int64)
         scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
@@ -305,6 +303,32 @@ class QdrantIndex:
         order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
         idx, scores = np.take_along_axis(idx, order, 1), np.take_along_axis(scores, order, 1)
         return Ranking.from_search(queries.ids, self._ids, idx, scores)
+
+    def _request_params(self, wanted: SearchParams) -> Any:
+        quant, qe = wanted.quantization, self._qe
+        return qe.SearchParams(
+            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
+            quantization=None if quant is None else qe.QuantizationSearchParams(
+                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
+
+    def nearest(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
+        """One query at the options' ``search_params``: the documents' ids, best first
+        (a concurrent worker's search: :mod:`evalq.retrieve.workers`)."""
+        qe = self._qe
+        found = self._shard.search(qe.SearchRequest(
+            query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
+            limit=depth, params=self._request_params(self.options.search_params)))
+        sign = -1.0 if self.options.distance in _LOWER_IS_BETTER else 1.0
+        ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
+        return tuple(self._ids[int(p.id)] for p in ranked)
+
+    def connections_left(self) -> None:
+        """No limit: the shard is in this process (its workers are threads)."""
+        return None
+
+    def worker(self, timeout_s: float) -> workers.SharedWorker:
+        """A thread's worker on the one in-process shard (no timeout of its own)."""
+        return workers.SharedWorker(self.nearest)
 
     def search_timed(self, queries: Queries, depth: int, params: Any
                      ) -> tuple[Ranking, np.ndarray]:
@@ -419,4 +443,4 @@ def _build(options: QdrantOptions, docs: Documents, where: str) -> QdrantIndex:
 KIND = KindSpec(name="qdrant", summary="a Qdrant shard searched by Qdrant's engine "
                 "in-process (HNSW; scalar int8, binary or product quantization with "
                 "oversampling and rescoring)", inputs="vectors", options=QdrantOptions,
-                build=_build, search_options=SearchParams)
+                build=_build, search_options=SearchParams, database=True)
