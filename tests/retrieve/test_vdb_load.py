@@ -64,7 +64,8 @@ def _drive(options: KindOptions, workload: dict[str, Any]) -> tuple[list[dict[st
                               expected)
 
         outcome = sweep_searches(section.workloads[0], section, N_QUERIES, make_pool,
-                                 index.connections_left(), lambda s, m: steps.append(s))
+                                 index.connections_left(), lambda s, m: steps.append(s),
+                                 index.server_pid())
         return steps, outcome, index.in_process
     finally:
         index.close()
@@ -91,6 +92,7 @@ def test_pgvector_under_concurrency_answers_as_in_sequence(pg: pg_server.Databas
     _consistent(steps, [1.0, 3.0])
     assert [s["database"]["workers"] for s in steps] == [1, 3]  # a connection per client
     assert not in_process
+    assert all(s["server"]["peak_rss_mb"] > 0 for s in steps)  # the postmaster sampled
     assert outcome.knee.per_s is not None and outcome.knee.unit == "requests/s"
 
 
@@ -102,6 +104,7 @@ def test_qdrant_under_concurrency_answers_as_in_sequence(qdrant_root: Path) -> N
                                             "closed_loop": None})
     _consistent(steps, [50.0])
     assert in_process and steps[0]["mode"] == "open"
+    assert steps[0]["server"]["cpu_s"] is None  # no server process of its own
 
 
 def test_a_concurrency_above_the_connections_left_is_exit_2() -> None:

@@ -132,6 +132,17 @@ def server_build() -> str:
         return "postgresql-pgserver"
 
 
+def postmaster_pid(db: Database) -> int | None:
+    """The embedded server's postmaster (its backends are its children), for the load
+    test's CPU and memory sampling; None for a dsn (a server elsewhere)."""
+    if db.data_dir is None:
+        return None
+    try:
+        return int((db.data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def remote(dsn: str) -> Database:
     return Database(dsn, f"the PostgreSQL at {without_password(dsn)}")
 

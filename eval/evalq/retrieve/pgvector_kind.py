@@ -402,6 +402,9 @@ class PgvectorIndex:
         """The documents of a query's answered row ids, in the order given."""
         return tuple(self._ids[self._row_of[int(i)]] for i in sql_ids)
 
+    def server_pid(self) -> int | None:
+        return pg_server.postmaster_pid(self.db)
+
     def connections_left(self) -> int:
         """How many more sessions the server accepts now (``max_connections``)."""
         return workers.free_connections(self.conn)

@@ -322,6 +322,9 @@ class QdrantIndex:
         ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
         return tuple(self._ids[int(p.id)] for p in ranked)
 
+    def server_pid(self) -> None:
+        return None  # in this process: no server of its own to sample
+
     def connections_left(self) -> None:
         """No limit: the shard is in this process (its workers are threads)."""
         return None

@@ -45,6 +45,10 @@ class ConcurrentIndex(Protocol):
 
     def worker(self, timeout_s: float) -> SearchWorker: ...
 
+    def server_pid(self) -> int | None:
+        """The database server's process, sampled for CPU and memory (None: none here)."""
+        ...
+
     def connections_left(self) -> int | None:
         """How many more workers the database accepts now (None: no limit)."""
         ...

@@ -31,6 +31,7 @@ import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, StepMeasurement
+from evalq.execute.load.serverstats import ProcessSampler
 from evalq.execute.load.sweep import WorkloadOutcome, judge_step, knee_of
 from evalq.plan.load import LoadSection, Workload
 from evalq.retrieve.workers import ConcurrentIndex, SearchWorker, WorkerTimeout
@@ -77,7 +78,11 @@ class WorkerPool:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.executor.shutdown(wait=True)
+        self.executor.shutdown(wait=True)  # the sessions stay open until close()
+
+    def close(self) -> None:
+        """Close the sessions: after the step's server sample, so a backend's CPU is
+        still counted (a PostgreSQL backend exits with its connection)."""
         for worker in self._workers:
             worker.close()
 
@@ -117,10 +122,11 @@ def search_requests(n_queries: int) -> list[RequestSpec]:
 
 def sweep_searches(workload: Workload, section: LoadSection, n_queries: int,
                    make_pool: Callable[[int], WorkerPool], pool_cap: int | None,
-                   on_step: Callable[[dict[str, Any], StepMeasurement], None]
-                   ) -> WorkloadOutcome:
+                   on_step: Callable[[dict[str, Any], StepMeasurement], None],
+                   server_pid: int | None = None) -> WorkloadOutcome:
     """One ``query`` workload's levels against the database, as the served sweep runs
-    them (stop at the first failing step with ``stop_on_break``; the knee after)."""
+    them (stop at the first failing step with ``stop_on_break``; the knee after), with
+    the server's CPU and memory sampled per step when it has a process here."""
     bounds = StepBounds(warmup_s=section.warmup_s, duration_s=section.duration_s,
                         max_requests=section.max_requests, timeout_s=section.timeout_s,
                         max_in_flight=section.max_in_flight)
@@ -130,15 +136,21 @@ def sweep_searches(workload: Workload, section: LoadSection, n_queries: int,
     outcome.series["search"] = steps
     for l_index, level in enumerate(workload.levels):
         gen = SearchGenerator(bounds, make_pool, pool_cap)
-        if workload.mode == "open":
-            m = asyncio.run(gen.open_loop(requests, level, seed=section.seed + l_index))
-        else:
-            m = asyncio.run(gen.closed_loop(requests, int(level)))
+        try:
+            with ProcessSampler(server_pid) as sampler:
+                if workload.mode == "open":
+                    m = asyncio.run(gen.open_loop(requests, level,
+                                                  seed=section.seed + l_index))
+                else:
+                    m = asyncio.run(gen.closed_loop(requests, int(level)))
+        finally:
+            if gen.pool is not None:
+                gen.pool.close()
         figures = m.as_dict()
         verdict, reasons = judge_step(figures, workload, section.error_budget)
         assert gen.pool is not None or m.sent == 0
         database = gen.pool.record() if gen.pool is not None else {}
-        step = {"series": "search", "level": level, **figures, "server": {},
+        step = {"series": "search", "level": level, **figures, "server": sampler.result,
                 "database": database, "verdict": verdict, "reasons": reasons}
         steps.append(step)
         on_step(step, m)

@@ -65,8 +65,8 @@ def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
             return WorkerPool(index, size, section.timeout_s, vectors.queries,
                               resolved.depth, expected)
 
-        return _workloads(name, section, len(vectors.query_ids), make_pool, left, entry,
-                          folder, summary)
+        return _workloads(name, section, (len(vectors.query_ids), make_pool, left,
+                                          index.server_pid()), entry, folder, summary)
     finally:
         index.close()
 
@@ -90,9 +90,12 @@ def _sequential(index: Any, vectors: StageVectors, depth: int,
     return [frozenset(ranking.doc_ids[j] for j in row if j >= 0) for row in ranking.indices]
 
 
-def _workloads(name: str, section: LoadSection, n_queries: int, make_pool: Any,
-               left: int | None, entry: dict[str, Any], folder: LoadFolder,
-               summary: dict[str, Any]) -> list[str]:
+def _workloads(name: str, section: LoadSection, drive: tuple[int, Any, int | None, int | None],
+               entry: dict[str, Any], folder: LoadFolder, summary: dict[str, Any]
+               ) -> list[str]:
+    """Each ``query`` workload's sweep; ``drive``: the query count, the pool maker, the
+    sessions the database accepts (None: no limit) and its server's pid."""
+    n_queries, make_pool, left, pid = drive
     broken: list[str] = []
     skipped = [w.name for w in section.workloads if w.kind != "query"]
     if skipped:
@@ -110,7 +113,8 @@ def _workloads(name: str, section: LoadSection, n_queries: int, make_pool: Any,
             folder.write_summary(summary)
             log.info(f"[evalq load] {_format(name, wname, step)}")
 
-        outcome = sweep_searches(workload, section, n_queries, make_pool, left, on_step)
+        outcome = sweep_searches(workload, section, n_queries, make_pool, left, on_step,
+                                 pid)
         wentry["knee"] = knee_record(outcome)
         broken += [f"{name} {workload.name}: {b}" for b in outcome.broken]
         folder.write_summary(summary)
