@@ -142,6 +142,8 @@ def _recipe(tmp_path: Path, load: dict[str, Any], index: dict[str, Any] | None) 
     ({"databases": ["fp32-db"]}, {"kind": "faiss", "factory": "HNSW16"},
      ("a 'faiss' index, not a database",)),
     ({"databases": ["nope"]}, None, ("unknown variant 'nope'",)),
+    ({"databases": ["fp32-db"], "launch": {"fp32-db": {"command": ["server"]}}},
+     {"kind": "qdrant"}, ("load.launch starts", "before any server starts")),
     ({"databases": ["fp32-db"], "workloads": [
         {"name": "ingest", "kind": "ingest", "slo_p99_ms": 100, "batch_sizes": [4],
          "closed_loop": {"concurrency": [1]}}]}, {"kind": "qdrant"},

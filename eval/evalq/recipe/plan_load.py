@@ -152,6 +152,12 @@ def check_databases(recipe: Recipe, fail: Callable[..., InputError]) -> list[str
             raise fail(f"variant '{name}' borrows its vectors (documents: / queries:); the "
                        "database stage encodes a variant's own", where,
                        "name a variant that encodes both sides, or remove it")
+        if name in section.launch:
+            raise fail(f"variant '{name}' is encoded by the server load.launch starts, which "
+                       "runs only during its own load; the database stage encodes its "
+                       "vectors before any server starts", where,
+                       "attach it to a running server (leave it out of load.launch), or "
+                       "name an in-process variant with the same model and index")
     if section.databases and not any(w.kind == "query" for w in section.workloads):
         raise fail("load.databases drives searches, but no workload is kind: query",
                    ("load", "workloads"), "add a workload {name: search, kind: query, "
