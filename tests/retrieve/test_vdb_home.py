@@ -131,3 +131,26 @@ def test_a_second_run_reuses_the_table_after_a_killed_run(pg_folder: Path) -> No
     assert not first["reused"] and first["rows_loaded"] == len(DOCS.ids)
     assert second["reused"] and second["rows_loaded"] == 0
     assert users == [os.getpid()]
+
+
+@pytest.mark.server
+def test_two_builds_of_one_table_at_once_load_it_once(pg: pg_server.Database) -> None:
+    """Two runs on one cache loading the same key at the same time: the advisory lock
+    lets one load while the other waits, then finds the table complete."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    docs = Documents(DOCS.ids, DOCS.vectors[::-1].copy())  # type: ignore[index]
+    options = _options({"kind": "pgvector", "allow_root": True, "index": "none"})
+
+    def build(_: int) -> dict[str, Any]:
+        index = INDEX_KINDS.build(options, docs, where="candidates.x.index")
+        try:
+            return dict(index.stats().detail)
+        finally:
+            index.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(build, range(2))
+    assert sorted([first["reused"], second["reused"]]) == [False, True]
+    assert first["rows_loaded"] + second["rows_loaded"] == len(DOCS.ids)
+    assert first["table"] == second["table"]

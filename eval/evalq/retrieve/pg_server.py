@@ -169,7 +169,9 @@ def connect(db: Database, where: str) -> Any:
     except psycopg.Error as exc:
         raise database_error(exc, db, where) from None
     try:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        # another session may make it at the same moment (two runs on one server)
+        with contextlib.suppress(psycopg.errors.UniqueViolation):
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         register_vector(conn)
     except psycopg.errors.FeatureNotSupported as exc:
         conn.close()
