@@ -17,6 +17,10 @@ Two rules keep its numbers honest:
 Each step is bounded in time (``warmup_s + duration_s`` of arrivals, then at most
 ``timeout_s`` for the stragglers) and in count (``max_requests`` measured requests);
 requests started during ``warmup_s`` are sent but not measured.
+
+The transport is one pair of methods, :meth:`LoadGenerator.open_client` and
+:meth:`LoadGenerator.attempt` (HTTP here); the database stage swaps them for searches
+(:mod:`evalq.execute.load.dbsearch`) and keeps everything above.
 """
 
 from __future__ import annotations
