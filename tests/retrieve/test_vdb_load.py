@@ -18,7 +18,15 @@ import pytest
 
 from evalq.app.cli import main
 from evalq.core.errors import InputError
-from evalq.execute.load.dbsearch import WorkerPool, check_pool, sweep_searches
+from evalq.execute.load.dbsearch import (
+    SearchDrive,
+    SearchGenerator,
+    WorkerPool,
+    check_pool,
+    search_requests,
+    step_bounds,
+    sweep_searches,
+)
 from evalq.plan.load import LoadSection
 from evalq.results.load import LoadFolder
 from evalq.retrieve import pg_server
@@ -63,9 +71,11 @@ def _drive(options: KindOptions, workload: dict[str, Any]) -> tuple[list[dict[st
             return WorkerPool(index, size, section.timeout_s, queries.vectors, DEPTH,
                               expected)
 
-        outcome = sweep_searches(section.workloads[0], section, N_QUERIES, make_pool,
-                                 index.connections_left(), lambda s, m: steps.append(s),
-                                 index.server_pid())
+        left = index.connections_left()
+        drive = SearchDrive(search_requests(N_QUERIES), lambda: SearchGenerator(
+            step_bounds(section), make_pool, left), index.server_pid())
+        outcome = sweep_searches(section.workloads[0], section, drive,
+                                 lambda s, m: steps.append(s))
         return steps, outcome, index.in_process
     finally:
         index.close()
@@ -195,3 +205,38 @@ def test_evalq_load_drives_the_database_stage(
     stored = (tmp_path / "again" / "load" / "steps" / "fp32-db@pgvector" / "search.jsonl")
     lines = [json.loads(line) for line in stored.read_text().splitlines()]
     assert [line["histogram"]["count"] for line in lines] == [s["ok"] for s in steps]
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("_repo_root")
+def test_a_served_variant_with_a_database_gets_an_end_to_end_stage(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A served variant (a stand-in answering one fixed vector per text) with a Qdrant
+    index: its HTTP sweep, its database alone (vectors encoded through the server
+    first), then each query through the server and searched, timed as one request;
+    every end-to-end answer is the sequential search's (the server's vectors do not
+    change under load)."""
+    from support.load_test_server import Behaviour, LoadTestServer
+
+    with LoadTestServer(Behaviour(delay_ms=1, text_vectors=True, dim=384)) as server:
+        recipe = recipes.write(tmp_path / "recipe.yaml", recipes.recipe(
+            "db-e2e", datasets=["pydocs"], queries=N_QUERIES, docs=40,
+            cache=tmp_path / "cache", reference={"name": "fp32", "backend": "inprocess"},
+            candidates=[{"name": "srv", "backend": "openai",
+                         "http": {"url": server.url, "model": "test"},
+                         "index": {"kind": "qdrant"}}],
+            load={**FAST, "databases": ["srv"], "quality": {"probes": 0},
+                  "workloads": [CLOSED]}))
+        assert main(["load", str(recipe), "-o", str(tmp_path / "out")]) == 0, \
+            capsys.readouterr().err
+    assert "each query through the served model, then searched" in capsys.readouterr().out
+    variants = LoadFolder(tmp_path / "out").read_summary()["variants"]
+    assert list(variants) == ["srv@qdrant", "srv", "srv@qdrant+model"]
+    alone, both = variants["srv@qdrant"], variants["srv@qdrant+model"]
+    assert not alone["database"]["end_to_end"] and both["database"]["end_to_end"]
+    assert both["database"]["reused"] and both["database"]["rows_loaded"] == 0
+    for entry in (alone, both):
+        _consistent(entry["workloads"]["search"]["steps"], [1.0, 3.0])
+    # through the model: one HTTP answer per search
+    assert sum(s["status_codes"].get("200", 0) for s in both["workloads"]["search"]["steps"]
+               ) == sum(s["ok"] for s in both["workloads"]["search"]["steps"])

@@ -240,14 +240,15 @@ def _drive_served(resolved: Plan, plan: LoadPlan, folder: LoadFolder,
         ref = _reference_vectors(resolved, parity_texts)
     for variant in plan.variants:
         broken += _drive_variant(variant, resolved, folder, section, pool,
-                                 parity_texts, ref, summary, calibration)
+                                 parity_texts, ref, summary, calibration,
+                                 end_to_end=variant.name in plan.databases)
     return broken
 
 
 def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                    section: LoadSection, pool: TextPool, parity_texts: list[str], ref: Any,
                    summary: dict[str, Any], calibration: CalibrationSource | None = None,
-                   ) -> list[str]:
+                   end_to_end: bool = False) -> list[str]:
     broken: list[str] = []
     entry: dict[str, Any] = {"backend": variant.backend, "workloads": {}}
     summary["variants"][variant.name] = entry
@@ -293,7 +294,10 @@ def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
             folder.write_summary(summary)
             if outcome.server_died:
                 broken.append(f"{variant.name}: the server died; remaining workloads skipped")
-                break
+                return broken
+        if end_to_end:  # its database too: each query through this server, then searched
+            broken += drive_database(resolved.variant(variant.name), resolved, section,
+                                     folder, summary, (served.endpoint, pool))
     return broken
 
 
@@ -411,8 +415,10 @@ def _database_line(entry: dict[str, Any]) -> str:
     differ = sum((s.get("database") or {}).get("differs_from_sequential", 0) for s in steps)
     where = ("in-process: threads of evalq's own process" if db.get("in_process")
              else "one connection per client")
-    return (f"database stage: {db.get('label', '?')} ({where}), query vectors encoded "
-            f"before the traffic; {differ} answers differ from the sequential search")
+    how = ("each query through the served model, then searched" if db.get("end_to_end")
+           else "query vectors encoded before the traffic")
+    return (f"database stage: {db.get('label', '?')} ({where}), {how}; {differ} answers "
+            "differ from the sequential search")
 
 
 def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,19 @@ class WorkerPool:
         self.first_error: str | None = None
 
     def search(self, row: int) -> str | None:
-        """One search, in a pool thread: None when answered, else the error kind."""
+        """One search of query ``row``'s vector, in a pool thread: None when answered,
+        else the error kind."""
+        return self.search_vector(row, self.vectors[row])
+
+    def search_vector(self, row: int, vector: np.ndarray) -> str | None:
+        """One search of ``vector`` (query ``row``, encoded here or by a served model)."""
         worker = getattr(self._local, "worker", None)
         try:
             if worker is None:
                 worker = self._local.worker = self.index.worker(self.timeout_s)
                 with self._lock:
                     self._workers.append(worker)
-            ids = worker.search(self.vectors[row], self.depth)
+            ids = worker.search(vector, self.depth)
         except WorkerTimeout:
             return "timeout"
         except Exception as exc:  # a refused or broken search is counted, not raised
@@ -102,7 +108,10 @@ class SearchGenerator(LoadGenerator):
         self.make_pool, self.cap = make_pool, cap
         self.pool: WorkerPool | None = None
 
-    def open_client(self, connections: int) -> WorkerPool:
+    def open_client(self, connections: int) -> Any:
+        return self.new_pool(connections)
+
+    def new_pool(self, connections: int) -> WorkerPool:
         """A pool of ``connections`` workers (closed loop: the concurrency; open loop:
         ``max_in_flight``), at most ``cap`` (what the database accepts)."""
         self.pool = self.make_pool(min(connections, self.cap or connections))
@@ -115,29 +124,41 @@ class SearchGenerator(LoadGenerator):
         return await loop.run_in_executor(client.executor, client.search, spec.payload)
 
 
+def step_bounds(section: LoadSection) -> StepBounds:
+    return StepBounds(warmup_s=section.warmup_s, duration_s=section.duration_s,
+                      max_requests=section.max_requests, timeout_s=section.timeout_s,
+                      max_in_flight=section.max_in_flight)
+
+
 def search_requests(n_queries: int) -> list[RequestSpec]:
     """One request per query row, in order (the generator cycles through them)."""
     return [RequestSpec(path="search", body=b"", payload=row) for row in range(n_queries)]
 
 
-def sweep_searches(workload: Workload, section: LoadSection, n_queries: int,
-                   make_pool: Callable[[int], WorkerPool], pool_cap: int | None,
-                   on_step: Callable[[dict[str, Any], StepMeasurement], None],
-                   server_pid: int | None = None) -> WorkloadOutcome:
+@dataclass(frozen=True)
+class SearchDrive:
+    """What a database sweep sends: its requests (cycled), a fresh generator per step,
+    and the database server's process to sample (None: none here)."""
+
+    requests: Sequence[RequestSpec]
+    generator: Callable[[], SearchGenerator]
+    server_pid: int | None = None
+
+
+def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
+                   on_step: Callable[[dict[str, Any], StepMeasurement], None]
+                   ) -> WorkloadOutcome:
     """One ``query`` workload's levels against the database, as the served sweep runs
     them (stop at the first failing step with ``stop_on_break``; the knee after), with
     the server's CPU and memory sampled per step when it has a process here."""
-    bounds = StepBounds(warmup_s=section.warmup_s, duration_s=section.duration_s,
-                        max_requests=section.max_requests, timeout_s=section.timeout_s,
-                        max_in_flight=section.max_in_flight)
-    requests = search_requests(n_queries)
+    requests = drive.requests
     outcome = WorkloadOutcome()
     steps: list[dict[str, Any]] = []
     outcome.series["search"] = steps
     for l_index, level in enumerate(workload.levels):
-        gen = SearchGenerator(bounds, make_pool, pool_cap)
+        gen = drive.generator()
         try:
-            with ProcessSampler(server_pid) as sampler:
+            with ProcessSampler(drive.server_pid) as sampler:
                 if workload.mode == "open":
                     m = asyncio.run(gen.open_loop(requests, level,
                                                   seed=section.seed + l_index))

@@ -17,11 +17,22 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
-from evalq.execute.load.dbsearch import WorkerPool, check_pool, sweep_searches
+from evalq.execute.load.dbe2e import EndToEndGenerator
+from evalq.execute.load.dbsearch import (
+    SearchDrive,
+    SearchGenerator,
+    WorkerPool,
+    check_pool,
+    search_requests,
+    step_bounds,
+    sweep_searches,
+)
 from evalq.execute.load.dbvectors import StageVectors, stage_vectors
-from evalq.execute.load.sweep import knee_record
+from evalq.execute.load.generator import LoadGenerator
+from evalq.execute.load.sweep import Endpoint, TextPool, embed_request, knee_record
 from evalq.plan.load import LoadSection
 from evalq.plan.types import Plan, VariantPlan
 from evalq.results.load import LoadFolder
@@ -36,15 +47,18 @@ def stage_name(variant: str, kind: str) -> str:
 
 
 def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
-                   folder: LoadFolder, summary: dict[str, Any]) -> list[str]:
+                   folder: LoadFolder, summary: dict[str, Any],
+                   served: tuple[Endpoint, TextPool] | None = None) -> list[str]:
     """The stage; returns why it makes ``evalq load`` exit 1 (empty: it does not).
     Bad input (a concurrency above what the database accepts) raises exit 2 before
-    any traffic."""
+    any traffic. ``served``: the variant's running server and the load's texts, for the
+    end-to-end stage (``<variant>@<kind>+model``: each query through the model first)."""
     options = vp.options.index
     assert options is not None  # check_load: a database index
-    name = stage_name(vp.name, options.kind)
+    name = stage_name(vp.name, options.kind) + ("+model" if served else "")
     entry: dict[str, Any] = {"backend": vp.options.backend, "workloads": {},
-                             "database": {"kind": options.kind}}
+                             "database": {"kind": options.kind,
+                                          "end_to_end": served is not None}}
     summary["variants"][name] = entry
     log.info(f"[evalq load] {name}: encoding the queries and documents (before any "
              "traffic: no model in the measured loop)")
@@ -65,8 +79,8 @@ def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
             return WorkerPool(index, size, section.timeout_s, vectors.queries,
                               resolved.depth, expected)
 
-        return _workloads(name, section, (len(vectors.query_ids), make_pool, left,
-                                          index.server_pid()), entry, folder, summary)
+        drive = _drive(vp, section, vectors, (make_pool, left, index.server_pid()), served)
+        return _workloads(name, section, drive, entry, folder, summary)
     finally:
         index.close()
 
@@ -78,24 +92,42 @@ def _sequential(index: Any, vectors: StageVectors, depth: int,
     ranking = index.search(Queries(vectors.query_ids, vectors.queries), depth)
     stats, proof = index.stats(), index.proof()
     detail = stats.detail
-    entry["database"] = {
-        "kind": index.options.kind, "dataset": vectors.dataset,
+    entry["database"].update({
+        "dataset": vectors.dataset,
         "label": detail.get("database") or f"the Qdrant shard in {getattr(index, 'path', '')}",
         "table": detail.get("table"), "documents": len(vectors.doc_ids),
         "queries": len(vectors.query_ids), "depth": depth,
         "reused": detail.get("reused"), "rows_loaded": detail.get("rows_loaded"),
         "index_method": proof.method, "exact": proof.exact,
         "sequential_queries_per_s": detail.get("queries_per_s"),
-        "embedding_cache": vectors.cached}
+        "embedding_cache": vectors.cached})
     return [frozenset(ranking.doc_ids[j] for j in row if j >= 0) for row in ranking.indices]
 
 
-def _workloads(name: str, section: LoadSection, drive: tuple[int, Any, int | None, int | None],
+def _drive(vp: VariantPlan, section: LoadSection, vectors: StageVectors,
+           database: tuple[Any, int | None, int | None],
+           served: tuple[Endpoint, TextPool] | None) -> SearchDrive:
+    """The requests and generators of the stage: searches of the encoded vectors, or
+    (``served``) query texts through the model, then searched. ``database``: the pool
+    maker, the sessions the database accepts (None: no limit), its server's pid."""
+    make_pool, left, pid = database
+    bounds = step_bounds(section)
+    if served is None:
+        return SearchDrive(search_requests(len(vectors.query_ids)),
+                           lambda: SearchGenerator(bounds, make_pool, left), pid)
+    endpoint, pool = served
+    requests = [replace(embed_request(endpoint, [text], tokens), payload=row)
+                for row, (text, tokens) in enumerate(zip(pool.queries[:len(vectors.query_ids)],
+                                                         pool.query_tokens))]
+    return SearchDrive(requests, lambda: EndToEndGenerator(
+        LoadGenerator(endpoint.url, bounds), SearchGenerator(bounds, make_pool, left),
+        endpoint.api, vp.options.vectors.dims), pid)
+
+
+def _workloads(name: str, section: LoadSection, drive: SearchDrive,
                entry: dict[str, Any], folder: LoadFolder, summary: dict[str, Any]
                ) -> list[str]:
-    """Each ``query`` workload's sweep; ``drive``: the query count, the pool maker, the
-    sessions the database accepts (None: no limit) and its server's pid."""
-    n_queries, make_pool, left, pid = drive
+    """Each ``query`` workload's sweep."""
     broken: list[str] = []
     skipped = [w.name for w in section.workloads if w.kind != "query"]
     if skipped:
@@ -113,8 +145,7 @@ def _workloads(name: str, section: LoadSection, drive: tuple[int, Any, int | Non
             folder.write_summary(summary)
             log.info(f"[evalq load] {_format(name, wname, step)}")
 
-        outcome = sweep_searches(workload, section, n_queries, make_pool, left, on_step,
-                                 pid)
+        outcome = sweep_searches(workload, section, drive, on_step)
         wentry["knee"] = knee_record(outcome)
         broken += [f"{name} {workload.name}: {b}" for b in outcome.broken]
         folder.write_summary(summary)
