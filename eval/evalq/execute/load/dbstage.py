@@ -11,6 +11,10 @@ have the served variants' shape, so the console table, ``load/steps/`` and
 ``--plan-only`` read them alike. It gets knees but no capacity plan (the decision table
 is about served formats). Workloads other than ``query`` do not apply and are listed
 under ``database.skipped_workloads``.
+
+A variant that is also served gets a second stage, ``<variant>@<kind>+model``, driven
+from its server's context in :mod:`evalq.execute.load.command` (each query through the
+served model, then searched: :mod:`evalq.execute.load.dbe2e`).
 """
 
 from __future__ import annotations
