@@ -436,8 +436,9 @@ def _load(args: argparse.Namespace) -> int:
     if args.plan_only:
         return replan(loaded.recipe.capacity, results_folder(loaded.recipe, args.output))
     chosen = check_load(loaded.recipe, loaded.located, loaded.path, args.only)
+    # the cache only for a database stage: its vectors and tables are the run's
     resolved = build_plan(loaded.recipe, loaded.path, output=args.output,
-                          located=loaded.located, use_cache=False)
+                          located=loaded.located, use_cache=bool(chosen.databases))
     try:
         return run_load(resolved, chosen)
     except KeyboardInterrupt:  # SIGTERM too (failure.Terminated): the steps are kept

@@ -188,6 +188,10 @@ class LoadSection(StrictOptions):
 
     workloads: list[Workload] = Field(min_length=1)
     variants: list[str] | None = None  # default: every variant served over HTTP
+    # variants whose index is a database (kind: pgvector, qdrant): the query workloads'
+    # schedule also drives concurrent searches of that database, with the variant's query
+    # vectors encoded beforehand (the database stage: evalq.execute.load.dbsearch)
+    databases: list[str] = Field(default_factory=list)
     launch: dict[str, Launch] = Field(default_factory=dict)
     warmup_s: float = Field(default=2.0, ge=0, le=MAX_WARMUP_S, allow_inf_nan=False)
     duration_s: float = Field(default=10.0, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
@@ -268,3 +272,4 @@ class LoadPlan:
     section: LoadSection
     variants: Sequence[EncoderVariant]
     skipped: dict[str, str] = field(default_factory=dict)
+    databases: Sequence[str] = ()  # the variants whose database stage runs (--only kept)

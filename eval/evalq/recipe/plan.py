@@ -123,6 +123,17 @@ def _check_streamed(recipe: Any, path: Path, selected: Sequence[Any],
                          f"dataset {which} is streamed", fix)
 
 
+def _homed(variant: Any, cache_dir: Path | None) -> Any:
+    """The variant with its index's default data folder under the cache
+    (:meth:`evalq.retrieve.kinds.KindOptions.with_home`): a database's tables and shards
+    outlive the run, and the next run of the recipe reuses them. ``--no-cache``
+    (``cache_dir`` None) leaves them in a temporary folder."""
+    index = getattr(variant, "index", None)
+    if index is None or cache_dir is None:
+        return variant
+    return variant.model_copy(update={"index": index.with_home(cache_dir)})
+
+
 def _variant_path(i: int) -> tuple[Any, ...]:
     return ("reference",) if i == 0 else ("candidates", i - 1)
 
@@ -313,7 +324,8 @@ def _plan_variant(recipe: Any, variant: Any, vpath: tuple[Any, ...], is_referenc
                                             if variant.vectors.dims else "")
         + (", float queries" if variant.vectors.queries == "float" else ""),
         endpoint=endpoint,
-        cached=cache_text(support, endpoint, use_cache), gates=gates, options=variant,
+        cached=cache_text(support, endpoint, use_cache), gates=gates,
+        options=_homed(variant, Path(recipe.cache_dir) if use_cache else None),
         where=".".join(map(str, vpath)), launch=launch_spec(recipe.load, variant.name),
         parity_subject=parity_subject(recipe, variant),
         tokens=token_summary(model_path, EncodingSettings(**settings))

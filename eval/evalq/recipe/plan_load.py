@@ -10,6 +10,7 @@ drives.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,6 +22,7 @@ from evalq.engines.spec import or_list
 from evalq.plan.load import LoadPlan
 from evalq.recipe.schema import Recipe
 from evalq.recipe.yamlsource import Located
+from evalq.retrieve.registry import INDEX_KINDS
 
 
 def _served(variant: EncoderVariant) -> bool:
@@ -75,16 +77,20 @@ def check_load(recipe: Recipe, located: Located, file: Path,
                        ("load", "variants", i), "name " + or_list(BACKENDS.names(
                            "embedding", lambda s: s.load_api is not None), "or") + " variants only")
     chosen = [by_name[n] for n in section.variants] if section.variants else served
+    databases = check_databases(recipe, fail)
     if only:
-        unknown = sorted(set(only) - {v.name for v in chosen})
+        driven = [v.name for v in chosen] + databases
+        unknown = sorted(set(only) - set(driven))
         if unknown:
             raise InputError(message=f"--only names variant(s) {', '.join(unknown)}, which "
                              "the load test does not drive", file=file, field="--only",
-                             fix=f"choose from {', '.join(v.name for v in chosen) or '(none)'}")
+                             fix=f"choose from {', '.join(driven) or '(none)'}")
         chosen = [v for v in chosen if v.name in only]
-    if not chosen:
+        databases = [n for n in databases if n in only]
+    if not chosen and not databases:
         raise fail("no variant is served over HTTP, so there is nothing to load", ("load",),
-                   "add a variant with backend vllm (evalq starts its server), openai or tei")
+                   "add a variant with backend vllm (evalq starts its server), openai or tei, "
+                   "or name a variant with a database index in load.databases")
     for name in section.launch:
         v = by_name.get(name)
         if v is None or embedding_backend(v.backend).serving != "http":
@@ -119,4 +125,41 @@ def check_load(recipe: Recipe, located: Located, file: Path,
                 "route can be driven", ("load", "workloads", i),
                 "set endpoint: /rerank to drive a server's rerank route (vLLM and Infinity "
                 "serve one), or remove the workload")
-    return LoadPlan(section, chosen, skipped)
+    return LoadPlan(section, chosen, skipped, databases)
+
+
+def check_databases(recipe: Recipe, fail: Callable[..., InputError]) -> list[str]:
+    """``load.databases``: each names a variant whose index is a database kind and that
+    encodes its own vectors, and the load has a query workload to drive it with."""
+    section = recipe.load
+    assert section is not None
+    by_name = {v.name: v for v in recipe.variants}
+    kinds = or_list([s.name for s in INDEX_KINDS.specs() if s.database], "or")
+    for i, name in enumerate(section.databases):
+        where = ("load", "databases", i)
+        variant = by_name.get(name)
+        if variant is None:
+            raise fail(f"load.databases names unknown variant '{name}'", where,
+                       f"choose from {', '.join(by_name)}")
+        index = getattr(variant, "index", None)
+        if index is None or not INDEX_KINDS.get(index.kind).database:
+            has = "no index" if index is None else f"a '{index.kind}' index"
+            raise fail(f"variant '{name}' has {has}, not a database, so load.databases has "
+                       "nothing to drive", where, f"give it index: {{kind: {kinds}}}, or "
+                       "remove it from load.databases")
+        if getattr(variant, "documents", None) is not None or \
+                getattr(variant, "queries", None) is not None:
+            raise fail(f"variant '{name}' borrows its vectors (documents: / queries:); the "
+                       "database stage encodes a variant's own", where,
+                       "name a variant that encodes both sides, or remove it")
+        if name in section.launch:
+            raise fail(f"variant '{name}' is encoded by the server load.launch starts, which "
+                       "runs only during its own load; the database stage encodes its "
+                       "vectors before any server starts", where,
+                       "attach it to a running server (leave it out of load.launch), or "
+                       "name an in-process variant with the same model and index")
+    if section.databases and not any(w.kind == "query" for w in section.workloads):
+        raise fail("load.databases drives searches, but no workload is kind: query",
+                   ("load", "workloads"), "add a workload {name: search, kind: query, "
+                   "slo_p99_ms: 50, closed_loop: {concurrency: [1, 4, 16]}}")
+    return list(dict.fromkeys(section.databases))

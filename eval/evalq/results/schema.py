@@ -434,14 +434,14 @@ class LoadWorkload(Part):
 class LoadVariant(Part):
     backend: str
     workloads: dict[str, LoadWorkload] = Field(default_factory=dict)
+    database: dict[str, Any] | None = None  # a database stage's (execute.load.dbstage)
     startup_s: float | None = None
     server: dict[str, Any] | None = None
     url: str | None = None
     started_by_evalq: bool | None = None
     server_settings: dict[str, Any] | None = None
     parity: dict[str, Any] | None = None
-    # probes under load (execute.load.quality): probe set, floor and its source; each
-    # step's own figures are under steps[].quality (absent in folders written before)
+    # probes under load (execute.load.quality): probe set, floor, source; steps[].quality
     quality: dict[str, Any] | None = None
     knees: dict[str, dict[str, Any]] | None = None
     plan: dict[str, Any] | None = None

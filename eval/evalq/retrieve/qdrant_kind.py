@@ -22,6 +22,7 @@ live in :mod:`evalq.retrieve.qdrant_options`, shared by both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -33,7 +34,7 @@ import numpy as np
 
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, kinds, qdrant_server
+from evalq.retrieve import folders, keyed, kinds, qdrant_server, workers
 from evalq.retrieve.kinds import Documents, Index, IndexProof, IndexStats, KindSpec, Queries
 from evalq.retrieve.qdrant_options import (
     BUILD_OPTIONS,
@@ -41,7 +42,9 @@ from evalq.retrieve.qdrant_options import (
     QdrantOptions,
     QuantizationConfig,
     SearchParams,
+    edge_version,
     proof,
+    search_rows,
 )
 
 _UPSERT_BATCH = 1024  # points per upsert
@@ -50,19 +53,25 @@ _UPSERT_BATCH = 1024  # points per upsert
 class QdrantIndex:
     """One Qdrant edge shard of one variant's vectors."""
 
+    in_process = True  # the engine runs inside evalq
+
     def __init__(self, options: QdrantOptions, where: str) -> None:
         self.options, self.where = options, where
         self._qe = _qdrant_edge()
         parent = Path(options.path).expanduser() if options.path else None
-        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
-            raise InputError(message=f"the Qdrant folder {parent} is not a writable folder",
-                             field=f"{where}.path",
-                             fix="name an existing writable folder, or leave path out")
+        if parent is not None:
+            with contextlib.suppress(OSError):  # made here; refused below when it cannot be
+                parent.mkdir(parents=True, exist_ok=True)
+            if not parent.is_dir() or not os.access(parent, os.W_OK):
+                raise InputError(message=f"the Qdrant folder {parent} is not a writable "
+                                 "folder", field=f"{where}.path",
+                                 fix="name a writable folder, or leave path out")
         self._parent = parent
         self.path = Path()  # the shard's folder, named by the vectors' key when loaded
         self.cache: keyed.CacheUse | None = None
         self._temporary = parent is None
         self._shard: Any = None
+        self._lock: Any = None  # the key folder's lock, held while the shard is open
         self._ids: tuple[str, ...] = ()
         self._dim = 0
         self._upsert_s = self._optimize_s = self._search_s = 0.0
@@ -98,6 +107,7 @@ class QdrantIndex:
                   else self._parent / f"evalq-{key[:24]}")
         self.path, marker = folder / "shard", folder / "complete"
         self._ids = tuple(docs.ids)
+        self._lock = folders.hold(folder, f"the Qdrant shard in {folder}", f"{self.where}.path")
         try:
             self._open(folder)
             have = self._points_stored(len(vectors))
@@ -152,37 +162,50 @@ class QdrantIndex:
         qe = self._qe
         wanted: SearchParams = params if params is not None else self.options.search_params
         self._params = wanted
-        quant = wanted.quantization
-        request_params = qe.SearchParams(
-            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
-            quantization=None if quant is None else qe.QuantizationSearchParams(
-                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
-        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
-        idx = np.full((len(vectors), depth), -1, dtype=np.int64)
-        scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
-        sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
-        self._query_s = np.zeros(len(vectors), dtype=np.float64)
-        began = time.perf_counter()
+        request_params = self._request_params(wanted)
         try:
-            for row, vector in enumerate(vectors):
-                asked = time.perf_counter()
-                found = self._shard.search(qe.SearchRequest(
-                    query=qe.Query.Nearest(vector.tolist()), limit=depth,
-                    params=request_params))
-                self._query_s[row] = time.perf_counter() - asked
-                for col, point in enumerate(found):
-                    idx[row, col], scores[row, col] = int(point.id), sign * point.score
+            rows = search_rows(
+                np.ascontiguousarray(queries.vectors, dtype=np.float32), depth,
+                self.options.distance, lambda vector: self._shard.search(qe.SearchRequest(
+                    query=qe.Query.Nearest(vector), limit=depth, params=request_params)))
         except (RuntimeError, ValueError) as exc:
             raise InputError(message=f"Qdrant refused the search ({exc})",
                              field=f"{self.where}.search_params",
                              fix="use search_params Qdrant accepts") from None
         except Exception as exc:
             raise self._broken(exc) from None
-        self._search_s = time.perf_counter() - began
-        self._queries, self._missing = len(vectors), int((idx < 0).sum())
-        order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
-        idx, scores = np.take_along_axis(idx, order, 1), np.take_along_axis(scores, order, 1)
-        return Ranking.from_search(queries.ids, self._ids, idx, scores)
+        self._query_s, self._search_s = rows.query_s, rows.seconds
+        self._queries, self._missing = len(rows.idx), rows.missing
+        return Ranking.from_search(queries.ids, self._ids, rows.idx, rows.scores)
+
+    def _request_params(self, wanted: SearchParams) -> Any:
+        quant, qe = wanted.quantization, self._qe
+        return qe.SearchParams(
+            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
+            quantization=None if quant is None else qe.QuantizationSearchParams(
+                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
+
+    def nearest(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
+        """One query at the options' ``search_params``: the documents' ids, best first
+        (a concurrent worker's search: :mod:`evalq.retrieve.workers`)."""
+        qe = self._qe
+        found = self._shard.search(qe.SearchRequest(
+            query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
+            limit=depth, params=self._request_params(self.options.search_params)))
+        sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
+        ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
+        return tuple(self._ids[int(p.id)] for p in ranked)
+
+    def server_pid(self) -> None:
+        return None  # in this process: no server of its own to sample
+
+    def connections_left(self) -> None:
+        """No limit: the shard is in this process (its workers are threads)."""
+        return None
+
+    def worker(self, timeout_s: float) -> workers.SharedWorker:
+        """A thread's worker on the one in-process shard (no timeout of its own)."""
+        return workers.SharedWorker(self.nearest)
 
     def search_timed(self, queries: Queries, depth: int, params: Any
                      ) -> tuple[Ranking, np.ndarray]:
@@ -223,7 +246,7 @@ class QdrantIndex:
             detail={"upsert_s": self._upsert_s, "optimize_s": self._optimize_s,
                     "search_s": self._search_s, **self._info(),
                     "queries_per_s": self._queries / self._search_s if searched else None,
-                    "missing_slots": self._missing, "qdrant_edge": _version(),
+                    "missing_slots": self._missing, "qdrant_edge": edge_version(),
                     **(self.cache.record() if self.cache is not None else {})})
 
     def proof(self) -> IndexProof:
@@ -237,6 +260,9 @@ class QdrantIndex:
         if self._shard is not None:
             self._shard.close()
             self._shard = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
         if self._temporary and self.path != Path():
             shutil.rmtree(self.path.parent, ignore_errors=True)
 
@@ -265,15 +291,6 @@ def _qdrant_edge() -> Any:
     return qdrant_edge
 
 
-def _version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("qdrant-edge-py")
-    except PackageNotFoundError:
-        return None
-
-
 def _build(options: QdrantOptions, docs: Documents, where: str) -> Index:
     if options.url is not None:
         return kinds.filled(qdrant_server.QdrantServerIndex(options, where), docs)
@@ -284,4 +301,4 @@ KIND = KindSpec(name="qdrant", summary="a Qdrant collection: a shard searched by
                 "engine in-process, or url: for your Qdrant server (HNSW; scalar int8, "
                 "binary or product quantization with oversampling and rescoring)",
                 inputs="vectors", options=QdrantOptions, build=_build,
-                search_options=SearchParams)
+                search_options=SearchParams, database=True)

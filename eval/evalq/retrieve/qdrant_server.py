@@ -34,7 +34,7 @@ import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed
+from evalq.retrieve import keyed, workers
 from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, Queries
 from evalq.retrieve.qdrant_connection import QdrantConnection
 from evalq.retrieve.qdrant_options import (
@@ -45,6 +45,7 @@ from evalq.retrieve.qdrant_options import (
     QuantizationConfig,
     SearchParams,
     proof,
+    search_rows,
 )
 
 _UPSERT_BATCH = 512  # points per upsert request (a few MB of JSON at 384 dimensions)
@@ -205,37 +206,53 @@ class QdrantServerIndex:
             time.sleep(_POLL_S)
 
     # -- searching --------------------------------------------------------------------
+    in_process = False  # a server of its own (evalq load samples no process for it)
+
     def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
         if queries.vectors is None:
             raise ValueError("a Qdrant collection is searched with query vectors; these "
                              "have none")
-        m = self._qc.models
         wanted: SearchParams = params if params is not None else self.options.search_params
         self._params = wanted
-        quant = wanted.quantization
-        request = m.SearchParams(
+        request = self._request(wanted)
+        rows = search_rows(np.ascontiguousarray(queries.vectors, dtype=np.float32), depth,
+                           self.options.distance, lambda vector: self._points(
+                               vector, depth, request))
+        self._query_s, self._search_s = rows.query_s, rows.seconds
+        self._queries, self._missing = len(rows.idx), rows.missing
+        return Ranking.from_search(queries.ids, self._ids, rows.idx, rows.scores)
+
+    def _request(self, wanted: SearchParams) -> Any:
+        m, quant = self._qc.models, wanted.quantization
+        return m.SearchParams(
             hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
             quantization=None if quant is None else m.QuantizationSearchParams(
                 ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
-        vectors = np.ascontiguousarray(queries.vectors, dtype=np.float32)
-        idx = np.full((len(vectors), depth), -1, dtype=np.int64)
-        scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
+
+    def _points(self, vector: list[float], depth: int, request: Any) -> Any:
+        return self._call("search_params", self._client.query_points, self.collection,
+                          query=vector, limit=depth, search_params=request,
+                          with_payload=False, with_vectors=False).points
+
+    def nearest(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
+        """One query at the options' ``search_params``: the documents' ids, best first
+        (a concurrent worker's search under ``evalq load``: :mod:`evalq.retrieve.workers`)."""
+        found = self._points(np.asarray(vector, dtype=np.float32).tolist(), depth,
+                             self._request(self.options.search_params))
         sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
-        self._query_s = np.zeros(len(vectors), dtype=np.float64)
-        began = time.perf_counter()
-        for row, vector in enumerate(vectors):
-            asked = time.perf_counter()
-            found = self._call("search_params", self._client.query_points, self.collection,
-                               query=vector.tolist(), limit=depth, search_params=request,
-                               with_payload=False, with_vectors=False).points
-            self._query_s[row] = time.perf_counter() - asked
-            for col, point in enumerate(found):
-                idx[row, col], scores[row, col] = int(point.id), sign * point.score
-        self._search_s = time.perf_counter() - began
-        self._queries, self._missing = len(vectors), int((idx < 0).sum())
-        order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
-        idx, scores = np.take_along_axis(idx, order, 1), np.take_along_axis(scores, order, 1)
-        return Ranking.from_search(queries.ids, self._ids, idx, scores)
+        ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
+        return tuple(self._ids[int(p.id)] for p in ranked)
+
+    def server_pid(self) -> None:
+        return None  # another machine's process: nothing here to sample
+
+    def connections_left(self) -> None:
+        """No limit evalq can read: the server's HTTP client pools its connections."""
+        return None
+
+    def worker(self, timeout_s: float) -> workers.SharedWorker:
+        """A thread's worker on the one client (httpx pools connections per thread)."""
+        return workers.SharedWorker(self.nearest)
 
     def search_timed(self, queries: Queries, depth: int, params: Any
                      ) -> tuple[Ranking, np.ndarray]:

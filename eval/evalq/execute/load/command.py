@@ -43,6 +43,7 @@ from evalq.engines.quantize.derive import CalibrationSource
 from evalq.engines.registry import embedding_backend
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
+from evalq.execute.load.dbstage import drive_database
 from evalq.execute.load.formats import decision_lines, served_format
 from evalq.execute.load.quality import (
     ProbeRun,
@@ -53,7 +54,13 @@ from evalq.execute.load.quality import (
 )
 from evalq.execute.load.serve import Served, serve
 from evalq.execute.load.serverstats import read_server_settings
-from evalq.execute.load.sweep import Endpoint, TextPool, embed_request, run_workload
+from evalq.execute.load.sweep import (
+    Endpoint,
+    TextPool,
+    embed_request,
+    knee_record,
+    run_workload,
+)
 from evalq.plan.load import CapacitySection, LoadPlan, LoadSection
 from evalq.plan.types import ParityPlan, Plan, VariantPlan
 from evalq.results.folder import (
@@ -195,14 +202,11 @@ def _run_load(resolved: Plan, plan: LoadPlan) -> int:
     folder.write_summary(summary)
     broken: list[str] = []
     try:
-        pool, parity_texts, calibration = _texts(resolved)
-        ref = None
-        if section.parity:
-            _log(f"parity texts through the reference '{resolved.reference.name}'")
-            ref = _reference_vectors(resolved, parity_texts)
-        for variant in plan.variants:
-            broken += _drive_variant(variant, resolved, folder, section, pool,
-                                     parity_texts, ref, summary, calibration)
+        for name in plan.databases:  # first: a database refused (exit 2) before any server
+            broken += drive_database(resolved.variant(name), resolved, section, folder,
+                                     summary)
+        if plan.variants:
+            broken += _drive_served(resolved, plan, folder, summary)
     except KeyboardInterrupt:
         summary["status"] = "interrupted"
         summary["stopped"] = now_iso()
@@ -225,10 +229,26 @@ def _run_load(resolved: Plan, plan: LoadPlan) -> int:
     return 1 if broken else 0
 
 
+def _drive_served(resolved: Plan, plan: LoadPlan, folder: LoadFolder,
+                  summary: dict[str, Any]) -> list[str]:
+    """The served variants, one server alive at a time, after the parity texts."""
+    section, broken = plan.section, []
+    pool, parity_texts, calibration = _texts(resolved)
+    ref = None
+    if section.parity:
+        _log(f"parity texts through the reference '{resolved.reference.name}'")
+        ref = _reference_vectors(resolved, parity_texts)
+    for variant in plan.variants:
+        broken += _drive_variant(variant, resolved, folder, section, pool,
+                                 parity_texts, ref, summary, calibration,
+                                 end_to_end=variant.name in plan.databases)
+    return broken
+
+
 def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                    section: LoadSection, pool: TextPool, parity_texts: list[str], ref: Any,
                    summary: dict[str, Any], calibration: CalibrationSource | None = None,
-                   ) -> list[str]:
+                   end_to_end: bool = False) -> list[str]:
     broken: list[str] = []
     entry: dict[str, Any] = {"backend": variant.backend, "workloads": {}}
     summary["variants"][variant.name] = entry
@@ -269,21 +289,15 @@ def _drive_variant(variant: EncoderVariant, resolved: Plan, folder: LoadFolder,
                 _log(_format_step(variant.name, workload.name, step))
 
             outcome = run_workload(served.endpoint, workload, section, pool, on_step, probes)
-            knee = outcome.knee
-            assert knee is not None
-            wentry["knee"] = {"per_s": knee.per_s, "unit": knee.unit,
-                              "lower_bound": knee.lower_bound, "series": outcome.knee_series,
-                              "reason": knee.reason, "level": knee.level}
-            stop = next((s for s in outcome.series.get(outcome.knee_series or "", [])
-                         if s["verdict"] != "pass"), None)
-            if stop is not None:  # why the knee is not higher (latency, errors, quality)
-                wentry["knee"]["stopped_by"] = (f"{stop['verdict']} at level "
-                                                f"{stop['level']:g}: {'; '.join(stop['reasons'])}")
+            wentry["knee"] = knee_record(outcome)
             broken += [f"{variant.name} {workload.name}: {b}" for b in outcome.broken]
             folder.write_summary(summary)
             if outcome.server_died:
                 broken.append(f"{variant.name}: the server died; remaining workloads skipped")
-                break
+                return broken
+        if end_to_end:  # its database too: each query through this server, then searched
+            broken += drive_database(resolved.variant(variant.name), resolved, section,
+                                     folder, summary, (served.endpoint, pool))
     return broken
 
 
@@ -353,8 +367,8 @@ def _finish(cap: CapacitySection | None, run_root: Path, summary: dict[str, Any]
             if best is None or (knee.per_s or 0) > (best.per_s or 0):
                 knees[w["kind"]] = knee
         entry["knees"] = {k: v.__dict__ for k, v in knees.items()}
-        if demand is None or cap is None:
-            continue
+        if demand is None or cap is None or entry.get("database") is not None:
+            continue  # a database stage has knees, not replicas of a served format
         plan = plan_variant(name, knees, demand, cap.price(name))
         parity = entry.get("parity") or {}
         row = DecisionRow(name, quality.get(name, "unknown"),
@@ -394,6 +408,19 @@ def _cosine(*steps: dict[str, Any] | None) -> str:
     return f"{min(values):.6f}" if values else "-"
 
 
+def _database_line(entry: dict[str, Any]) -> str:
+    """What a database stage measured: which database, where it runs, the answers."""
+    db = entry.get("database") or {}
+    steps = [s for w in entry["workloads"].values() for s in w["steps"]]
+    differ = sum((s.get("database") or {}).get("differs_from_sequential", 0) for s in steps)
+    where = ("in-process: threads of evalq's own process" if db.get("in_process")
+             else "one connection per client")
+    how = ("each query through the served model, then searched" if db.get("end_to_end")
+           else "query vectors encoded before the traffic")
+    return (f"database stage: {db.get('label', '?')} ({where}), {how}; {differ} answers "
+            "differ from the sequential search")
+
+
 def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
     """The knees and the decision table, on the result channel (stdout)."""
     say = messages.output.info
@@ -422,6 +449,8 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
                 f"{mem:>8.0f} {_cosine(at):>9s} {_cosine(*steps):>9s}")
             if k.get("stopped_by"):
                 say(f"  {'':20s} knee stopped by {k['stopped_by']}")
+        if entry.get("database") is not None:
+            say(f"  {'':20s} {_database_line(entry)}")
     decision = summary.get("decision") or []
     if decision:
         say("\ndecision: each format's quality verdict beside its knees and its plan")

@@ -17,6 +17,10 @@ Two rules keep its numbers honest:
 Each step is bounded in time (``warmup_s + duration_s`` of arrivals, then at most
 ``timeout_s`` for the stragglers) and in count (``max_requests`` measured requests);
 requests started during ``warmup_s`` are sent but not measured.
+
+The transport is one pair of methods, :meth:`LoadGenerator.open_client` and
+:meth:`LoadGenerator.attempt` (HTTP here); the database stage swaps them for searches
+(:mod:`evalq.execute.load.dbsearch`) and keeps everything above.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class RequestSpec:
     expect: int | None = None  # items the answer must carry (embeddings, scores)
     # probe texts it carries, one ("q" | "d", probe index) per text (execute.load.quality)
     probe: tuple[tuple[str, int], ...] | None = None
+    # what a transport other than HTTP sends (a query's row: execute.load.dbsearch)
+    payload: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,10 @@ class LoadGenerator:
         self.validate = validate
         self.headers = {"content-type": "application/json", **(headers or {})}
 
-    def _client(self, connections: int) -> httpx.AsyncClient:
+    def open_client(self, connections: int) -> Any:
+        """An async context manager whose value :meth:`attempt` sends with, good for
+        ``connections`` requests at once (here an HTTP client; a subclass may drive
+        another transport with the same schedules and histograms)."""
         return httpx.AsyncClient(
             base_url=self.base_url,
             headers=self.headers,
@@ -193,11 +202,33 @@ class LoadGenerator:
                                 max_keepalive_connections=connections),
         )
 
-    async def _send(self, client: httpx.AsyncClient, spec: RequestSpec, scheduled: float,
+    async def _send(self, client: Any, spec: RequestSpec, scheduled: float,
                     result: StepMeasurement | None) -> float:
         """One request; records into ``result`` (None = warm-up). Returns its end time."""
         loop = asyncio.get_running_loop()
         started = loop.time()
+        kind = await self.attempt(client, spec, result)
+        ended = loop.time()
+        if result is not None:
+            result.lag.record_s(max(0.0, started - scheduled))
+            if kind == "timeout":
+                result.latency.record_s(max(ended - scheduled, self.bounds.timeout_s))
+            elif kind is None:
+                result.latency.record_s(ended - scheduled)
+            if kind is None:
+                result.ok += 1
+                result.texts += spec.texts
+                result.tokens += spec.tokens
+                result.pairs += spec.pairs
+            else:
+                result.errors[kind] += 1
+        return ended
+
+    async def attempt(self, client: Any, spec: RequestSpec,
+                      result: StepMeasurement | None) -> str | None:
+        """Send ``spec`` once: None when it was answered right, else the error kind
+        (``timeout`` is recorded at the timeout). ``result`` (None = warm-up) takes the
+        status codes."""
         kind: str | None = None
         try:
             response = await client.post(spec.path, content=spec.body)
@@ -220,21 +251,7 @@ class LoadGenerator:
             kind = "disconnect"
         except httpx.HTTPError:
             kind = "transport"
-        ended = loop.time()
-        if result is not None:
-            result.lag.record_s(max(0.0, started - scheduled))
-            if kind == "timeout":
-                result.latency.record_s(max(ended - scheduled, self.bounds.timeout_s))
-            elif kind is None:
-                result.latency.record_s(ended - scheduled)
-            if kind is None:
-                result.ok += 1
-                result.texts += spec.texts
-                result.tokens += spec.tokens
-                result.pairs += spec.pairs
-            else:
-                result.errors[kind] += 1
-        return ended
+        return kind
 
     async def open_loop(self, requests: Sequence[RequestSpec], rate: float,
                         seed: int = 0) -> StepMeasurement:
@@ -247,7 +264,7 @@ class LoadGenerator:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         ends: list[float] = []
         in_flight: set[asyncio.Task[float]] = set()
-        async with self._client(self.bounds.max_in_flight) as client:
+        async with self.open_client(self.bounds.max_in_flight) as client:
             start = loop.time() + 0.05
             for i, offset in enumerate(arrivals):
                 scheduled = start + float(offset)
@@ -311,7 +328,7 @@ class LoadGenerator:
                 window.append(now)
             return bool(window)
 
-        async def client_loop(client: httpx.AsyncClient, k: int) -> None:
+        async def client_loop(client: Any, k: int) -> None:
             while True:
                 now = loop.time()
                 measured = measuring(now)
@@ -329,7 +346,7 @@ class LoadGenerator:
                 if measured:
                     ends.append(end)
 
-        async with self._client(concurrency) as client:
+        async with self.open_client(concurrency) as client:
             tasks = {asyncio.create_task(client_loop(client, k)) for k in range(concurrency)}
             await self._drain(tasks, result, extra_s=self.bounds.duration_s
                               + self.bounds.warmup_s + 2 * self.bounds.timeout_s)

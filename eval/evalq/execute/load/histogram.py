@@ -127,7 +127,8 @@ class LatencyHistogram:
     def summary_ms(self) -> dict[str, float | None]:
         return {
             "p50": self.quantile_ms(0.50), "p90": self.quantile_ms(0.90),
-            "p99": self.quantile_ms(0.99), "max": self.quantile_ms(1.0),
+            "p95": self.quantile_ms(0.95), "p99": self.quantile_ms(0.99),
+            "max": self.quantile_ms(1.0),
             "mean": self.mean_ms,
             "min": None if self.min_us is None else self.min_us / 1000.0,
         }  # fmt: skip

@@ -236,6 +236,22 @@ class WorkloadOutcome:
         return out
 
 
+def knee_record(outcome: WorkloadOutcome) -> dict[str, Any]:
+    """A workload's ``knee`` in the summary, with the step that stopped it (why the knee
+    is not higher: latency, errors, quality)."""
+    knee = outcome.knee
+    assert knee is not None
+    out: dict[str, Any] = {"per_s": knee.per_s, "unit": knee.unit,
+                           "lower_bound": knee.lower_bound, "series": outcome.knee_series,
+                           "reason": knee.reason, "level": knee.level}
+    stop = next((s for s in outcome.series.get(outcome.knee_series or "", [])
+                 if s["verdict"] != "pass"), None)
+    if stop is not None:
+        out["stopped_by"] = (f"{stop['verdict']} at level {stop['level']:g}: "
+                             f"{'; '.join(stop['reasons'])}")
+    return out
+
+
 def run_workload(endpoint: Endpoint, workload: Workload, section: LoadSection, pool: TextPool,
                  on_step: Callable[[dict[str, Any], StepMeasurement], None],
                  probes: ProbeRun | None = None) -> WorkloadOutcome:

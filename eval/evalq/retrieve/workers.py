@@ -1,0 +1,115 @@
+"""Concurrent searches of a database kind's index, one worker per client (issue 30,
+"query p50/p99 through the database, also under ``evalq load``'s concurrency").
+
+``evalq load`` drives a database stage (:mod:`evalq.execute.load.dbsearch`) with the
+query vectors already encoded, so what it measures is the database alone. Each client
+of the load generator's schedule gets a worker from the index's ``worker()``:
+
+- pgvector: a :class:`PgvectorWorker`, a connection of its own with the index's search
+  settings SET and ``statement_timeout`` at the load test's timeout; the query is the
+  index's own (:meth:`evalq.retrieve.pgvector_kind.PgvectorIndex.query_sql`), prepared
+  on first use, so a worker searches exactly as the run's sequential search did;
+- Qdrant: the engine runs inside evalq's process (qdrant-edge), so its workers are
+  threads sharing the one shard: what they measure includes Python's share of the
+  process, and the result says ``in_process``.
+
+A worker answers a query vector with the documents' ids in rank order, so the load
+test can check every answer against the sequential search of the same query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from evalq.retrieve import pg_server
+
+
+class SearchWorker(Protocol):
+    """One client's search session."""
+
+    def search(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
+        """The ids of the ``depth`` nearest documents, best first; raises
+        :class:`WorkerTimeout` when the database gave up at the timeout."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ConcurrentIndex(Protocol):
+    """An index of a kind declared ``database=True`` (:class:`evalq.retrieve.kinds.KindSpec`)."""
+
+    in_process: bool  # the database runs inside evalq's process (its workers are threads)
+
+    def worker(self, timeout_s: float) -> SearchWorker: ...
+
+    def server_pid(self) -> int | None:
+        """The database server's process, sampled for CPU and memory (None: none here)."""
+        ...
+
+    def connections_left(self) -> int | None:
+        """How many more workers the database accepts now (None: no limit)."""
+        ...
+
+
+class WorkerTimeout(Exception):
+    """The database cancelled a search at the load test's timeout."""
+
+
+class PgvectorWorker:
+    """A connection of its own to the index's database, at the index's settings."""
+
+    def __init__(self, index: Any, timeout_s: float) -> None:
+        self.index = index
+        self.conn = pg_server.connect(index.db, index.where)
+        self._sql: dict[int, str] = {}
+        self._wanted = index.options.search_options()
+        try:
+            for statement in index.settings_sql(self._wanted):
+                self.conn.execute(statement)
+            self.conn.execute(f"SET statement_timeout = {max(1, int(timeout_s * 1000))}")
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def search(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
+        import psycopg
+
+        sql = self._sql.get(depth)
+        if sql is None:
+            sql = self._sql[depth] = self.index.query_sql(self._wanted, depth)
+        try:
+            rows = self.conn.execute(sql, {"q": vector}, prepare=True).fetchall()
+        except psycopg.errors.QueryCanceled as exc:
+            raise WorkerTimeout(str(exc)) from None
+        ids: tuple[str, ...] = self.index.doc_ids(r[0] for r in rows)
+        return ids
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+
+
+class SharedWorker:
+    """A thread's worker on an index every thread shares (Qdrant's in-process shard)."""
+
+    in_process = True
+
+    def __init__(self, nearest: Callable[[np.ndarray, int], tuple[str, ...]]) -> None:
+        self.search = nearest
+
+    def close(self) -> None:
+        return None
+
+
+def free_connections(conn: Any) -> int:
+    """How many more connections the server accepts now: ``max_connections`` less the
+    superuser-reserved ones and those open (this one included)."""
+    total, reserved, used = conn.execute(
+        "SELECT current_setting('max_connections')::int, "
+        "current_setting('superuser_reserved_connections')::int, "
+        "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+    ).fetchone()
+    return max(0, int(total) - int(reserved) - int(used))
