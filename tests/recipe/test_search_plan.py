@@ -62,6 +62,23 @@ def test_the_plan_states_the_grid_encodings_split_and_alpha(tmp_path: Path) -> N
     assert "exits 0 when it certifies a combination" in text
 
 
+def test_database_options_keep_their_tables_under_the_cache(tmp_path: Path) -> None:
+    """As a variant's index does: the next run of the grid reuses the tables and shards
+    (``--no-cache``: a temporary folder; a folder of the option's own: as given)."""
+    own = str(tmp_path / "mine")
+    grid = {"weights": ["fp32"], "vectors": [{"quantize": "none"}],
+            "index": [{"kind": "pgvector", "allow_root": True},
+                      {"kind": "qdrant"}, {"kind": "qdrant", "path": own,
+                                           "search_params": {"hnsw_ef": 8}}]}
+    path = _recipe(tmp_path, grid)
+    homes = [c.index for c in _plan(path).search.combinations]
+    vdb = tmp_path / "cache" / "vdb"
+    assert Path(homes[0].data_dir).parent == vdb
+    assert Path(homes[1].path).parent == vdb and homes[2].path == own
+    loose = [c.index for c in _plan(path, use_cache=False).search.combinations]
+    assert loose[0].data_dir is None and loose[1].path is None and loose[2].path == own
+
+
 def test_alpha_and_survivors_as_written(tmp_path: Path) -> None:
     plan = _plan(_recipe(tmp_path, {**SEARCH, "alpha": 0.05, "survivors": 5}))
     assert plan.search.alpha == 0.05 and plan.search.per_test_alpha == pytest.approx(0.01)

@@ -175,7 +175,8 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
                          for vp in variant_plans]
     _check_streamed(recipe, path, selected, problems)
     search = plan_search(recipe, variant_plans, problems, max_queries=max_queries,
-                         max_docs=max_docs, confirm_large=confirm_large)
+                         max_docs=max_docs, confirm_large=confirm_large,
+                         cache_dir=Path(recipe.cache_dir) if use_cache else None)
     check_datasets(recipe, path, problems)  # as the loader will parse them (validate = run)
     out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
 

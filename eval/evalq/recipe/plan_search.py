@@ -12,6 +12,7 @@ cost is dollars, and a grid no larger than ``max_combinations`` unless the run w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from evalq.core.errors import InputError
@@ -23,9 +24,11 @@ from evalq.recipe.plan_variants import Problems
 
 def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Problems, *,
                 max_queries: int | None, max_docs: int | None,
-                confirm_large: bool) -> SearchPlan | None:
+                confirm_large: bool, cache_dir: Path | None = None) -> SearchPlan | None:
     """The recipe's search resolved, its problems added to ``problems`` (None when the
-    recipe has no ``search:`` or it cannot be planned)."""
+    recipe has no ``search:`` or it cannot be planned). With ``cache_dir``, a database
+    index option without a folder of its own keeps its tables and shards under the cache
+    (:meth:`evalq.retrieve.kinds.KindOptions.with_home`), as a variant's index does."""
     section = recipe.search
     if section is None:
         return None
@@ -59,6 +62,9 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
     if len(problems.items) > before:
         return None
     docs = max_docs or recipe.max_docs
+    if cache_dir is not None and section.index:
+        section = section.model_copy(
+            update={"index": [o.with_home(cache_dir) for o in section.index]})
     return search_plan(section, recipe.stats.confidence, len(recipe.datasets),
                        queries + docs if queries and docs else None)
 
