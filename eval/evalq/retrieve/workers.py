@@ -11,7 +11,8 @@ of the load generator's schedule gets a worker from the index's ``worker()``:
   on first use, so a worker searches exactly as the run's sequential search did;
 - Qdrant: the engine runs inside evalq's process (qdrant-edge), so its workers are
   threads sharing the one shard: what they measure includes Python's share of the
-  process, and the result says ``in_process``.
+  process, and the result says ``in_process``. A Qdrant server (``url:``) is searched by
+  threads sharing one qdrant-client, whose HTTP connections are pooled.
 
 A worker answers a query vector with the documents' ids in rank order, so the load
 test can check every answer against the sequential search of the same query.
@@ -93,9 +94,8 @@ class PgvectorWorker:
 
 
 class SharedWorker:
-    """A thread's worker on an index every thread shares (Qdrant's in-process shard)."""
-
-    in_process = True
+    """A thread's worker on an index every thread shares: Qdrant's in-process shard, or
+    the one qdrant-client of a Qdrant server (its HTTP connections are pooled)."""
 
     def __init__(self, nearest: Callable[[np.ndarray, int], tuple[str, ...]]) -> None:
         self.search = nearest
