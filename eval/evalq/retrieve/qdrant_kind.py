@@ -33,24 +33,22 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError, MissingExtraError
-from evalq.core.ranking import Ranking
-from evalq.retrieve import folders, keyed, kinds, qdrant_server, workers
-from evalq.retrieve.kinds import Documents, Index, IndexProof, IndexStats, KindSpec, Queries
+from evalq.retrieve import folders, keyed, kinds, qdrant_server
+from evalq.retrieve.kinds import Documents, Index, IndexProof, IndexStats, KindSpec
 from evalq.retrieve.qdrant_options import (
     BUILD_OPTIONS,
-    LOWER_IS_BETTER,
     QdrantOptions,
     QuantizationConfig,
     SearchParams,
     edge_version,
     proof,
-    search_rows,
 )
+from evalq.retrieve.qdrant_search import PointsSearch, SearchedRows
 
 _UPSERT_BATCH = 1024  # points per upsert
 
 
-class QdrantIndex:
+class QdrantIndex(PointsSearch):
     """One Qdrant edge shard of one variant's vectors."""
 
     in_process = True  # the engine runs inside evalq
@@ -74,10 +72,8 @@ class QdrantIndex:
         self._lock: Any = None  # the key folder's lock, held while the shard is open
         self._ids: tuple[str, ...] = ()
         self._dim = 0
-        self._upsert_s = self._optimize_s = self._search_s = 0.0
-        self._queries = self._missing = 0
-        self._params = options.search_params
-        self._query_s = np.zeros(0, dtype=np.float64)
+        self._upsert_s = self._optimize_s = 0.0
+        self._init_search()
 
     def _config(self) -> Any:
         qe, o = self._qe, self.options
@@ -156,62 +152,24 @@ class QdrantIndex:
             self._shard.update(qe.UpdateOperation.upsert_points(points))
         self._upsert_s = time.perf_counter() - began
 
-    def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
-        if queries.vectors is None:
-            raise ValueError("a Qdrant shard is searched with query vectors; these have none")
-        qe = self._qe
-        wanted: SearchParams = params if params is not None else self.options.search_params
-        self._params = wanted
-        request_params = self._request_params(wanted)
+    def _ask(self, vector: list[float], depth: int, wanted: SearchParams) -> Any:
+        qe, quant = self._qe, wanted.quantization
+        params = qe.SearchParams(
+            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
+            quantization=None if quant is None else qe.QuantizationSearchParams(
+                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
+        return self._shard.search(qe.SearchRequest(query=qe.Query.Nearest(vector),
+                                                   limit=depth, params=params))
+
+    def _rows(self, vectors: np.ndarray, depth: int, wanted: SearchParams) -> SearchedRows:
         try:
-            rows = search_rows(
-                np.ascontiguousarray(queries.vectors, dtype=np.float32), depth,
-                self.options.distance, lambda vector: self._shard.search(qe.SearchRequest(
-                    query=qe.Query.Nearest(vector), limit=depth, params=request_params)))
+            return super()._rows(vectors, depth, wanted)
         except (RuntimeError, ValueError) as exc:
             raise InputError(message=f"Qdrant refused the search ({exc})",
                              field=f"{self.where}.search_params",
                              fix="use search_params Qdrant accepts") from None
         except Exception as exc:
             raise self._broken(exc) from None
-        self._query_s, self._search_s = rows.query_s, rows.seconds
-        self._queries, self._missing = len(rows.idx), rows.missing
-        return Ranking.from_search(queries.ids, self._ids, rows.idx, rows.scores)
-
-    def _request_params(self, wanted: SearchParams) -> Any:
-        quant, qe = wanted.quantization, self._qe
-        return qe.SearchParams(
-            hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
-            quantization=None if quant is None else qe.QuantizationSearchParams(
-                ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
-
-    def nearest(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
-        """One query at the options' ``search_params``: the documents' ids, best first
-        (a concurrent worker's search: :mod:`evalq.retrieve.workers`)."""
-        qe = self._qe
-        found = self._shard.search(qe.SearchRequest(
-            query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
-            limit=depth, params=self._request_params(self.options.search_params)))
-        sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
-        ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
-        return tuple(self._ids[int(p.id)] for p in ranked)
-
-    def server_pid(self) -> None:
-        return None  # in this process: no server of its own to sample
-
-    def connections_left(self) -> None:
-        """No limit: the shard is in this process (its workers are threads)."""
-        return None
-
-    def worker(self, timeout_s: float) -> workers.SharedWorker:
-        """A thread's worker on the one in-process shard (no timeout of its own)."""
-        return workers.SharedWorker(self.nearest)
-
-    def search_timed(self, queries: Queries, depth: int, params: Any
-                     ) -> tuple[Ranking, np.ndarray]:
-        """:meth:`search` at ``params``, with each query's seconds in Qdrant's engine."""
-        ranking = self.search(queries, depth, params)
-        return ranking, self._query_s.copy()
 
     def _broken(self, exc: Exception) -> Exception:
         """qdrant-edge's own service errors arrive as a bare ``Exception`` (a shard closed

@@ -11,14 +11,10 @@ on the indexing trap.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from evalq.core.options import StrictOptions
@@ -190,43 +186,6 @@ def edge_version() -> str | None:
         return version("qdrant-edge-py")
     except PackageNotFoundError:
         return None
-
-
-@dataclass(frozen=True)
-class SearchedRows:
-    """One search of many query vectors: document positions and scores, best first
-    (-1 / NaN where fewer than ``depth`` came back), and each query's seconds."""
-
-    idx: np.ndarray
-    scores: np.ndarray
-    query_s: np.ndarray
-    seconds: float
-
-    @property
-    def missing(self) -> int:
-        return int((self.idx < 0).sum())
-
-
-def search_rows(vectors: np.ndarray, depth: int, distance: str,
-                ask: Callable[[list[float]], Iterable[Any]]) -> SearchedRows:
-    """Each query vector asked in turn (``ask``: one query's points, each with ``id``
-    and ``score``; the in-process shard and a server answer alike), timed per query;
-    distances (Euclid, Manhattan) are turned into scores, higher better."""
-    idx = np.full((len(vectors), depth), -1, dtype=np.int64)
-    scores = np.full((len(vectors), depth), np.nan, dtype=np.float64)
-    sign = -1.0 if distance in LOWER_IS_BETTER else 1.0
-    query_s = np.zeros(len(vectors), dtype=np.float64)
-    began = time.perf_counter()
-    for row, vector in enumerate(vectors):
-        asked = time.perf_counter()
-        found = ask(vector.tolist())
-        query_s[row] = time.perf_counter() - asked
-        for col, point in enumerate(found):
-            idx[row, col], scores[row, col] = int(point.id), sign * point.score
-    seconds = time.perf_counter() - began
-    order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
-    return SearchedRows(np.take_along_axis(idx, order, 1),
-                        np.take_along_axis(scores, order, 1), query_s, seconds)
 
 
 def check_server(url: str, api_key_env: str | None) -> None:

@@ -33,20 +33,18 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError
-from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, workers
-from evalq.retrieve.kinds import Documents, IndexProof, IndexStats, Queries
+from evalq.retrieve import keyed
+from evalq.retrieve.kinds import Documents, IndexProof, IndexStats
 from evalq.retrieve.qdrant_connection import QdrantConnection
 from evalq.retrieve.qdrant_options import (
     BUILD_OPTIONS,
     DEFAULT_INDEX_WAIT_S,
-    LOWER_IS_BETTER,
     QdrantOptions,
     QuantizationConfig,
     SearchParams,
     proof,
-    search_rows,
 )
+from evalq.retrieve.qdrant_search import PointsSearch
 
 _UPSERT_BATCH = 512  # points per upsert request (a few MB of JSON at 384 dimensions)
 _RETRIEVE_BATCH = 8192  # ids asked per request when looking for an interrupted upload
@@ -54,8 +52,10 @@ _POLL_S = 0.2  # between two reads of the collection's indexing state
 KEY_FIELD = "evalq_key"  # the collection metadata's field holding the vectors' key
 
 
-class QdrantServerIndex:
+class QdrantServerIndex(PointsSearch):
     """One collection of one variant's vectors on a Qdrant server."""
+
+    in_process = False  # a server of its own (evalq load samples no process for it)
 
     def __init__(self, options: QdrantOptions, where: str) -> None:
         self.options, self.where = options, where
@@ -70,10 +70,8 @@ class QdrantServerIndex:
         self.cache: keyed.CacheUse | None = None
         self._ids: tuple[str, ...] = ()
         self._dim = 0
-        self._upsert_s = self._index_s = self._search_s = 0.0
-        self._queries = self._missing = 0
-        self._params = options.search_params
-        self._query_s = np.zeros(0, dtype=np.float64)
+        self._upsert_s = self._index_s = 0.0
+        self._init_search()
 
     # -- building ---------------------------------------------------------------------
     def add(self, docs: Documents) -> None:
@@ -206,59 +204,15 @@ class QdrantServerIndex:
             time.sleep(_POLL_S)
 
     # -- searching --------------------------------------------------------------------
-    in_process = False  # a server of its own (evalq load samples no process for it)
-
-    def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
-        if queries.vectors is None:
-            raise ValueError("a Qdrant collection is searched with query vectors; these "
-                             "have none")
-        wanted: SearchParams = params if params is not None else self.options.search_params
-        self._params = wanted
-        request = self._request(wanted)
-        rows = search_rows(np.ascontiguousarray(queries.vectors, dtype=np.float32), depth,
-                           self.options.distance, lambda vector: self._points(
-                               vector, depth, request))
-        self._query_s, self._search_s = rows.query_s, rows.seconds
-        self._queries, self._missing = len(rows.idx), rows.missing
-        return Ranking.from_search(queries.ids, self._ids, rows.idx, rows.scores)
-
-    def _request(self, wanted: SearchParams) -> Any:
+    def _ask(self, vector: list[float], depth: int, wanted: SearchParams) -> Any:
         m, quant = self._qc.models, wanted.quantization
-        return m.SearchParams(
+        request = m.SearchParams(
             hnsw_ef=wanted.hnsw_ef, exact=wanted.exact,
             quantization=None if quant is None else m.QuantizationSearchParams(
                 ignore=quant.ignore, rescore=quant.rescore, oversampling=quant.oversampling))
-
-    def _points(self, vector: list[float], depth: int, request: Any) -> Any:
         return self._call("search_params", self._client.query_points, self.collection,
                           query=vector, limit=depth, search_params=request,
                           with_payload=False, with_vectors=False).points
-
-    def nearest(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
-        """One query at the options' ``search_params``: the documents' ids, best first
-        (a concurrent worker's search under ``evalq load``: :mod:`evalq.retrieve.workers`)."""
-        found = self._points(np.asarray(vector, dtype=np.float32).tolist(), depth,
-                             self._request(self.options.search_params))
-        sign = -1.0 if self.options.distance in LOWER_IS_BETTER else 1.0
-        ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
-        return tuple(self._ids[int(p.id)] for p in ranked)
-
-    def server_pid(self) -> None:
-        return None  # another machine's process: nothing here to sample
-
-    def connections_left(self) -> None:
-        """No limit evalq can read: the server's HTTP client pools its connections."""
-        return None
-
-    def worker(self, timeout_s: float) -> workers.SharedWorker:
-        """A thread's worker on the one client (httpx pools connections per thread)."""
-        return workers.SharedWorker(self.nearest)
-
-    def search_timed(self, queries: Queries, depth: int, params: Any
-                     ) -> tuple[Ranking, np.ndarray]:
-        """:meth:`search` at ``params``, with each query's seconds (its round trip)."""
-        ranking = self.search(queries, depth, params)
-        return ranking, self._query_s.copy()
 
     # -- reporting --------------------------------------------------------------------
     def _info(self) -> dict[str, Any]:
