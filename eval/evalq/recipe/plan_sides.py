@@ -22,6 +22,7 @@ import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.data.manifest import load_datasets
+from evalq.data.vectorfiles import read_ids, read_parquet
 from evalq.engines.modelinfo import embedding_dim
 from evalq.plan.sides import REFERENCE, SidePlan, StoredVectors, VectorFile
 from evalq.plan.types import VariantPlan
@@ -251,7 +252,7 @@ def _npy_header(where: Path, file: VectorFile, base: Path) -> tuple[list[str], i
                          fix="add ids: <file with one document id per line, in row order>")
     try:
         array = np.load(where, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise InputError(message=f"vector file {where} is not a readable .npy array ({exc})",
                          fix="save it with numpy.save(path, vectors.astype('float32'))") \
             from None
@@ -263,7 +264,7 @@ def _npy_header(where: Path, file: VectorFile, base: Path) -> tuple[list[str], i
     if not ids_path.is_file():
         raise InputError(message=f"ids file {ids_path} does not exist",
                          fix="fix documents.ids (one document id per line, in row order)")
-    ids = ids_path.read_text(encoding="utf-8").splitlines()
+    ids = read_ids(ids_path)
     if len(ids) != array.shape[0]:
         raise InputError(message=f"vector file {where} has {array.shape[0]} rows but "
                          f"{ids_path} has {len(ids)} ids",
@@ -272,13 +273,7 @@ def _npy_header(where: Path, file: VectorFile, base: Path) -> tuple[list[str], i
 
 
 def _parquet_header(where: Path, file: VectorFile) -> tuple[list[str], int]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise InputError(message=f"vector file {where} is parquet, and pyarrow is not "
-                         "installed", fix="pip install pyarrow, or save the vectors as "
-                         ".npy with an ids file") from None
-    table = pq.read_table(where, columns=None)
+    table = read_parquet(where)
     for column in (file.id_column, file.vector_column):
         if column not in table.column_names:
             raise InputError(message=f"vector file {where} has no column '{column}' "
