@@ -61,7 +61,7 @@ class SplitOptions(StrictOptions):
     """``search.split``: the share of queries that explores, and the split's seed."""
 
     explore: float = Field(default=0.5, gt=0, lt=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's generators refuse a negative seed
 
 
 class SearchSection(StrictOptions):

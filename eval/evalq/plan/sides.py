@@ -45,7 +45,7 @@ class ProbeOptions(StrictOptions):
     texts: int = Field(default=16, ge=1)
     min_cosine: float = Field(default=0.999, ge=-1, le=1, allow_inf_nan=False)
     norm_tolerance: float = Field(default=0.01, ge=0, allow_inf_nan=False)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's generators refuse a negative seed
 
 
 class PgvectorVectors(StrictOptions):

@@ -1,0 +1,65 @@
+"""Fault class "a search grid or a keep-index variant written wrong" (issue 32): `search:`
+(docs/search.md) and `documents:` (docs/keep-index.md) tried as a hostile user would.
+Each case is refused by `evalq plan`, before any model loads, with exit 2 naming the field
+and the fix; before these fixes each ended in exit 3 after the run, or planned a run whose
+result files overwrite each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from faultkit import no_traceback, recipe_data, run_cli
+
+from support import recipes
+
+SEARCH = {"weights": ["fp32"], "vectors": [{"quantize": "none"}, {"quantize": "int8"}]}
+
+
+def _stored(folder: Path) -> dict[str, Any]:
+    """A vector file for beir-tiny's 8 documents (its contents are the run's probe's
+    business, not the plan's)."""
+    np.save(folder / "v.npy", np.ones((8, 384), dtype=np.float32))
+    (folder / "ids.txt").write_text("\n".join(["d1", "d2", "d3", "d4", "d5", "d6", "7",
+                                               "d8"]))
+    return {"path": "v.npy", "ids": "ids.txt"}
+
+
+def _write(folder: Path, edit: Any) -> Path:
+    data = recipe_data(folder)
+    data.update(max_queries=40, search={k: list(v) for k, v in SEARCH.items()})
+    edit(data, folder)
+    return recipes.write(folder / "recipe.yaml", data)
+
+
+def _split_seed(data: dict[str, Any], folder: Path) -> None:
+    data["search"]["split"] = {"seed": -1}
+
+
+def _stats_seed(data: dict[str, Any], folder: Path) -> None:
+    data["stats"]["seed"] = -1
+
+
+def _probe_seed(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    data["candidates"] = [{"name": "kept", "documents": {**_stored(folder),
+                                                         "probe": {"seed": -1}}}]
+
+
+SEEDS = {"search.split.seed": _split_seed, "stats.seed": _stats_seed,
+         "candidates.0.documents": _probe_seed}
+
+
+@pytest.mark.parametrize("field", list(SEEDS))
+def test_a_negative_seed_is_refused_by_the_plan(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                field: str) -> None:
+    """numpy's generators refuse a negative seed: it was exit 3 ('expected non-negative
+    integer'), at plan time for the split, after the whole run for the others."""
+    path = _write(tmp_path, SEEDS[field])
+    outcome = run_cli(capsys, "plan", str(path))
+    assert outcome.code == 2, outcome.err
+    assert no_traceback(outcome.err)
+    assert field in outcome.err and "greater than or equal to 0" in outcome.err, outcome.err
