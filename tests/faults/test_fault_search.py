@@ -63,3 +63,47 @@ def test_a_negative_seed_is_refused_by_the_plan(tmp_path: Path,
     assert outcome.code == 2, outcome.err
     assert no_traceback(outcome.err)
     assert field in outcome.err and "greater than or equal to 0" in outcome.err, outcome.err
+
+
+def _named_like_a_combination(data: dict[str, Any], folder: Path) -> None:
+    data["candidates"].append({"name": "s.fp32.int8.full"})
+
+
+def _index_repeated(data: dict[str, Any], folder: Path) -> None:
+    data["search"]["index"] = [{"kind": "faiss", "factory": "HNSW32"},
+                               {"kind": "faiss", "factory": "HNSW32"}]
+
+
+COLLISIONS = {
+    "a candidate named like a combination": (_named_like_a_combination,
+                                             ["candidates.1.name", "s.fp32.int8.full"]),
+    "an index option twice": (_index_repeated, ["search", "repeats option 1"]),
+}
+
+
+@pytest.mark.parametrize("case", list(COLLISIONS))
+def test_two_things_of_one_name_are_refused(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str],
+                                            case: str) -> None:
+    """A combination's run and per-query files are named after it: a variant of the same
+    name, or a second identical index option, was planned and its files overwritten."""
+    edit, expected = COLLISIONS[case]
+    outcome = run_cli(capsys, "plan", str(_write(tmp_path, edit)))
+    assert outcome.code == 2, outcome.err
+    for text in expected:
+        assert text in outcome.err, outcome.err
+
+
+def test_index_options_that_share_a_label_get_distinct_names() -> None:
+    """One factory searched at two nprobe (and factories that differ only in punctuation)
+    made one label, so two combinations wrote one file; unique labels stay as they were."""
+    from evalq.plan.search import SearchSection, build_grid
+
+    section = SearchSection.model_validate({
+        "weights": ["fp32"], "index": [
+            {"kind": "faiss", "factory": "IVF4,Flat", "search": {"nprobe": 1}},
+            {"kind": "faiss", "factory": "IVF4,Flat", "search": {"nprobe": 4}},
+            {"kind": "faiss", "factory": "HNSW32"}]})
+    names = [c.name for c in build_grid(section)[0]]
+    assert len(set(names)) == len(names) == 3, names
+    assert "s.fp32.none.full.faiss-HNSW32" in names

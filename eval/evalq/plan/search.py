@@ -99,6 +99,11 @@ class SearchSection(StrictOptions):
             if repeated:
                 raise ValueError(f"search.{axis} repeats {', '.join(repeated)}: each value "
                                  "once")
+        options = [o.model_dump() for o in self.index or []]
+        repeated_at = [i for i, o in enumerate(options) if o in options[:i]]
+        if repeated_at:
+            raise ValueError(f"search.index repeats option {repeated_at[0]} "
+                             f"({options[repeated_at[0]]}): each value once")
         return self
 
 
@@ -127,6 +132,17 @@ def index_label(options: KindOptions, i: int) -> str:
     factory = getattr(options, "factory", None)
     text = options.kind + (f"-{factory}" if isinstance(factory, str) else f"-{i}")
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
+
+
+def index_labels(options: list[KindOptions]) -> list[str]:
+    """:func:`index_label` of each value, made distinct: two FAISS options with one
+    factory (searched at two ``nprobe``) or factories that differ only in punctuation
+    would share a name, and so one run and per-query file that the second overwrites.
+    A label that repeats gets its position appended; a unique one is kept as it was, so
+    results folders written before read back under the same names."""
+    labels = [index_label(o, i) for i, o in enumerate(options)]
+    return [label if labels.count(label) == 1 else f"{label}-{i}"
+            for i, label in enumerate(labels)]
 
 
 @dataclass(frozen=True)
@@ -215,8 +231,9 @@ def build_grid(section: SearchSection) -> tuple[tuple[Combination, ...], int]:
     indexes: list[tuple[KindOptions | None, str | None]] = [(None, None)]
     if section.index:
         indexes = [(None if o.kind == EXACT_KIND else o,
-                     None if o.kind == EXACT_KIND else index_label(o, i))
-                    for i, o in enumerate(section.index)]
+                     None if o.kind == EXACT_KIND else label)
+                    for o, label in zip(section.index, index_labels(section.index),
+                                        strict=True)]
     out, skipped = [], 0
     for weights in section.weights:
         for vectors in section.vectors:
