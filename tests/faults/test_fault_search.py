@@ -107,3 +107,14 @@ def test_index_options_that_share_a_label_get_distinct_names() -> None:
     names = [c.name for c in build_grid(section)[0]]
     assert len(set(names)) == len(names) == 3, names
     assert "s.fp32.none.full.faiss-HNSW32" in names
+
+
+def test_a_point_of_undefined_quality_is_on_no_frontier() -> None:
+    """`evalq gate` on a search whose combination has a NaN per-query value (a broken
+    query) drew it as optimal (frontier ✓, quality nan): no comparison with NaN is true,
+    so nothing dominated it. Its gates fail; the frontier must not offer it either."""
+    from evalq.decide.search import Point, pareto_frontier
+
+    points = [Point("cheap", 1.0, 0.90), Point("broken", 2.0, float("nan")),
+              Point("dear", 3.0, 0.95), Point("worse", 3.0, 0.80)]
+    assert pareto_frontier(points) == ["cheap", "dear"]
