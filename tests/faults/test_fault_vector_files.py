@@ -47,12 +47,21 @@ def _parquet_bytes(data: bytes) -> object:
     return make
 
 
+def _qdrant(collection: str | None) -> object:
+    def make(folder: Path) -> dict[str, object]:
+        (folder / "shard").mkdir()
+        return {"qdrant": {"path": "shard", "collection": collection}}
+    return make
+
+
 CASES = {
     "empty .npy": (_empty_npy, ["v.npy", "not a readable .npy"]),
     "ids file not UTF-8": (_binary_ids, ["ids.txt", "not UTF-8"]),
     "parquet of another format": (_parquet_bytes(b"PAR1 not parquet"),
                                   ["v.parquet", "not a readable parquet"]),
     "empty parquet": (_parquet_bytes(b""), ["v.parquet", "not a readable parquet"]),
+    "an empty folder as a Qdrant shard": (_qdrant(None), ["no Qdrant shard", "shard"]),
+    "a Qdrant collection out of its path": (_qdrant("../.."), ["collection"]),
 }
 
 
@@ -68,6 +77,8 @@ def test_plan_names_the_broken_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "candidates.0.documents" in outcome.err
     for text in expected:
         assert text in outcome.err, outcome.err
+    # nothing was written outside the recipe's folder (Qdrant makes segments/ where it opens)
+    assert not (tmp_path.parent / "segments").exists()
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])

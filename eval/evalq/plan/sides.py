@@ -66,7 +66,9 @@ class QdrantVectors(StrictOptions):
     document id)."""
 
     path: str = Field(min_length=1)
-    collection: str | None = Field(default=None, min_length=1)
+    # a folder name under path, never a way out of it (`../..` opened, and wrote into,
+    # a folder the recipe did not name)
+    collection: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
     id_payload: str | None = "id"
 
 
