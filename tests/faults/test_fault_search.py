@@ -118,3 +118,42 @@ def test_a_point_of_undefined_quality_is_on_no_frontier() -> None:
     points = [Point("cheap", 1.0, 0.90), Point("broken", 2.0, float("nan")),
               Point("dear", 3.0, 0.95), Point("worse", 3.0, 0.80)]
     assert pareto_frontier(points) == ["cheap", "dear"]
+
+
+def _dims_true(data: dict[str, Any], folder: Path) -> None:
+    data["search"]["dims"] = [True]
+
+
+def _survivors_true(data: dict[str, Any], folder: Path) -> None:
+    data["search"]["survivors"] = True
+
+
+def _variant_dims_true(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    data["candidates"] = [{"name": "narrow", "vectors": {"dims": True}}]
+
+
+BOOLS = {"search.dims.0": _dims_true, "search.survivors": _survivors_true,
+         "candidates.0.vectors.dims": _variant_dims_true}
+
+
+@pytest.mark.parametrize("field", list(BOOLS))
+def test_true_is_not_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             field: str) -> None:
+    """`dims: [true]` planned a search at width 1 (YAML's true read as the integer 1)."""
+    outcome = run_cli(capsys, "plan", str(_write(tmp_path, BOOLS[field])))
+    assert outcome.code == 2, outcome.err
+    assert field in outcome.err, outcome.err
+
+
+def test_the_printed_per_test_alpha_is_the_family_the_grid_allows() -> None:
+    """`survivors: 1000000` over 4 combinations printed a per-test alpha of 2.5e-08, while
+    Holm decides a family of at most 4 (at 0.025 / 4)."""
+    from evalq.plan.search import SearchSection, search_plan
+
+    section = SearchSection.model_validate({**SEARCH, "dims": [384, 128],
+                                            "survivors": 1_000_000})
+    plan = search_plan(section, confidence=0.95, datasets=1)
+    assert len(plan.combinations) == 4
+    assert plan.per_test_alpha == pytest.approx(0.025 / 4)
+    assert "Holm over at most 4 survivors" in "\n".join(plan.describe())

@@ -72,7 +72,9 @@ class SearchSection(StrictOptions):
     vectors: list[VectorChoice] = Field(default_factory=lambda: [VectorChoice()],
                                         min_length=1)
     # Matryoshka widths (truncated, then renormalized); left out: the model's width
-    dims: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
+    # strict: `true` is not the width 1, nor "256" a width (a quoted number is a slip)
+    dims: list[Annotated[int, Field(ge=1, strict=True)]] | None = Field(default=None,
+                                                                      min_length=1)
     # index kinds' options (a registered kind that indexes vectors); left out: exact
     index: list[SerializeAsAny[KindOptions]] | None = Field(default=None, min_length=1)
     cost: SearchCost = "index_bytes"
@@ -166,8 +168,14 @@ class SearchPlan:
 
     @property
     def per_test_alpha(self) -> float:
-        """Holm's first round: every survivor decided at alpha / family size."""
-        return self.alpha / self.section.survivors
+        """Holm's first round: every survivor decided at alpha / family size (at most the
+        grid's size: `survivors: 1000` over 8 combinations is a family of 8 at most)."""
+        return self.alpha / self.family
+
+    @property
+    def family(self) -> int:
+        """The confirm family's largest size: ``survivors``, or the grid when smaller."""
+        return min(self.section.survivors, len(self.combinations))
 
     def of_weights(self, weights: str) -> tuple[Combination, ...]:
         return tuple(c for c in self.combinations if c.weights == weights)
@@ -207,7 +215,7 @@ class SearchPlan:
                   f"of the queries, seed {s.split.seed}; cost: {s.cost} (lower is cheaper"
                   + ("; throughput is costed as its inverse" if s.cost.endswith("_per_s")
                      else "") + ")",
-                  f"  error control: Holm over at most {s.survivors} survivors, family-wise "
+                  f"  error control: Holm over at most {self.family} survivors, family-wise "
                   f"one-sided alpha {self.alpha:g}, per-test alpha {self.per_test_alpha:.4g} "
                   "at the first round"]
         return lines
