@@ -157,3 +157,15 @@ def test_the_printed_per_test_alpha_is_the_family_the_grid_allows() -> None:
     assert len(plan.combinations) == 4
     assert plan.per_test_alpha == pytest.approx(0.025 / 4)
     assert "Holm over at most 4 survivors" in "\n".join(plan.describe())
+
+
+def test_a_huge_grid_plans_in_a_readable_line() -> None:
+    """A grid of 384 widths printed all 384 on one line of the plan (and 1,000 precisions
+    as many): the line now names the count, the first values and the last."""
+    from evalq.plan.search import SearchSection, search_plan
+
+    section = SearchSection.model_validate({"weights": ["fp32"],
+                                            "dims": list(range(1, 385))})
+    first = search_plan(section, confidence=0.95, datasets=1).describe()[0]
+    assert "384 combinations" in first and "384 dims (1, 2, 3, 4, 5, 6, …" in first
+    assert len(first) < 200, first

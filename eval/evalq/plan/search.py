@@ -191,10 +191,10 @@ class SearchPlan:
     def describe(self) -> list[str]:
         """The plan printout's lines for the search."""
         s = self.section
-        axes = [f"{len(s.weights)} weights ({', '.join(s.weights)})",
-                f"{len(s.vectors)} vectors ({', '.join(v.label for v in s.vectors)})",
+        axes = [f"{len(s.weights)} weights ({_some(s.weights)})",
+                f"{len(s.vectors)} vectors ({_some([v.label for v in s.vectors])})",
                 f"{len(s.dims or [None])} dims ("
-                + (", ".join(map(str, s.dims)) if s.dims else "the model's width") + ")"]
+                + (_some([str(d) for d in s.dims]) if s.dims else "the model's width") + ")"]
         if s.index:
             axes.append(f"{len(s.index)} index options")
         lines = [f"search: {len(self.combinations)} combinations = " + " × ".join(axes)
@@ -219,6 +219,14 @@ class SearchPlan:
                   f"one-sided alpha {self.alpha:g}, per-test alpha {self.per_test_alpha:.4g} "
                   "at the first round"]
         return lines
+
+
+def _some(values: list[str], shown: int = 8) -> str:
+    """An axis's values for the plan's one line: a grid of 384 widths × 1,000 precisions
+    printed every value, a line of thousands of characters."""
+    if len(values) <= shown:
+        return ", ".join(values)
+    return ", ".join(values[:shown - 2]) + f", … ({len(values) - shown + 1} more), " + values[-1]
 
 
 def search_plan(section: SearchSection, confidence: float, datasets: int,
