@@ -47,3 +47,19 @@ def test_a_rerun_keeps_the_grid_and_sweeps_only_what_left_it(
     assert narrower.code in (0, 1), narrower.err
     assert "no longer in the recipe" in narrower.err
     assert _combination_files(tmp_path / "out") == {n for n in grid if ".384." in n}
+
+
+def test_gate_on_an_edited_split_names_the_manifest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`evalq gate` re-decides a search with the recipe its manifest stores; a split
+    edited there to leave too few confirm queries was refused naming only the field."""
+    import json
+
+    assert run_cli(capsys, "run", str(_recipe(tmp_path, [384]))).code in (0, 1)
+    manifest = tmp_path / "out" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["recipe"]["search"]["split"]["explore"] = 0.9
+    manifest.write_text(json.dumps(data))
+    outcome = run_cli(capsys, "gate", str(tmp_path / "out"))
+    assert outcome.code == 2, outcome.err
+    assert str(manifest) in outcome.err and "search.split" in outcome.err, outcome.err
