@@ -74,10 +74,17 @@ def _index_repeated(data: dict[str, Any], folder: Path) -> None:
                                {"kind": "faiss", "factory": "HNSW32"}]
 
 
+def _index_swept(data: dict[str, Any], folder: Path) -> None:
+    data["search"]["index"] = [{"kind": "faiss", "factory": "IVF4,Flat",
+                                "sweep": {"nprobe": [1, 2]}}]
+
+
 COLLISIONS = {
     "a candidate named like a combination": (_named_like_a_combination,
                                              ["candidates.1.name", "s.fp32.int8.full"]),
     "an index option twice": (_index_repeated, ["search", "repeats option 1"]),
+    # not a collision: the grid kept one point of it and dropped the sweep without a word
+    "an index option with a sweep": (_index_swept, ["search", "option 0 has a sweep"]),
 }
 
 

@@ -101,6 +101,11 @@ class SearchSection(StrictOptions):
             if repeated:
                 raise ValueError(f"search.{axis} repeats {', '.join(repeated)}: each value "
                                  "once")
+        swept = [i for i, o in enumerate(self.index or []) if getattr(o, "sweep", None)]
+        if swept:  # the search derived one point per option and dropped the sweep silently
+            raise ValueError(f"search.index option {swept[0]} has a sweep; a search's index "
+                             "option is one point of the grid: list each swept value as an "
+                             "index option of its own (or sweep it in a candidate)")
         options = [o.model_dump() for o in self.index or []]
         repeated_at = [i for i, o in enumerate(options) if o in options[:i]]
         if repeated_at:
