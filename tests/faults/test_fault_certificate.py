@@ -84,3 +84,16 @@ def test_nan_vectors_from_a_deployment_do_not_match() -> None:
                     {"normalize": False}, 1e-4)
     assert not found.matched
     assert any("NaN" in cause for cause in found.causes), found.causes
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://127.0.0.1:8000/v1", "http://"])
+def test_verify_refuses_a_url_that_is_not_one(tmp_path: Path, url: str) -> None:
+    """`--url 'not a url'` built the model, then retried four times before failing with
+    'cannot reach not a url/v1/embeddings'; it is refused before anything loads."""
+    from evalq.app.verify_command import verify_command
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CERT))
+    with pytest.raises(InputError) as caught:
+        verify_command(path, url=url)
+    assert caught.value.field == "--url" and "http(s)" in caught.value.message

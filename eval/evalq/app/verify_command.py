@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -57,6 +58,11 @@ def verify_command(certificate: Path, *, url: str | None = None,
                    model: str | None = None) -> int:
     """0 when this machine's engine (or the endpoint at ``url``) reproduces the
     certificate, 1 (naming the causes it can tell) when it does not."""
+    if url is not None:  # checked before anything loads ('not a url' was retried 4 times)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(message=f"{url!r} is not an http(s) URL", field="--url",
+                             fix="pass the endpoint's base, e.g. --url http://127.0.0.1:8000/v1")
     cert = read_certificate(certificate)
     _, plan_for = stored_plans(cert["recipe"], Path(str(cert.get("recipe_file") or "")),
                                Path(certificate))
