@@ -46,3 +46,15 @@ def test_search_calibration_prints_and_writes_json(
     rates = json.loads(out.read_text())["rates"]
     assert {r["procedure"] for r in rates} == {"search", "split without correction", "naive"}
     assert all(r["configurations"] == 6 and r["searches"] >= 50 for r in rates)
+
+
+@pytest.mark.parametrize("argv", [["--searches", "1000000000000"], ["--trials", "10"]])
+def test_searches_past_any_use_and_trials_are_refused(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        argv: list[str]) -> None:
+    """`--searches 10**12` ended in 'out of memory. Fix: lower max_docs / resamples', knobs
+    calibrate does not have; `--trials` with `--search` was silently ignored (issue 32)."""
+    monkeypatch.setattr(evalq.execute.calibrate, "simulate_search", _never)
+    result = run_cli(capsys, "calibrate", "--search", *argv)
+    assert result.code == 2 and no_traceback(result.err), result.err
+    assert argv[0] in result.err, result.err

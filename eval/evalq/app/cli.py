@@ -305,7 +305,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _add_calibrate(cal: argparse.ArgumentParser) -> None:
     cal.add_argument("results", type=Path, nargs="?", help="results folder (optional)")
-    cal.add_argument("--trials", type=int, default=2000)
+    cal.add_argument("--trials", type=int, default=None,
+                     help="simulated trials per population (default 2000; not with --search)")
     cal.add_argument("--json", type=Path, help="also write the table as JSON")
     cal.add_argument("--search", action="store_true",
                      help="simulate the grid search's family-wise false-pass rate instead")
@@ -322,10 +323,16 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise InputError(message="--search simulates synthetic grids; it reads no "
                              "results folder", field="RESULTS_DIR",
                              fix="run 'evalq calibrate --search' without a folder")
+        if args.trials is not None:  # it was silently ignored
+            raise InputError(message="--trials sets the gate calibration's trials; --search "
+                             "simulates searches", field="--trials",
+                             fix=f"use --searches {args.trials} with --search, or drop --search")
         print(search_calibration_report(searches=args.searches, json_path=args.json))
         return EXIT_OK
     sections = stored_sections_of(args.results) if args.results is not None else None
-    print(calibrate_report(args.results, sections, trials=args.trials, json_path=args.json))
+    print(calibrate_report(args.results, sections,
+                           trials=2000 if args.trials is None else args.trials,
+                           json_path=args.json))
     return EXIT_OK
 
 

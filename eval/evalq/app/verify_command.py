@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from pydantic import ValidationError
+
+from evalq.core.errors import InputError
 from evalq.execute.certify import PlanFor, certify, read_certificate, verify
 from evalq.plan.types import Plan
 from evalq.plan.variant import SearchedVariant
@@ -14,10 +18,20 @@ from evalq.recipe.schema import Recipe
 from evalq.results.folder import RunFolder
 
 
-def stored_plans(stored: Any, recipe_file: Path) -> tuple[dict[str, SearchedVariant], PlanFor]:
-    """The variants of a recipe a results folder or a certificate stores, and a planner
-    for one of them at a time (without the cache), which certify and verify take."""
-    recipe = Recipe.model_validate(stored)
+def stored_plans(stored: Any, recipe_file: Path, source: Path | None = None
+                 ) -> tuple[dict[str, SearchedVariant], PlanFor]:
+    """The variants of a recipe a results folder or a certificate (``source``) stores,
+    and a planner for one of them at a time (without the cache), which certify and
+    verify take."""
+    try:
+        recipe = Recipe.model_validate(stored)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "recipe"
+        raise InputError(message=f"the recipe stored here is invalid: {field}: "
+                         f"{first['msg']}", file=source, field="recipe",
+                         fix="pass a file evalq wrote, unedited (certify the results "
+                         "folder again)") from None
 
     def plan_for(name: str) -> Plan:
         return build_plan(recipe, recipe_file, use_cache=False, only=[name])
@@ -28,7 +42,8 @@ def stored_plans(stored: Any, recipe_file: Path) -> tuple[dict[str, SearchedVari
 def certify_command(results: Path, *, probe: int = 32) -> int:
     manifest = RunFolder(results).read_manifest_data()
     variants, plan_for = stored_plans(manifest["recipe"],
-                                      Path(str(manifest.get("recipe_file") or "")))
+                                      Path(str(manifest.get("recipe_file") or "")),
+                                      results / "manifest.json")
     written, notes = certify(results, variants, plan_for, probe=probe)
     for note in notes:
         print(f"note: {note}")
@@ -43,8 +58,14 @@ def verify_command(certificate: Path, *, url: str | None = None,
                    model: str | None = None) -> int:
     """0 when this machine's engine (or the endpoint at ``url``) reproduces the
     certificate, 1 (naming the causes it can tell) when it does not."""
+    if url is not None:  # checked before anything loads ('not a url' was retried 4 times)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(message=f"{url!r} is not an http(s) URL", field="--url",
+                             fix="pass the endpoint's base, e.g. --url http://127.0.0.1:8000/v1")
     cert = read_certificate(certificate)
-    _, plan_for = stored_plans(cert["recipe"], Path(cert["recipe_file"]))
+    _, plan_for = stored_plans(cert["recipe"], Path(str(cert.get("recipe_file") or "")),
+                               Path(certificate))
     found = verify(cert, plan_for(cert["variant"]), url=url, model=model)
     print(f"{found.variant}: min cosine {found.min_cosine:.7f} against the certified "
           f"vectors, tolerance 1 - cosine <= {found.tolerance:.2e}")

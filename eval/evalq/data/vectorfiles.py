@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def read_rows(path: Path, ids_path: Path | None, wanted: Sequence[str], *,
             raise InputError(message=f"vector file {path} has no ids file",
                              fix=f"add {what}.ids: <file with one id per line>")
         vectors = np.load(path, mmap_mode="r", allow_pickle=False)
-        ids = ids_path.read_text(encoding="utf-8").splitlines()
+        ids = read_ids(ids_path)
     row_of = {doc: i for i, doc in enumerate(ids)}
     missing = [doc for doc in wanted if doc not in row_of]
     if missing:
@@ -43,17 +44,68 @@ def read_rows(path: Path, ids_path: Path | None, wanted: Sequence[str], *,
                          fix=f"embed all the dataset's {what}, or lower "
                          f"max_{'docs' if what == 'documents' else 'queries'}")
     rows = np.fromiter((row_of[doc] for doc in wanted), dtype=np.int64, count=len(wanted))
-    return np.asarray(vectors[rows], dtype=np.float32)
+    picked = np.asarray(vectors[rows], dtype=np.float32)
+    _check_finite(picked, wanted, path, what)
+    return picked
+
+
+def read_ids(ids_path: Path) -> list[str]:
+    """A vector file's ids, one a line in row order; a file that is not UTF-8 text (a
+    binary file named by mistake) is bad input, not a crash."""
+    try:
+        return ids_path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(message=f"ids file {ids_path} is not UTF-8 text ({exc.reason} at "
+                         f"byte {exc.start})",
+                         fix="write the ids as UTF-8 text, one id per line, in the vector "
+                         "file's row order") from None
+
+
+def _check_finite(vectors: np.ndarray, wanted: Sequence[str], path: Path, what: str
+                  ) -> None:
+    """A NaN or infinite row is refused: FAISS and the quantizers give it no score, so its
+    document silently leaves every ranking (a query's, every result), and a float16 file
+    overflows to inf above 65504 (why: the probe samples only a few rows, so it cannot be
+    what finds them)."""
+    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if bad.size:
+        raise InputError(message=f"vector file {path} has {bad.size} rows with NaN or "
+                         f"infinite values, e.g. {what} "
+                         f"{', '.join(str(wanted[i]) for i in bad[:3])}",
+                         fix=f"re-embed those {what} (or drop them from the dataset); "
+                         "every row must be finite")
 
 
 def _parquet(path: Path, id_column: str, vector_column: str) -> tuple[list[str], np.ndarray]:
+    table = read_parquet(path, [id_column, vector_column])
+    ids = [str(i) for i in table.column(id_column).to_pylist()]
     try:
+        vectors = np.asarray(table.column(vector_column).to_pylist(), dtype=np.float32)
+    except (TypeError, ValueError):
+        vectors = np.empty((0, 0), dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+        raise InputError(message=f"column '{vector_column}' of {path} does not hold one "
+                         "float list of the same length per row (a row is empty, null or "
+                         "of another width)",
+                         fix="store one vector (a list of floats of the model's width) per "
+                         "row")
+    return ids, vectors
+
+
+def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
+    """The parquet table, or an :class:`InputError` naming the file when it is not one
+    (empty, truncated, another format renamed)."""
+    try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError(message=f"vector file {path} is parquet, and pyarrow is not "
                          "installed", fix="pip install pyarrow, or save the vectors as .npy "
                          "with an ids file") from None
-    table = pq.read_table(path, columns=[id_column, vector_column])
-    ids = [str(i) for i in table.column(id_column).to_pylist()]
-    vectors = np.asarray(table.column(vector_column).to_pylist(), dtype=np.float32)
-    return ids, vectors
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(message=f"vector file {path} is not a readable parquet file "
+                         f"({str(exc).splitlines()[0]})",
+                         fix="write it again with pyarrow (pyarrow.parquet.write_table), or "
+                         "save the vectors as .npy with an ids file") from None

@@ -139,13 +139,16 @@ class Point:
 def pareto_frontier(points: Sequence[Point]) -> list[str]:
     """The names of the points no other point dominates (at most the cost and at least
     the quality, strictly better in one), cheapest first. Equal points are all kept.
-    Quadratic, which a grid of a few hundred points does not notice."""
+    A point whose quality or cost is NaN (a broken query's undefined metric) is on no
+    frontier: every comparison with NaN is false, so it was never dominated and always
+    drawn as optimal. Quadratic, which a grid of a few hundred points does not notice."""
+    measured = [p for p in points if not (math.isnan(p.quality) or math.isnan(p.cost))]
 
     def dominated(p: Point) -> bool:
         return any(q.cost <= p.cost and q.quality >= p.quality
-                   and (q.cost < p.cost or q.quality > p.quality) for q in points)
+                   and (q.cost < p.cost or q.quality > p.quality) for q in measured)
 
-    kept = [p for p in points if not dominated(p)]
+    kept = [p for p in measured if not dominated(p)]
     return [p.name for p in sorted(kept, key=lambda p: (p.cost, -p.quality, p.name))]
 
 

@@ -103,6 +103,9 @@ def calibrate_report(results: Path | None, sections: RunSections | None = None, 
 # The grids the search's calibration simulates: the sizes (18 and 30 points), at
 # 100 confirm queries and, for the larger grid, at 300.
 SEARCH_SETTINGS = (Setting(18), Setting(30), Setting(30, queries=600))
+# More simulated searches than this narrow nothing a reader needs and take days: 10**12
+# used to end in "out of memory. Fix: lower max_docs", knobs calibrate does not have.
+MAX_SEARCHES = 100_000
 
 
 def search_calibration_report(*, searches: int = 2000, resamples: int = 499,
@@ -114,6 +117,11 @@ def search_calibration_report(*, searches: int = 2000, resamples: int = 499,
         raise InputError(message=f"--searches {searches} is too few to estimate a 2.5% rate",
                          field="--searches", fix="use --searches 2000 (the default) or at "
                          "least 50")
+    if searches > MAX_SEARCHES:
+        raise InputError(message=f"--searches {searches} would run for days (2000, the "
+                         "default, takes minutes) or exhaust memory",
+                         field="--searches", fix=f"use at most {MAX_SEARCHES:,}: its "
+                         "95% interval around a 2.5% rate is already ±0.1%")
     if json_path is not None:
         atomicio.check_output_location(json_path, folder=False, field="--json")
     rates = []

@@ -9,6 +9,7 @@ from here (sensitivity used to reach into the runner's private helper).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Sequence
@@ -43,6 +44,8 @@ from evalq.retrieve.registry import INDEX_KINDS
 from evalq.retrieve.sweep import SweepPoint, sweep_index
 from evalq.retrieve.vectorquant import VectorSpec, quantize_documents
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class ReferenceState:
@@ -72,11 +75,28 @@ def run_index(options: KindOptions, docs: Documents, queries: Queries, depth: in
     index = INDEX_KINDS.build(options, docs, where=where)
     try:
         ranking = index.search(queries, depth)
+        note_short_rankings(ranking, min(depth, len(docs.ids)), where)
         stats, proof = index.stats(), index.proof()
         swept = sweep_index(index, options, queries, depth)
         return IndexRun(options, ranking, stats, proof, swept)
     finally:
         index.close()
+
+
+def note_short_rankings(ranking: Ranking, wanted: int, where: str) -> None:
+    """Say so when an index returned fewer documents than the metrics read: pgvector's
+    HNSW returns at most ``ef_search`` rows and a ``bit`` index ``rerank`` rows, so a
+    ``rerank: 5`` under nDCG@10 scored every query on 5 documents without a word. The
+    number is what that deployment would return, so it is measured as it is; the note
+    says why it is low."""
+    found = (ranking.indices >= 0).sum(axis=1)
+    short = int((found < wanted).sum())
+    if short:
+        log.info(f"[evalq] note: {where}: the index returned fewer than {wanted} "
+                    f"documents for {short} of {len(found)} queries (as few as "
+                    f"{int(found.min())}); the metrics count the missing ranks as misses. "
+                    "Raise the index's search-time limit (pgvector ef_search / rerank, "
+                    "iterative_scan) if the deployment asks for more.")
 
 
 @dataclass

@@ -163,7 +163,9 @@ def _prepare(plan: Plan, *, progress: bool | None, executor: str | None,
     lock.acquire()
     folder.prepare()
     failure.set_logs_dir(folder.logs)
-    rundir.remove_stale_variants(out_dir, list(plan.variant_names))
+    # a search's combinations write files beside the variants': they are not stale
+    combinations = [c.name for c in plan.search.combinations] if plan.search else []
+    rundir.remove_stale_variants(out_dir, [*plan.variant_names, *combinations])
     cache = EmbeddingCache(plan.cache_dir / "embeddings") if plan.cache_dir else None
     if ray_exec is not None and cache is None:  # Ray hands vectors over through a cache
         cache = ray_exec.private_cache(folder.root)

@@ -89,10 +89,13 @@ def decide_search(search: SearchPlan, sections: RunSections,
     section = search.section
     datasets = list(variants[sections.reference]["datasets"])
     values = _Values(folder, sections.reference, datasets)
-    splits = {ds: split_queries(values.reference[ds].query_ids, seed=section.split.seed,
-                                explore_fraction=section.split.explore,
-                                min_confirm=MIN_QUERIES, where="search.split")
-              for ds in datasets}
+    try:
+        splits = {ds: split_queries(values.reference[ds].query_ids, seed=section.split.seed,
+                                    explore_fraction=section.split.explore,
+                                    min_confirm=MIN_QUERIES, where="search.split")
+                  for ds in datasets}
+    except InputError as exc:  # the run checked it: the stored recipe was edited since
+        raise replace(exc, file=exc.file or folder.root / "manifest.json") from None
     specs = [(cfg, gate_spec(cfg, sections.stats.confidence, sections.stats))
              for cfg in sections.gates]
     quality_spec = next(s for _, s in specs if s.max_drop is not None

@@ -76,7 +76,11 @@ def compare(served: np.ndarray, certified: np.ndarray, roles: Sequence[str],
     if settings.get("normalize", True) and np.any(np.abs(norms - 1.0) > NORM_SLACK):
         causes.append(f"missing normalization: vector norms {norms.min():.3g} to "
                       f"{norms.max():.3g}, the certificate's are 1")
-    bad = 1.0 - cos > tolerance
+    if not np.isfinite(served).all():
+        causes.append(f"{int((~np.isfinite(served).all(axis=1)).sum())} of {len(served)} "
+                      "probe vectors hold NaN or infinite values (a broken deployment)")
+    # NaN is no match: `1 - nan > tolerance` is false, so NaN vectors used to verify
+    bad = ~(1.0 - cos <= tolerance)
     if bad.any():
         causes.append(_pattern(bad, roles, tokens, settings))
     return Comparison(not causes, float(cos.min()) if len(cos) else 1.0, tuple(causes))

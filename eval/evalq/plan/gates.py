@@ -33,7 +33,7 @@ MAX_RESAMPLES = 1_000_000
 class StatsOptions(StrictOptions):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=10_000, ge=100, le=MAX_RESAMPLES)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's generators refuse a negative seed
     # Interval method and sparse-data rule of the gates (evalq.decide.intervals;
     # docs/benchmarks.md "Gate calibration"). Results written before these keys existed
     # are re-decided with method percentile, min_nonzero 0: what decided them then.

@@ -61,7 +61,7 @@ class SplitOptions(StrictOptions):
     """``search.split``: the share of queries that explores, and the split's seed."""
 
     explore: float = Field(default=0.5, gt=0, lt=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's generators refuse a negative seed
 
 
 class SearchSection(StrictOptions):
@@ -72,7 +72,9 @@ class SearchSection(StrictOptions):
     vectors: list[VectorChoice] = Field(default_factory=lambda: [VectorChoice()],
                                         min_length=1)
     # Matryoshka widths (truncated, then renormalized); left out: the model's width
-    dims: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
+    # strict: `true` is not the width 1, nor "256" a width (a quoted number is a slip)
+    dims: list[Annotated[int, Field(ge=1, strict=True)]] | None = Field(default=None,
+                                                                      min_length=1)
     # index kinds' options (a registered kind that indexes vectors); left out: exact
     index: list[SerializeAsAny[KindOptions]] | None = Field(default=None, min_length=1)
     cost: SearchCost = "index_bytes"
@@ -101,6 +103,16 @@ class SearchSection(StrictOptions):
             if repeated:
                 raise ValueError(f"search.{axis} repeats {', '.join(repeated)}: each value "
                                  "once")
+        swept = [i for i, o in enumerate(self.index or []) if getattr(o, "sweep", None)]
+        if swept:  # the search derived one point per option and dropped the sweep silently
+            raise ValueError(f"search.index option {swept[0]} has a sweep; a search's index "
+                             "option is one point of the grid: list each swept value as an "
+                             "index option of its own (or sweep it in a candidate)")
+        options = [o.model_dump() for o in self.index or []]
+        repeated_at = [i for i, o in enumerate(options) if o in options[:i]]
+        if repeated_at:
+            raise ValueError(f"search.index repeats option {repeated_at[0]} "
+                             f"({options[repeated_at[0]]}): each value once")
         return self
 
 
@@ -149,6 +161,17 @@ def index_label(options: KindOptions, i: int) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
 
 
+def index_labels(options: list[KindOptions]) -> list[str]:
+    """:func:`index_label` of each value, made distinct: two FAISS options with one
+    factory (searched at two ``nprobe``) or factories that differ only in punctuation
+    would share a name, and so one run and per-query file that the second overwrites.
+    A label that repeats gets its position appended; a unique one is kept as it was, so
+    results folders written before read back under the same names."""
+    labels = [index_label(o, i) for i, o in enumerate(options)]
+    return [label if labels.count(label) == 1 else f"{label}-{i}"
+            for i, label in enumerate(labels)]
+
+
 @dataclass(frozen=True)
 class SearchPlan:
     """The search as the run does it: the section as written, the combinations in grid
@@ -170,8 +193,14 @@ class SearchPlan:
 
     @property
     def per_test_alpha(self) -> float:
-        """Holm's first round: every survivor decided at alpha / family size."""
-        return self.alpha / self.section.survivors
+        """Holm's first round: every survivor decided at alpha / family size (at most the
+        grid's size: `survivors: 1000` over 8 combinations is a family of 8 at most)."""
+        return self.alpha / self.family
+
+    @property
+    def family(self) -> int:
+        """The confirm family's largest size: ``survivors``, or the grid when smaller."""
+        return min(self.section.survivors, len(self.combinations))
 
     def of_weights(self, weights: str) -> tuple[Combination, ...]:
         return tuple(c for c in self.combinations if c.weights == weights)
@@ -187,10 +216,10 @@ class SearchPlan:
     def describe(self) -> list[str]:
         """The plan printout's lines for the search."""
         s = self.section
-        axes = [f"{len(s.weights)} weights ({', '.join(s.weights)})",
-                f"{len(s.vectors)} vectors ({', '.join(v.label for v in s.vectors)})",
+        axes = [f"{len(s.weights)} weights ({_some(s.weights)})",
+                f"{len(s.vectors)} vectors ({_some([v.label for v in s.vectors])})",
                 f"{len(s.dims or [None])} dims ("
-                + (", ".join(map(str, s.dims)) if s.dims else "the model's width") + ")"]
+                + (_some([str(d) for d in s.dims]) if s.dims else "the model's width") + ")"]
         if s.index:
             axes.append(f"{len(s.index)} index options")
         lines = [f"search: {len(self.combinations)} combinations = " + " × ".join(axes)
@@ -211,10 +240,18 @@ class SearchPlan:
                   f"of the queries, seed {s.split.seed}; cost: {s.cost} (lower is cheaper"
                   + ("; throughput is costed as its inverse" if s.cost.endswith("_per_s")
                      else "") + ")",
-                  f"  error control: Holm over at most {s.survivors} survivors, family-wise "
+                  f"  error control: Holm over at most {self.family} survivors, family-wise "
                   f"one-sided alpha {self.alpha:g}, per-test alpha {self.per_test_alpha:.4g} "
                   "at the first round"]
         return lines
+
+
+def _some(values: list[str], shown: int = 8) -> str:
+    """An axis's values for the plan's one line: a grid of 384 widths × 1,000 precisions
+    printed every value, a line of thousands of characters."""
+    if len(values) <= shown:
+        return ", ".join(values)
+    return ", ".join(values[:shown - 2]) + f", … ({len(values) - shown + 1} more), " + values[-1]
 
 
 def search_plan(section: SearchSection, confidence: float, datasets: int,
@@ -235,8 +272,9 @@ def build_grid(section: SearchSection) -> tuple[tuple[Combination, ...], int]:
     indexes: list[tuple[KindOptions | None, str | None]] = [(None, None)]
     if section.index:
         indexes = [(None if o.kind == EXACT_KIND else o,
-                     None if o.kind == EXACT_KIND else index_label(o, i))
-                    for i, o in enumerate(section.index)]
+                     None if o.kind == EXACT_KIND else label)
+                    for o, label in zip(section.index, index_labels(section.index),
+                                        strict=True)]
     out, skipped = [], 0
     for weights in section.weights:
         for vectors in section.vectors:

@@ -50,7 +50,7 @@ class ProbeOptions(StrictOptions):
     texts: int = Field(default=16, ge=1)
     min_cosine: float = Field(default=0.999, ge=-1, le=1, allow_inf_nan=False)
     norm_tolerance: float = Field(default=0.01, ge=0, allow_inf_nan=False)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's generators refuse a negative seed
 
 
 class PgvectorVectors(StrictOptions):
@@ -74,7 +74,10 @@ class QdrantVectors(StrictOptions):
 
     path: str | None = Field(default=None, min_length=1)
     url: str | None = Field(default=None, min_length=1)
-    collection: str | None = Field(default=None, min_length=1)
+    # a folder name under path (or a server's collection), never a way out of it
+    # (`../..` opened, and wrote into, a folder the recipe did not name)
+    collection: str | None = Field(default=None,
+                                   pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
     api_key_env: str | None = Field(default=None, min_length=1)
     id_payload: str | None = "id"
 

@@ -17,7 +17,14 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.engines.modelinfo import embedding_dim
-from evalq.plan.search import SearchPlan, build_grid, check_dims, check_split, search_plan
+from evalq.plan.search import (
+    Combination,
+    SearchPlan,
+    build_grid,
+    check_dims,
+    check_split,
+    search_plan,
+)
 from evalq.plan.types import VariantPlan
 from evalq.recipe.plan_variants import Problems
 
@@ -53,6 +60,7 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
         problems.add(("search",), "the grid is empty: every index option is paired with "
                      "quantized vectors, which an index kind stores in its own form",
                      "add {quantize: none} to search.vectors, or remove search.index")
+    _check_names(recipe, combinations, problems)
     if len(combinations) > section.max_combinations and not confirm_large:
         problems.add(("search", "max_combinations"),
                      f"the grid has {len(combinations)} combinations, more than "
@@ -107,6 +115,22 @@ def _check_width(section: Any, variant_plans: Sequence[VariantPlan],
         except InputError as exc:
             problems.add(("search", "dims"), exc.message, exc.fix or "")
         return
+
+
+def _check_names(recipe: Any, combinations: Sequence[Combination],
+                 problems: Problems) -> None:
+    """A combination's run and per-query files are named after it, beside the variants'
+    and pipelines' own: a variant or pipeline of the same name would have its files
+    overwritten by the combination's (or the reverse) and be decided on the other's."""
+    names = {c.name for c in combinations}
+    owners = [(("reference", "name") if i == 0 else ("candidates", i - 1, "name"), v.name)
+              for i, v in enumerate(recipe.variants)]
+    owners += [(("pipelines", i, "name"), p.name) for i, p in enumerate(recipe.pipelines)]
+    for where, name in owners:
+        if name in names:
+            problems.add(where, f"'{name}' is also the name of a search combination, whose "
+                         "run and per-query files would overwrite this one's",
+                         f"rename '{name}' (names starting with 's.' are the search's)")
 
 
 def _check_gates(recipe: Any, problems: Problems) -> None:

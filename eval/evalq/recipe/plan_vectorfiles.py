@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.data.vectorfiles import read_ids, read_parquet
 from evalq.plan.sides import ProbeOptions, VectorFile
 from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header, qdrant_server_header
 
@@ -109,7 +110,7 @@ def _npy_header(where: Path, file: VectorFile, base: Path, side: str
                          "order>")
     try:
         array = np.load(where, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise InputError(message=f"vector file {where} is not a readable .npy array ({exc})",
                          fix="save it with numpy.save(path, vectors.astype('float32'))") \
             from None
@@ -121,7 +122,7 @@ def _npy_header(where: Path, file: VectorFile, base: Path, side: str
     if not ids_path.is_file():
         raise InputError(message=f"ids file {ids_path} does not exist",
                          fix=f"fix {side}.ids (one {one} id per line, in row order)")
-    ids = ids_path.read_text(encoding="utf-8").splitlines()
+    ids = read_ids(ids_path)
     if len(ids) != array.shape[0]:
         raise InputError(message=f"vector file {where} has {array.shape[0]} rows but "
                          f"{ids_path} has {len(ids)} ids",
@@ -129,18 +130,8 @@ def _npy_header(where: Path, file: VectorFile, base: Path, side: str
     return ids, int(array.shape[1])
 
 
-def _pyarrow(where: Path) -> Any:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise InputError(message=f"vector file {where} is parquet, and pyarrow is not "
-                         "installed", fix="pip install pyarrow, or save the vectors as "
-                         ".npy with an ids file") from None
-    return pq
-
-
 def _parquet_header(where: Path, file: VectorFile, side: str) -> tuple[list[str], int]:
-    table = _pyarrow(where).read_table(where, columns=None)
+    table = read_parquet(where)
     for column in (file.id_column, file.vector_column):
         if column not in table.column_names:
             raise InputError(message=f"vector file {where} has no column '{column}' "
@@ -156,5 +147,5 @@ def _parquet_header(where: Path, file: VectorFile, side: str) -> tuple[list[str]
 
 
 def _parquet_vectors(where: Path, column: str) -> np.ndarray:
-    table = _pyarrow(where).read_table(where, columns=[column])
+    table = read_parquet(where, [column])
     return np.asarray(table.column(column).to_pylist(), dtype=np.float64)

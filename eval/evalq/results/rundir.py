@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import socket
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,13 +70,21 @@ class RunLock:
         self._handle = None
 
 
+# What an indexed variant writes beside its own files: its exact search (the loss split),
+# its index's values, and each swept point (`<variant>.sweep0`, `<variant>.sweep0.index`).
+_COMPANION = re.compile(r"\.(exact|index|sweep\d+(\.index)?)$")
+
+
 def remove_stale_variants(folder: Path, variants: Iterable[str]) -> list[Path]:
-    """Delete per-variant files of variants not in ``variants``; the paths removed."""
+    """Delete per-variant files of variants not in ``variants``; the paths removed. A kept
+    variant's companions are kept too (every rerun of an indexed variant used to sweep its
+    `.exact` / `.index` / `.sweepN` files as "no longer in the recipe")."""
     keep = set(variants)
     removed = []
     for sub, suffix in _PER_VARIANT:
         for path in sorted((Path(folder) / sub).glob(f"*/*{suffix}")):
-            if path.is_file() and path.name[: -len(suffix)] not in keep:
+            stem = path.name[: -len(suffix)]
+            if path.is_file() and stem not in keep and _COMPANION.sub("", stem) not in keep:
                 path.unlink()
                 removed.append(path)
     if removed:

@@ -129,13 +129,14 @@ def _points(path: Path, id_payload: str | None, where: str, *, with_vector: bool
     except ImportError as exc:
         raise MissingExtraError("qdrant-edge-py", "vdb", "documents: {qdrant: ...}") from exc
     folder = path / "shard" if (path / "shard").is_dir() else path
-    if not folder.is_dir():
+    # An empty folder is no shard, and Qdrant would write a segments/ folder into it.
+    if not folder.is_dir() or not any(folder.iterdir()):
         raise InputError(message=f"there is no Qdrant shard in {path}",
                          field=f"{where}.qdrant.path",
                          fix="name the shard's folder (path, and collection under it)")
     try:
         shard = qe.EdgeShard.load(str(folder))
-    except (RuntimeError, ValueError, OSError) as exc:
+    except Exception as exc:  # qdrant_edge raises a bare Exception for a folder it can't read
         raise InputError(message=f"Qdrant could not open the shard in {folder} ({exc})",
                          field=f"{where}.qdrant.path",
                          fix="name a Qdrant shard folder that no other process holds open"

@@ -1,0 +1,99 @@
+"""Fault class "a certificate edited by hand, or a deployment that answers NaN" (issue 32):
+`evalq verify` reads a file a user can edit and vectors a server returns. A certificate
+whose probe or tolerance is not what `evalq certify` writes is exit 2 ("not an evalq
+certificate", naming the part); before, a NaN tolerance or NaN vectors verified as MATCH
+(no comparison with NaN is a mismatch) and unequal lists or text vectors ended in exit 3."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from evalq.app.verify_command import stored_plans
+from evalq.core.errors import InputError
+from evalq.execute.certify import CERT_VERSION, read_certificate
+from evalq.execute.verify_causes import compare
+
+VECTORS = (np.eye(4, 8, dtype=np.float64)).tolist()
+CERT: dict[str, Any] = {
+    "certificate_version": CERT_VERSION, "variant": "int8", "recipe": {"name": "r"},
+    "identity": {}, "tolerance": {"max_one_minus_cosine": 1e-4},
+    "probe": {"roles": ["query", "query", "document", "document"],
+              "texts": ["a", "b", "c", "d"], "tokens": [3, 3, 3, 3], "vectors": VECTORS}}
+
+
+def _probe(**part: Any) -> Any:
+    return lambda cert: cert["probe"].update(part)
+
+
+def _tolerance(value: Any) -> Any:
+    return lambda cert: cert["tolerance"].update(max_one_minus_cosine=value)
+
+
+EDITS = {
+    "probe lists of unequal length": _probe(texts=["a", "b"]),
+    "an empty probe": _probe(roles=[], texts=[], tokens=[], vectors=[]),
+    "text in the vectors": _probe(vectors=[["x"] * 8] * 4),
+    "NaN vectors": _probe(vectors=[[float("nan")] * 8] * 4),
+    "vectors of another count": _probe(vectors=VECTORS[:2]),
+    "a role that is neither": _probe(roles=["banana"] * 4),
+    "NaN tolerance": _tolerance(float("nan")),
+    "negative tolerance": _tolerance(-1),
+    "tolerance past any cosine": _tolerance(5.0),
+    "tolerance as text": _tolerance("1e-4"),
+    "recipe not a mapping": lambda cert: cert.update(recipe=[1]),
+}
+
+
+def test_the_unedited_certificate_reads(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CERT))
+    assert read_certificate(path)["variant"] == "int8"
+
+
+@pytest.mark.parametrize("case", list(EDITS))
+def test_an_edited_certificate_is_not_a_certificate(tmp_path: Path, case: str) -> None:
+    cert = copy.deepcopy(CERT)
+    EDITS[case](cert)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cert))
+    with pytest.raises(InputError) as caught:
+        read_certificate(path)
+    assert "not an evalq certificate" in caught.value.message
+    assert str(caught.value.file) == str(path)
+
+
+def test_an_invalid_stored_recipe_names_the_certificate(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        stored_plans({"name": "r"}, tmp_path / "r.yaml", tmp_path / "c.json")
+    assert str(caught.value.file) == str(tmp_path / "c.json")
+    assert caught.value.field == "recipe"
+
+
+def test_nan_vectors_from_a_deployment_do_not_match() -> None:
+    """A server that answers NaN: every 1 - cosine is NaN, `NaN > tolerance` is false,
+    and verify printed MATCH."""
+    certified = np.asarray(VECTORS, dtype=np.float32)
+    served = np.full_like(certified, np.nan)
+    found = compare(served, certified, CERT["probe"]["roles"], [3] * 4,
+                    {"normalize": False}, 1e-4)
+    assert not found.matched
+    assert any("NaN" in cause for cause in found.causes), found.causes
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://127.0.0.1:8000/v1", "http://"])
+def test_verify_refuses_a_url_that_is_not_one(tmp_path: Path, url: str) -> None:
+    """`--url 'not a url'` built the model, then retried four times before failing with
+    'cannot reach not a url/v1/embeddings'; it is refused before anything loads."""
+    from evalq.app.verify_command import verify_command
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CERT))
+    with pytest.raises(InputError) as caught:
+        verify_command(path, url=url)
+    assert caught.value.field == "--url" and "http(s)" in caught.value.message
