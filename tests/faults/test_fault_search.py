@@ -176,3 +176,29 @@ def test_a_huge_grid_plans_in_a_readable_line() -> None:
     first = search_plan(section, confidence=0.95, datasets=1).describe()[0]
     assert "384 combinations" in first and "384 dims (1, 2, 3, 4, 5, 6, …" in first
     assert len(first) < 200, first
+
+
+def _search_factory(data: dict[str, Any], folder: Path) -> None:
+    data["search"]["vectors"] = [{"quantize": "none"}]
+    data["search"]["index"] = [{"kind": "faiss", "factory": "HNSW32"},
+                               {"kind": "faiss", "factory": "IVF4,PQ50"}]
+
+
+def _variant_factory(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    data["candidates"] = [{"name": "pq", "index": {"kind": "faiss", "factory": "PQ50"}}]
+
+
+FACTORIES = {"search.index.1.factory": _search_factory,
+             "candidates.0.index.factory": _variant_factory}
+
+
+@pytest.mark.parametrize("field", list(FACTORIES))
+def test_a_factory_faiss_cannot_build_at_the_width_stops_the_plan(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str) -> None:
+    """PQ50 does not divide MiniLM's 384 dimensions: FAISS refused it only at run time,
+    after the reference and every candidate had encoded the corpus."""
+    outcome = run_cli(capsys, "plan", str(_write(tmp_path, FACTORIES[field])))
+    assert outcome.code == 2, outcome.err
+    assert no_traceback(outcome.err)
+    assert field in outcome.err and "PQ50" in outcome.err, outcome.err

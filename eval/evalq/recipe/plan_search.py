@@ -114,6 +114,16 @@ def _check_width(section: Any, variant_plans: Sequence[VariantPlan],
             check_dims(section, width)
         except InputError as exc:
             problems.add(("search", "dims"), exc.message, exc.fix or "")
+            return
+        for i, options in enumerate(section.index or []):
+            for dims in section.dims or [width]:
+                try:
+                    options.check_width(dims, "index")
+                except InputError as exc:
+                    problems.add(("search", *(exc.field or "index").split(".")[:1], i,
+                                  *(exc.field or "index").split(".")[1:]),
+                                 f"at dims {dims}: {exc.message}", exc.fix or "")
+                    break
         return
 
 

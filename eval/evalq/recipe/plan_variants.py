@@ -230,7 +230,8 @@ def variant_sends_texts(variant: Any) -> bool:
 
 def check_dims(variant: Any, vpath: tuple[Any, ...], label: str, model_dim: int | None,
                problems: Problems) -> None:
-    """Matryoshka ``vectors.dims`` within the model's width (the schema refuses <= 0)."""
+    """Matryoshka ``vectors.dims`` within the model's width (the schema refuses <= 0), and
+    an index its kind can build at the width searched."""
     dims = variant.vectors.dims
     if dims is not None and model_dim is not None and dims > model_dim:
         problems.add((*vpath, "vectors", "dims"),
@@ -241,6 +242,13 @@ def check_dims(variant: Any, vpath: tuple[Any, ...], label: str, model_dim: int 
         problems.add((*vpath, "http", "dimensions"),
                      f"{label}: http.dimensions {asked} and vectors.dims {dims} disagree",
                      "keep vectors.dims only: evalq sends it to the server as `dimensions`")
+    width = dims or model_dim
+    if variant.searches_index and variant.index is not None and width is not None:
+        try:
+            variant.index.check_width(width, "index")
+        except InputError as exc:
+            problems.add((*vpath, *(exc.field or "index").split(".")),
+                         f"{label}: {exc.message}", exc.fix or "")
 
 
 def variant_endpoint(variant: Any) -> str | None:

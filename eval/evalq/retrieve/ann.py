@@ -139,6 +139,12 @@ class FaissOptions(KindOptions):
     def search_options(self) -> FaissSearch:
         return self.search
 
+    def check_width(self, dim: int, where: str) -> None:
+        """FAISS builds the empty index (cheap: no training, no vectors), so a factory it
+        refuses for this width (``PQ48`` over 384 dims is fine, ``PQ50`` is not) is
+        exit 2 at plan time."""
+        _new_index(dim, self, where)
+
 
 @dataclass(frozen=True)
 class IndexCost:

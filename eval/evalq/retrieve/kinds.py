@@ -159,6 +159,13 @@ class KindOptions(StrictOptions):
         kind that keeps nothing between runs returns itself."""
         return self
 
+    def check_width(self, dim: int, where: str) -> None:
+        """Refuse, at plan time, options this kind cannot build over ``dim``-wide vectors
+        (an :class:`~evalq.core.errors.InputError` naming ``where``'s field), so a bad
+        index stops the plan, not the run after every variant has encoded. Most kinds
+        take any width."""
+        return None
+
     def sweep_options(self) -> SweepOptions | None:
         """The ``sweep:`` the recipe set (None: the kind has none, or it was not set)."""
         found = getattr(self, "sweep", None)
