@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalq.app.cli import main
 from evalq.app.verify_command import stored_plans
 from evalq.core.errors import InputError
 from evalq.execute.certify import CERT_VERSION, read_certificate
@@ -97,3 +98,15 @@ def test_verify_refuses_a_url_that_is_not_one(tmp_path: Path, url: str) -> None:
     with pytest.raises(InputError) as caught:
         verify_command(path, url=url)
     assert caught.value.field == "--url" and "http(s)" in caught.value.message
+
+
+@pytest.mark.parametrize("count", ["0", "1"])
+def test_a_probe_without_a_query_and_a_document_is_refused(
+        count: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--probe 1`` wrote a certificate with no query text (half of one rounds to none),
+    and ``--probe 0`` pointed at a recipe value that does not exist."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["certify", "no-such-folder", "--probe", count])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--probe" in err and "at least 2" in err and "recipe" not in err

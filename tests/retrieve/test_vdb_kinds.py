@@ -96,6 +96,7 @@ def _same_as_exact(ranking: Ranking, exact: Ranking) -> None:
     ({"vector_type": "float8"}, "vector_type"),
     ({"ef_search": 2000}, "ef_search"),
     ({"index": "none", "iterative_scan": "strict_order"}, "iterative_scan applies"),
+    ({"data_dir": __file__}, "is a file"),  # was planned, and failed in the run
 ])
 def test_pgvector_options_pgvector_refuses_are_refused_when_read(options: dict[str, Any],
                                                                  needle: str) -> None:
@@ -115,6 +116,9 @@ def test_qdrant_options_are_qdrants_and_refused_when_wrong(tmp_path: Path) -> No
                 {"search_params": {"quantization": {"oversampling": 0.5}}}):
         with pytest.raises(ValueError):
             _qdrant(tmp_path, "s", **bad)
+    # every swept hnsw_ef would be the same exhaustive search
+    with pytest.raises(ValueError, match="same search"):
+        _qdrant(tmp_path, "s", search_params={"exact": True}, sweep={"hnsw_ef": [8, 64]})
 
 
 def test_the_embedded_server_as_root_needs_allow_root(monkeypatch: pytest.MonkeyPatch

@@ -50,6 +50,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"evalq: error: {message}\n")
 
 
+def _probe_count(text: str) -> int:
+    """argparse type of ``certify --probe``: half are queries and half documents, so a
+    certificate holds at least one of each."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (half queries, half "
+                                         f"documents), got {value}; the default is 32")
+    return value
+
+
 def _positive_int(text: str) -> int:
     """argparse type: a whole number >= 1 (argparse names the flag in its message)."""
     try:
@@ -279,8 +292,9 @@ def _gate(args: argparse.Namespace) -> int:
 
 def _add_certify(cert: argparse.ArgumentParser) -> None:
     cert.add_argument("results", type=Path)
-    cert.add_argument("--probe", type=_positive_int, default=32,
-                      help="query and document texts kept with their vectors (default 32)")
+    cert.add_argument("--probe", type=_probe_count, default=32,
+                      help="query and document texts kept with their vectors, half each "
+                      "(default 32; at least 2)")
 
 
 @register_command("certify", "write a certificate per certified candidate of a results "

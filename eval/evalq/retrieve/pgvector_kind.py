@@ -141,6 +141,9 @@ class PgvectorOptions(KindOptions):
         if self.dsn is not None and self.data_dir is not None:
             raise ValueError("dsn (your database) and data_dir (the embedded server's "
                              "folder) exclude each other")
+        if self.data_dir is not None and Path(self.data_dir).expanduser().is_file():
+            raise ValueError(f"data_dir {self.data_dir} is a file; fix: name a folder (it "
+                             "is made if missing), or leave data_dir out")
         return self
 
     def record(self) -> dict[str, Any]:

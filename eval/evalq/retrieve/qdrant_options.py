@@ -141,6 +141,10 @@ class QdrantOptions(KindOptions):
             raise ValueError("sweep.oversampling: oversampling applies to quantized vectors; "
                              "fix: set quantization_config (scalar, binary or product), or "
                              "sweep hnsw_ef")
+        if sweep is not None and sweep.hnsw_ef is not None and self.search_params.exact:
+            raise ValueError("sweep.hnsw_ef: search_params.exact searches every point "
+                             "whatever hnsw_ef is, so every swept value would be the same "
+                             "search; fix: set exact: false, or leave the sweep out")
         return self
 
     @model_validator(mode="after")
