@@ -118,7 +118,7 @@ def test_one_factory_at_two_search_settings_is_two_combinations() -> None:
     ({**SEARCH, "vectors": [{"quantize": "float8"}]}, ["search.vectors.0.quantize"]),
     ({**SEARCH, "dims": [256, 256]}, ["repeats 256"]),
     ({**SEARCH, "index": [{"kind": "faiss", "factory": "Flat"}] * 2},
-     ["search.index repeats faiss-Flat"]),
+     ["search.index repeats option 1"]),
     ({**SEARCH, "split": {"explore": 1.0}}, ["search.split.explore"]),
 ])
 def test_bad_sections_are_refused_naming_the_field(tmp_path: Path, search: dict[str, Any],

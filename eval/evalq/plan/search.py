@@ -95,9 +95,7 @@ class SearchSection(StrictOptions):
     def _distinct(self) -> SearchSection:
         axes: tuple[tuple[str, list[str]], ...] = (
             ("weights", self.weights), ("dims", [str(d) for d in self.dims or []]),
-            ("vectors", [v.label for v in self.vectors]),
-            ("index", [EXACT_KIND if o.kind == EXACT_KIND else index_label(o, i)
-                       for i, o in enumerate(self.index or [])]))
+            ("vectors", [v.label for v in self.vectors]))
         for axis, values in axes:
             repeated = sorted({str(v) for v in values if values.count(v) > 1})
             if repeated:
