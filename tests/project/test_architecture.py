@@ -375,6 +375,7 @@ PLAN_INSPECTIONS = frozenset({
     "evalq.engines.modelinfo", "evalq.engines.capability", "evalq.engines.lasttoken",
     "evalq.data.manifest",
     "evalq.retrieve.stored_vectors",  # a pgvector table's / Qdrant shard's ids and width
+    "evalq.data.vectorfiles",  # a vector file's ids and parquet columns, read as the run will
 })
 
 

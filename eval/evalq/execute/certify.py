@@ -188,38 +188,50 @@ def read_certificate(path: str | Path) -> dict[str, Any]:
                    if k not in cert]
         if missing:
             raise KeyError(", ".join(missing))
-        _check_parts(cert)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(message=f"not an evalq certificate ({type(exc).__name__}: {exc})",
                          file=file, fix="pass a file that 'evalq certify' wrote under "
                          "RESULTS/certificates/") from None
+    problem = _parts_problem(cert)
+    if problem is not None:
+        raise InputError(message=f"not an evalq certificate ({problem})", file=file,
+                         fix="pass a file that 'evalq certify' wrote under "
+                         "RESULTS/certificates/, as it wrote it")
     return dict(cert)
 
 
-def _check_parts(cert: dict[str, Any]) -> None:
-    """What verify reads, as certify writes it (a ValueError naming the part otherwise): a
-    hand-edited probe of unequal lengths, text vectors or a NaN tolerance ended in exit 3,
-    or verified anything (no comparison with NaN is a mismatch)."""
+def _parts_problem(cert: dict[str, Any]) -> str | None:
+    """What is wrong with the parts verify reads, as certify writes them (None: nothing):
+    a hand-edited probe of unequal lengths, text vectors or a NaN tolerance ended in exit
+    3, or verified anything (no comparison with NaN is a mismatch). Checked by type, not
+    by catching what reading them would raise, so a bug here still surfaces as one."""
     if not isinstance(cert["variant"], str) or not isinstance(cert["recipe"], dict):
-        raise ValueError("variant must be a name and recipe a mapping")
+        return "variant must be a name and recipe a mapping"
     probe = cert["probe"]
-    roles, texts = probe["roles"], probe["texts"]
-    if not roles or not isinstance(roles, list) or len(roles) != len(texts) or any(
-            r not in ("query", "document") for r in roles) or any(
-            not isinstance(t, str) for t in texts):
-        raise ValueError("probe.roles and probe.texts must be lists of one length, of "
-                         "'query' / 'document' and of texts")
-    vectors = np.asarray(probe["vectors"], dtype=np.float64)
-    if vectors.ndim != 2 or len(vectors) != len(texts) or not np.isfinite(vectors).all():
-        raise ValueError("probe.vectors must be one finite vector per probe text")
+    if not isinstance(probe, dict):
+        return "probe must be a mapping"
+    roles, texts = probe.get("roles"), probe.get("texts")
+    if not isinstance(roles, list) or not isinstance(texts, list) or not roles \
+            or len(roles) != len(texts) or any(r not in ("query", "document") for r in roles) \
+            or any(not isinstance(t, str) for t in texts):
+        return ("probe.roles and probe.texts must be lists of one length, of 'query' / "
+                "'document' and of texts")
+    rows = probe.get("vectors")
+    if not isinstance(rows, list) or len(rows) != len(texts) or any(
+            not isinstance(row, list) or not row or any(
+                isinstance(x, bool) or not isinstance(x, int | float) for x in row)
+            for row in rows) or len({len(row) for row in rows}) != 1 \
+            or not np.isfinite(np.asarray(rows, dtype=np.float64)).all():
+        return "probe.vectors must be one finite vector per probe text, all of one width"
     tokens = probe.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or len(tokens) != len(texts)):
-        raise ValueError("probe.tokens must hold one count per probe text")
-    tolerance = cert["tolerance"]["max_one_minus_cosine"]
+        return "probe.tokens must hold one count per probe text"
+    bound = cert["tolerance"]
+    tolerance = bound.get("max_one_minus_cosine") if isinstance(bound, dict) else None
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) \
             or not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance.max_one_minus_cosine {tolerance!r} is not a number in "
-                         "[0, 1)")
+        return f"tolerance.max_one_minus_cosine {tolerance!r} is not a number in [0, 1)"
+    return None
 
 
 def _identity_differences(identity: dict[str, Any], weights: str | None,
