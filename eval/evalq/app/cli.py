@@ -50,29 +50,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"evalq: error: {message}\n")
 
 
+def _whole_number(text: str, least: int, why: str) -> int:
+    """argparse type body: a whole number >= ``least`` (argparse names the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value} {why}")
+    return value
+
+
 def _probe_count(text: str) -> int:
     """argparse type of ``certify --probe``: half are queries and half documents, so a
     certificate holds at least one of each."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be at least 2 (half queries, half "
-                                         f"documents), got {value}; the default is 32")
-    return value
+    return _whole_number(text, 2, "(half queries, half documents; the default is 32)")
 
 
 def _positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (argparse names the flag in its message)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value} (leave the flag "
-                                         "out to use the recipe's value)")
-    return value
+    """argparse type: a whole number >= 1."""
+    return _whole_number(text, 1, "(leave the flag out to use the recipe's value)")
 
 
 _Handler = Callable[[argparse.Namespace], int]
