@@ -137,6 +137,8 @@ def _points(path: Path, id_payload: str | None, where: str, *, with_vector: bool
     try:
         shard = qe.EdgeShard.load(str(folder))
     except Exception as exc:  # qdrant_edge raises a bare Exception for a folder it can't read
+        if type(exc) is not Exception:  # any other type is evalq's bug: not bad input
+            raise
         raise InputError(message=f"Qdrant could not open the shard in {folder} ({exc})",
                          field=f"{where}.qdrant.path",
                          fix="name a Qdrant shard folder that no other process holds open"
