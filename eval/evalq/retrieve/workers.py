@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from evalq.core.errors import InputError
 from evalq.retrieve import pg_server
 
 
@@ -59,6 +60,11 @@ class WorkerTimeout(Exception):
     """The database cancelled a search at the load test's timeout."""
 
 
+class WorkerFailed(Exception):
+    """The database refused or failed one search (counted by the load test as an error,
+    with the first one's text); any other exception is evalq's bug and is raised."""
+
+
 class PgvectorWorker:
     """A connection of its own to the index's database, at the index's settings."""
 
@@ -85,6 +91,8 @@ class PgvectorWorker:
             rows = self.conn.execute(sql, {"q": vector}, prepare=True).fetchall()
         except psycopg.errors.QueryCanceled as exc:
             raise WorkerTimeout(str(exc)) from None
+        except psycopg.Error as exc:
+            raise WorkerFailed(f"{type(exc).__name__}: {exc}") from None
         ids: tuple[str, ...] = self.index.doc_ids(r[0] for r in rows)
         return ids
 
@@ -98,7 +106,21 @@ class SharedWorker:
     the one qdrant-client of a Qdrant server (its HTTP connections are pooled)."""
 
     def __init__(self, nearest: Callable[[np.ndarray, int], tuple[str, ...]]) -> None:
-        self.search = nearest
+        self.nearest = nearest
+
+    def search(self, vector: np.ndarray, depth: int) -> tuple[str, ...]:
+        """``nearest``, with Qdrant's failures as :class:`WorkerFailed`: a server's are
+        already exit-2 errors (qdrant_connection), the in-process engine's are a bare
+        ``Exception`` or a refusal (RuntimeError / ValueError), as its sequential search
+        maps them."""
+        try:
+            return self.nearest(vector, depth)
+        except InputError as exc:
+            raise WorkerFailed(exc.message) from None
+        except Exception as exc:
+            if type(exc) is Exception or isinstance(exc, RuntimeError | ValueError):
+                raise WorkerFailed(f"{type(exc).__name__}: {exc}") from None
+            raise
 
     def close(self) -> None:
         return None

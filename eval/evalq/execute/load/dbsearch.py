@@ -35,7 +35,7 @@ from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds,
 from evalq.execute.load.serverstats import ProcessSampler
 from evalq.execute.load.sweep import WorkloadOutcome, judge_step, knee_of
 from evalq.plan.load import LoadSection, Workload
-from evalq.retrieve.workers import ConcurrentIndex, SearchWorker, WorkerTimeout
+from evalq.retrieve.workers import ConcurrentIndex, SearchWorker, WorkerFailed, WorkerTimeout
 
 
 class WorkerPool:
@@ -70,7 +70,7 @@ class WorkerPool:
             ids = worker.search(vector, self.depth)
         except WorkerTimeout:
             return "timeout"
-        except Exception as exc:  # a refused or broken search is counted, not raised
+        except (WorkerFailed, InputError) as exc:  # refused or broken: counted, not raised
             with self._lock:
                 self.first_error = self.first_error or f"{type(exc).__name__}: {exc}"[:300]
             return "database_error"
