@@ -376,6 +376,7 @@ PLAN_INSPECTIONS = frozenset({
     "evalq.data.manifest",
     "evalq.retrieve.stored_vectors",  # a pgvector table's / Qdrant shard's ids and width
     "evalq.data.vectorfiles",  # a vector file's ids and parquet columns, read as the run will
+    "evalq.encode.rates",  # the encoding rates earlier runs measured here (time estimate)
 })
 
 

@@ -37,6 +37,7 @@ from evalq.encode.cache import EmbeddingCache
 from evalq.encode.composition import cache_composition
 from evalq.encode.executors import open_executor
 from evalq.encode.parity import compare_vectors, exact_parity_required, parity_sample
+from evalq.encode.rates import RateLedger
 from evalq.engines.context import BuildContext
 from evalq.engines.factory import batching, create_encoder, resolve_device
 from evalq.engines.http_probe import ProbeTarget, probe_http_variants, probe_one
@@ -225,6 +226,10 @@ def _run_variants(run: _Run) -> None:
         with PeakRss() as memory, _launched(run, variant, model_path, graph):
             record, parity_vectors = _run_variant(run, variant, role, settings, model_path)
         _record_memory(record, variant, memory.figures())
+        if run.plan.cache_dir is not None:  # the next plan's time estimate reads it
+            RateLedger(run.plan.cache_dir).record_encodes(
+                run.planned[variant.name].rate_identity(),
+                [d.get("encode") or {} for d in record.datasets.values()], variant.name)
         if graph.onnx_dir is not None:  # which evalq graph the server ran (onnx_from)
             record.description["served_graph"] = graph.record
         if role == "reference" and parity_vectors is not None:

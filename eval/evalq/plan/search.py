@@ -14,7 +14,8 @@ prints. Nothing here loads a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SerializeAsAny, field_validator, model_validator
@@ -23,16 +24,18 @@ from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.decide.drop_evidence import MIN_QUERIES
 from evalq.decide.search import split_queries
+from evalq.encode.rates import MeasuredRate
 from evalq.retrieve.kinds import KindOptions
 from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
 
 SearchCost = Literal["weight_bytes", "index_bytes", "docs_per_s", "queries_per_s",
                      "dollars_per_million_queries"]
 
-# The throughput the plan's time estimate assumes when nothing was measured yet: texts
-# per second per weight variant on a CPU (the quickstart slice encodes at about 200/s
-# with MiniLM on these 2 cores; half that leaves room for slower formats), and the
-# seconds one combination's derivation, search and measures take on a slice.
+# The throughput the plan's time estimate assumes for a weight variant no run has measured
+# on this host yet (evalq.encode.rates keeps the measured ones): texts per second on a
+# CPU (the quickstart slice encodes at about 200/s with MiniLM on these 2 cores; half
+# that leaves room for slower formats), and the seconds one combination's derivation,
+# search and measures take on a slice.
 ASSUMED_TEXTS_PER_S = 100.0
 ASSUMED_COMBINATION_S = 0.5
 
@@ -181,6 +184,9 @@ class SearchPlan:
     datasets: int
     alpha: float  # family-wise, one-sided
     texts_per_weight: int | None  # documents + queries one encoding reads, when known
+    # Each weight variant's rate last measured on this host (evalq.encode.rates); a
+    # weight variant missing here is estimated at ASSUMED_TEXTS_PER_S.
+    rates: Mapping[str, MeasuredRate] = field(default_factory=dict)
 
     @property
     def encodings(self) -> int:
@@ -203,13 +209,34 @@ class SearchPlan:
     def of_weights(self, weights: str) -> tuple[Combination, ...]:
         return tuple(c for c in self.combinations if c.weights == weights)
 
+    def rate(self, weights: str) -> float:
+        """Texts/s the estimate takes for one weight variant: measured, else assumed."""
+        measured = self.rates.get(weights)
+        return measured.texts_per_s if measured is not None else ASSUMED_TEXTS_PER_S
+
     def estimate_s(self) -> float | None:
-        """Seconds the search adds, as assumed (:data:`ASSUMED_TEXTS_PER_S` per weight
-        variant, :data:`ASSUMED_COMBINATION_S` per combination); None without limits."""
+        """Seconds the search adds: each weight variant's encodings at its measured rate
+        on this host (:data:`ASSUMED_TEXTS_PER_S` when none was measured yet), and
+        :data:`ASSUMED_COMBINATION_S` per combination; None without limits."""
         if self.texts_per_weight is None:
             return None
-        return (self.encodings * self.texts_per_weight / ASSUMED_TEXTS_PER_S
-                + len(self.combinations) * self.datasets * ASSUMED_COMBINATION_S)
+        encoding = sum(self.datasets * self.texts_per_weight / self.rate(w)
+                       for w in self.section.weights)
+        return encoding + len(self.combinations) * self.datasets * ASSUMED_COMBINATION_S
+
+    def rate_words(self) -> str:
+        """Where the estimate's rates come from, for the plan's line."""
+        measured = [f"{w} {r.texts_per_s:.0f}/s" for w, r in self.rates.items()
+                    if w in self.section.weights]
+        assumed = [w for w in self.section.weights if w not in self.rates]
+        parts = []
+        if measured:
+            klass = next(iter(self.rates.values())).numerics_class
+            parts.append(f"measured on this host ({klass}): " + _some(measured))
+        if assumed:
+            parts.append(f"assumed {ASSUMED_TEXTS_PER_S:.0f} texts/s for " + _some(assumed)
+                         + " (no run measured them here yet)")
+        return "; ".join(parts)
 
     def describe(self) -> list[str]:
         """The plan printout's lines for the search."""
@@ -228,9 +255,9 @@ class SearchPlan:
         estimate = self.estimate_s()
         if estimate is not None:
             lines.append(f"  estimate: about {estimate:.0f} s for the search's encodings and "
-                         f"combinations ({self.texts_per_weight} texts per encoding at an "
-                         f"assumed {ASSUMED_TEXTS_PER_S:.0f} texts/s, "
-                         f"{ASSUMED_COMBINATION_S} s per combination)")
+                         f"combinations ({self.texts_per_weight} texts per encoding; "
+                         f"rates {self.rate_words()}; {ASSUMED_COMBINATION_S} s per "
+                         "combination)")
         else:
             lines.append("  estimate: unknown (no max_queries / max_docs: the corpus size "
                          "is read at run time)")
@@ -253,13 +280,15 @@ def _some(values: list[str], shown: int = 8) -> str:
 
 
 def search_plan(section: SearchSection, confidence: float, datasets: int,
-                texts_per_weight: int | None = None) -> SearchPlan:
+                texts_per_weight: int | None = None,
+                rates: Mapping[str, MeasuredRate] | None = None) -> SearchPlan:
     """The plan of ``section`` for a recipe of ``datasets`` datasets whose gates decide at
-    ``confidence`` (the run's plan, or a results folder's stored recipe for ``evalq gate``)."""
+    ``confidence`` (the run's plan, or a results folder's stored recipe for ``evalq gate``),
+    with the weight variants' measured ``rates`` for its time estimate."""
     combinations, skipped = build_grid(section)
     return SearchPlan(section=section, combinations=combinations, skipped=skipped,
                       datasets=datasets, alpha=default_alpha(section, confidence),
-                      texts_per_weight=texts_per_weight)
+                      texts_per_weight=texts_per_weight, rates=dict(rates or {}))
 
 
 def build_grid(section: SearchSection) -> tuple[tuple[Combination, ...], int]:

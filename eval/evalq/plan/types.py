@@ -101,6 +101,15 @@ class VariantPlan:
     # Which sides it encodes and which it borrows, from where (issue 31: plan.sides)
     sides: SidePlan = field(default_factory=SidePlan)
 
+    def rate_identity(self) -> dict[str, Any]:
+        """What decides how fast this variant encodes (the key of its measured rate in
+        :class:`evalq.encode.rates.RateLedger`): its engine as resolved, not its name or
+        its gates, so a renamed variant keeps its rate and another dtype does not."""
+        return {"backend": self.backend, "dtype": self.dtype, "device": self.device,
+                "device_name": self.device_name, "model": self.model_fingerprint,
+                "quantization": self.quantization, "settings": self.settings,
+                "arithmetic": self.arithmetic, "endpoint": self.endpoint}
+
     def encoding_settings(self) -> EncodingSettings:
         """The settings the plan resolved (model defaults + recipe overrides): what every
         executor encodes with, so none resolves them again."""

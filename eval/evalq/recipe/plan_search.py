@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evalq.core.errors import InputError
+from evalq.encode.rates import MeasuredRate, RateLedger
 from evalq.engines.modelinfo import embedding_dim
 from evalq.plan.search import (
     Combination,
@@ -74,7 +75,24 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
         section = section.model_copy(
             update={"index": [o.with_home(cache_dir) for o in section.index]})
     return search_plan(section, recipe.stats.confidence, len(recipe.datasets),
-                       queries + docs if queries and docs else None)
+                       queries + docs if queries and docs else None,
+                       rates=_measured_rates(section, variant_plans, cache_dir))
+
+
+def _measured_rates(section: Any, variant_plans: Sequence[VariantPlan],
+                    cache_dir: Path | None) -> dict[str, MeasuredRate]:
+    """The weight variants' rates an earlier run measured on this host (none without a
+    cache: ``--no-cache`` keeps no ledger)."""
+    if cache_dir is None:
+        return {}
+    ledger = RateLedger(cache_dir)
+    planned = {vp.name: vp for vp in variant_plans}
+    found = {}
+    for name in section.weights:
+        rate = ledger.lookup(planned[name].rate_identity()) if name in planned else None
+        if rate is not None:
+            found[name] = rate
+    return found
 
 
 def _check_weights(recipe: Any, section: Any, variant_plans: Sequence[VariantPlan],
