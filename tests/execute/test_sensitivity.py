@@ -139,6 +139,35 @@ def _write(folder: RunFolder, name: str, ndcg: list[float]) -> None:
                                                 {"nDCG@10": np.asarray(ndcg)}))
 
 
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_variant_that_keeps_the_index_reencodes_only_its_queries(tmp_path):
+    """Int8 queries against fp32's documents (issue 31, keep your index): the queries are
+    what a deployment encodes online, one request at a time, so their batch dependence is
+    measured; the borrowed documents are fp32's under every composition."""
+    from evalq.app.api import run_recipe_file
+    from evalq.data.trec import read_run
+
+    path = recipes.write(tmp_path / "keep.yaml", recipes.recipe(
+        "keep-sens", cache=tmp_path / "cache", queries=30, docs=90, batch_tokens=2048,
+        candidates=[{**recipes.DYN_INT8, "name": "q-int8", "documents": "reference"}],
+        gates=[recipes.gate("nDCG@10", "qrels", max_drop="1%")], resamples=500,
+        parity={"enabled": False}, batch_sensitivity=SENSITIVITY))
+    outcome = run_recipe_file(path, output=tmp_path / "out", progress=False)
+    section = outcome.summary["datasets"]["pydocs"]["variants"]["q-int8"]["batch_sensitivity"]
+    assert [c["id"] for c in section["compositions"]] == ["as-run", "tokens-256", "shuffle-3"]
+    between = section["between_compositions"]
+    assert between["texts"] == 30 and between["compositions"] == 3  # the queries only
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
+    rows = manifest["variants"]["q-int8"]["datasets"]["pydocs"]["batch_sensitivity"]
+    assert [r["computed_texts"] for r in rows["compositions"]] == [0, 30, 30]
+    runs = {r["id"]: read_run(tmp_path / "out" / "runs" / "pydocs" / f"{r['stored_as']}.trec")
+            for r in rows["compositions"]}
+    assert set(runs["as-run"]) == set(runs["tokens-256"]) == set(runs["shuffle-3"])
+    assert len(runs["as-run"]) == 30
+    assert section["passed_as_run"] in (True, False)  # decided, like any other candidate
+
+
 def test_one_failing_composition_fails_the_candidate(tmp_path):
     from evalq.plan.gates import gate_spec
 

@@ -321,8 +321,8 @@ def _run_variant(run: _Run, variant: SearchedVariant, role: str, settings: Encod
                     plan.search, plan.sections, variant.name, ds, docs.vectors,
                     queries.vectors, run.depth, folder, run.reference[ds.name],
                     run.judged[ds.name])
-            # #14: other batch compositions (a variant that borrows a side is not re-encoded)
-            if encoder is not None and not sides.borrows and sensitivity.measured(
+            # #14: other batch compositions (of the sides this variant encodes itself)
+            if encoder is not None and sensitivity.measured(
                     plan.sections, variant):
                 record.datasets[ds.name]["batch_sensitivity"] = sensitivity_measure.measure_dataset(
                     plan.sections, variant, encoder, ds, run.reference[ds.name], folder, options,

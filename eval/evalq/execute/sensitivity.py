@@ -87,10 +87,6 @@ def stored_name(variant: str, composition: str) -> str:
     return f"{_STORED_PREFIX}/{variant}/{composition}"
 
 
-
-
-
-
 def between_compositions(stacks: Sequence[np.ndarray]) -> dict[str, Any]:
     """Per text, the lowest cosine between any two compositions' vectors of it; then the
     mean, 1st percentile and minimum of that over texts, and the largest component

@@ -18,6 +18,7 @@ from evalq.core.values import PerQuery
 from evalq.data.slicing import slice_dataset
 from evalq.encode.batching import Encoded, encode_texts
 from evalq.encode.composition import cache_composition, declared_dependence
+from evalq.execute.borrowed import Borrowed
 from evalq.execute.dataset_scoring import ReferenceState, VariantRecord, score_dataset
 from evalq.execute.sensitivity import between_compositions, compositions, stored_name
 from evalq.measure.judged import JudgedIndex
@@ -67,31 +68,38 @@ def measure_dataset(
     key = dict(cache_composition(variant) or {"backend": variant.backend})
     entries, stacks = [], []
     doc_texts = sub.corpus.texts_for_encoding(sections.title_separator)
+    # A side the variant borrows (issue 31: int8 queries against the fp32 index) is the
+    # lender's under every composition; only the side it encodes is re-encoded.
+    kept_docs = _borrowed_rows(run_docs, d_rows)
+    kept_queries = _borrowed_rows(run_queries, q_rows)
     for comp in compositions(opts, int(options["batch_tokens"])):
         t0 = time.perf_counter()
         if comp.id == "as-run":
-            docs = Encoded(run_docs.vectors[d_rows], run_docs.stats)
-            queries = Encoded(run_queries.vectors[q_rows], run_queries.stats)
+            docs = kept_docs or Encoded(run_docs.vectors[d_rows], run_docs.stats)
+            queries = kept_queries or Encoded(run_queries.vectors[q_rows], run_queries.stats)
         else:
             kwargs = {**options, "batch_tokens": comp.batch_tokens,
                       "shuffle_seed": comp.shuffle_seed, "composition": key}
-            docs = encode_texts(encoder, doc_texts, role="document", progress=show_progress,
-                                **kwargs)
-            queries = encode_texts(encoder, list(sub.queries.texts), role="query",
-                                   progress=show_progress, **kwargs)
+            docs = kept_docs or encode_texts(encoder, doc_texts, role="document",
+                                             progress=show_progress, **kwargs)
+            queries = kept_queries or encode_texts(encoder, list(sub.queries.texts),
+                                                   role="query", progress=show_progress,
+                                                   **kwargs)
         name = stored_name(variant.name, comp.id)
         record = VariantRecord(name=name, role="candidate", description={},
                                settings=encoder.settings)
         score_dataset(sections, variant.model_copy(update={"name": name}), "candidate", sub,
                        docs, queries, depth, folder, slice_reference, judged, record)
         scored = record.datasets[sub.name]
+        encoded = [e for e in (queries, docs) if isinstance(e, Encoded)]
         entries.append({**comp.as_dict(), "stored_as": name,
                         "seconds": time.perf_counter() - t0,
                         "reused_from_run": comp.id == "as-run",
                         "computed_texts": 0 if comp.id == "as-run" else
-                        docs.stats.n_computed + queries.stats.n_computed,
+                        sum(e.stats.n_computed for e in encoded),
                         "vectors": scored.get("vectors")})
-        stacks.append(np.vstack([queries.vectors, docs.vectors]))
+        # Between compositions: the encoded sides only (a borrowed side never moves).
+        stacks.append(np.vstack([e.vectors for e in encoded]))
     return {
         "dependence": declared_dependence(variant).as_dict(),
         "slice": {"max_queries": opts.max_queries, "max_docs": opts.max_docs,
@@ -101,6 +109,13 @@ def measure_dataset(
         "between_compositions": between_compositions(stacks),
         "seconds": time.perf_counter() - began,
     }
+
+
+def _borrowed_rows(side: Any, rows: np.ndarray) -> Borrowed | None:
+    """A borrowed side's slice rows, still marked borrowed (None for an encoded side)."""
+    if not isinstance(side, Borrowed):
+        return None
+    return Borrowed(side.vectors[rows], side.source, side.probe)
 
 
 def _rows(all_ids: Sequence[str], kept: Sequence[str]) -> np.ndarray:
