@@ -5,11 +5,14 @@ own schedules and histograms; the recipe checks that refuse a bad ``load.databas
 
 Asserted: structure and consistency (one step per level, every request answered, the
 percentiles ordered, every query answered and each answer the sequential search's ids,
-one session per client), never a wall-clock figure."""
+one session per client), and what of the database server each step sampled (its
+process tree here, the memory it reports, or why nothing), never a wall-clock figure."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +175,45 @@ def test_a_qdrant_server_by_url_under_concurrency_answers_as_in_sequence(
         server = step["server"]
         assert server["sampled"] and server["cpu_s"] is None
         assert server["reported_resident_mb"] > 0 and server["reports"] >= 2
+
+
+_STANDIN_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from support.qdrant_standin import QdrantStandIn
+server = QdrantStandIn()
+print(server.url, flush=True)
+sys.stdin.read()  # until the test closes it
+server.close()
+"""
+
+
+@pytest.mark.server
+@pytest.mark.process
+def test_a_qdrant_server_listening_on_this_host_is_sampled_by_its_process() -> None:
+    """The stand-in in a process of its own, as a team's Qdrant on this host: found by
+    the port its URL names, its process sampled per step, and its /metrics read too."""
+    child = subprocess.Popen([sys.executable, "-c", _STANDIN_PROCESS, str(HERE)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        url = child.stdout.readline().strip()
+        options = _options({"kind": "qdrant", "url": url, "collection": "load-sampled",
+                            "hnsw_config": {"m": 8, "ef_construct": 32}})
+        steps, _, _, sampling = _drive_watched(options, CLOSED)
+        child.stdin.close()
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    _consistent(steps, [1.0, 3.0])
+    assert sampling["sampled"] and sampling["how"] == "process+metrics"
+    assert sampling["pid"] == child.pid and sampling["reason"] is None
+    for step in steps:
+        server = step["server"]
+        assert server["cpu_s"] is not None and server["peak_rss_mb"] > 0
+        assert server["processes"] >= 1 and server["reported_resident_mb"] > 0
 
 
 @pytest.mark.server
