@@ -5,11 +5,14 @@ own schedules and histograms; the recipe checks that refuse a bad ``load.databas
 
 Asserted: structure and consistency (one step per level, every request answered, the
 percentiles ordered, every query answered and each answer the sequential search's ids,
-one session per client), never a wall-clock figure."""
+one session per client), and what of the database server each step sampled (its
+process tree here, the memory it reports, or why nothing), never a wall-clock figure."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from evalq.execute.load.dbsearch import (
     sweep_searches,
 )
 from evalq.plan.load import LoadSection
+from evalq.results.dbpart import ServerSampling, StepServer
 from evalq.results.load import LoadFolder
 from evalq.retrieve import pg_server
 from evalq.retrieve.kinds import Documents, KindOptions, Queries
@@ -58,6 +62,14 @@ def _options(spec: dict[str, Any]) -> KindOptions:
 def _drive(options: KindOptions, workload: dict[str, Any]) -> tuple[list[dict[str, Any]],
                                                                      Any, bool]:
     """The stage's sweep on a real index: its steps, its outcome, and in_process."""
+    steps, outcome, in_process, _ = _drive_watched(options, workload)
+    return steps, outcome, in_process
+
+
+def _drive_watched(options: KindOptions, workload: dict[str, Any]
+                   ) -> tuple[list[dict[str, Any]], Any, bool, dict[str, Any]]:
+    """:func:`_drive`, with the stage's ``sampling`` record (what of the server each step
+    sampled), typed as the summary stores it."""
     docs, queries = _corpus()
     section = LoadSection.model_validate({**FAST, "workloads": [workload]})
     index: Any = INDEX_KINDS.build(options, docs, where="candidates.x.index")
@@ -71,12 +83,15 @@ def _drive(options: KindOptions, workload: dict[str, Any]) -> tuple[list[dict[st
             return WorkerPool(index, size, section.timeout_s, queries.vectors, DEPTH,
                               expected)
 
-        left = index.connections_left()
+        left, watch = index.connections_left(), index.server_watch()
         drive = SearchDrive(search_requests(N_QUERIES), lambda: SearchGenerator(
-            step_bounds(section), make_pool, left), index.server_pid())
+            step_bounds(section), make_pool, left), watch)
         outcome = sweep_searches(section.workloads[0], section, drive,
                                  lambda s, m: steps.append(s))
-        return steps, outcome, index.in_process
+        sampling = ServerSampling.model_validate(watch.record()).model_dump()
+        for step in steps:
+            StepServer.model_validate(step["server"])
+        return steps, outcome, index.in_process, sampling
     finally:
         index.close()
 
@@ -107,6 +122,27 @@ def test_pgvector_under_concurrency_answers_as_in_sequence(pg: pg_server.Databas
 
 
 @pytest.mark.server
+def test_a_dsn_server_on_this_host_is_sampled_as_the_embedded_one(
+        pg: pg_server.Database) -> None:
+    """The session's embedded PostgreSQL reached by its dsn (a unix socket): to evalq a
+    team's server on this host. Its postmaster is found from the connection's backend
+    (no data folder known) and its tree sampled per step, as the embedded one's."""
+    assert pg.data_dir is not None
+    postmaster = pg_server.postmaster_pid(pg)
+    options = _options({"kind": "pgvector", "dsn": pg.dsn, "m": 8, "ef_construction": 32})
+    steps, _, _, sampling = _drive_watched(options, CLOSED)
+    _consistent(steps, [1.0, 3.0])
+    assert sampling["sampled"] and sampling["how"] == "process"
+    assert sampling["pid"] == postmaster and sampling["reason"] is None
+    assert "unix socket" in sampling["scope"]
+    for step in steps:
+        server = step["server"]
+        assert server["sampled"] and server["peak_rss_mb"] > 0 and server["cpu_s"] >= 0
+        # the postmaster and at least the step's own backends
+        assert server["processes"] >= 1 + step["database"]["workers"]
+
+
+@pytest.mark.server
 def test_qdrant_under_concurrency_answers_as_in_sequence(qdrant_root: Path) -> None:
     options = _options({"kind": "qdrant", "path": str(qdrant_root),
                         "hnsw_config": {"m": 8, "ef_construct": 32}})
@@ -115,6 +151,8 @@ def test_qdrant_under_concurrency_answers_as_in_sequence(qdrant_root: Path) -> N
     _consistent(steps, [50.0])
     assert in_process and steps[0]["mode"] == "open"
     assert steps[0]["server"]["cpu_s"] is None  # no server process of its own
+    assert not steps[0]["server"]["sampled"]
+    assert steps[0]["server"]["reason"].startswith("in-process")
 
 
 @pytest.mark.server
@@ -125,10 +163,75 @@ def test_a_qdrant_server_by_url_under_concurrency_answers_as_in_sequence(
     options = _options({"kind": "qdrant", "url": qdrant_standin.url,
                         "collection": "load-by-url",
                         "hnsw_config": {"m": 8, "ef_construct": 32}})
-    steps, _, in_process = _drive(options, CLOSED)
+    steps, _, in_process, sampling = _drive_watched(options, CLOSED)
     _consistent(steps, [1.0, 3.0])
     assert not in_process
-    assert all(s["server"]["cpu_s"] is None for s in steps)  # another machine's process
+    # the stand-in listens inside this test's process: no server process to sample, but
+    # its /metrics page (its own RSS under Qdrant's gauge names) is read per step
+    assert sampling["sampled"] and sampling["how"] == "metrics" and sampling["pid"] is None
+    assert "evalq's own process" in sampling["reason"]
+    assert sampling["metrics"] == f"{qdrant_standin.url}/metrics"
+    for step in steps:
+        server = step["server"]
+        assert server["sampled"] and server["cpu_s"] is None
+        assert server["reported_resident_mb"] > 0 and server["reports"] >= 2
+
+
+_STANDIN_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from support.qdrant_standin import QdrantStandIn
+server = QdrantStandIn()
+print(server.url, flush=True)
+sys.stdin.read()  # until the test closes it
+server.close()
+"""
+
+
+@pytest.mark.server
+@pytest.mark.process
+def test_a_qdrant_server_listening_on_this_host_is_sampled_by_its_process() -> None:
+    """The stand-in in a process of its own, as a team's Qdrant on this host: found by
+    the port its URL names, its process sampled per step, and its /metrics read too."""
+    child = subprocess.Popen([sys.executable, "-c", _STANDIN_PROCESS, str(HERE)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        url = child.stdout.readline().strip()
+        options = _options({"kind": "qdrant", "url": url, "collection": "load-sampled",
+                            "hnsw_config": {"m": 8, "ef_construct": 32}})
+        steps, _, _, sampling = _drive_watched(options, CLOSED)
+        child.stdin.close()
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    _consistent(steps, [1.0, 3.0])
+    assert sampling["sampled"] and sampling["how"] == "process+metrics"
+    assert sampling["pid"] == child.pid and sampling["reason"] is None
+    for step in steps:
+        server = step["server"]
+        assert server["cpu_s"] is not None and server["peak_rss_mb"] > 0
+        assert server["processes"] >= 1 and server["reported_resident_mb"] > 0
+
+
+@pytest.mark.server
+def test_a_qdrant_server_answering_no_metrics_is_not_sampled(qdrant_standin: Any) -> None:
+    """Neither a process of its own here nor a /metrics page: not sampled, with why."""
+    options = _options({"kind": "qdrant", "url": qdrant_standin.url,
+                        "collection": "load-by-url",
+                        "hnsw_config": {"m": 8, "ef_construct": 32}})
+    qdrant_standin.metrics = False
+    try:
+        steps, _, _, sampling = _drive_watched(options, {**CLOSED, "closed_loop": {
+            "concurrency": [2]}})
+    finally:
+        qdrant_standin.metrics = True
+    assert not sampling["sampled"] and sampling["how"] is None
+    assert "evalq's own process" in sampling["reason"]
+    assert all(not s["server"]["sampled"] and s["server"]["peak_rss_mb"] is None
+               and s["server"]["reported_resident_mb"] is None for s in steps)
 
 
 def test_a_concurrency_above_the_connections_left_is_exit_2() -> None:
@@ -213,6 +316,8 @@ def test_evalq_load_drives_the_database_stage(
     assert db["reused"] and db["rows_loaded"] == 0 and not db["in_process"]
     assert db["index_method"] == "Index Scan" and db["queries"] == N_QUERIES
     assert db["kind"] == "pgvector" and db["encode_s"] >= 0
+    assert db["sampling"]["sampled"] and db["sampling"]["how"] == "process"
+    assert db["index_bytes"] > 0 and db["database_bytes"] >= db["table_bytes"] > 0
     steps = entry["workloads"]["search"]["steps"]
     _consistent(steps, [1.0, 3.0])
     assert entry["workloads"]["search"]["knee"]["per_s"] is not None

@@ -29,7 +29,9 @@ answer HTTP 400 to a request whose body holds a given option (as a server of an 
 version refuses an option it lacks); ``api_key`` makes it answer 401 to a request
 without that key; ``stalled`` keeps it from ever indexing (an overloaded server);
 ``stop()`` kills it mid-run (connections refused from then on), ``restart()`` brings it
-back with its collections. HTTP/1.0: one request
+back with its collections. ``GET /metrics`` answers Qdrant's memory gauges
+(``memory_resident_bytes``, ``memory_allocated_bytes``) with the stand-in process's own
+real RSS (``metrics = False``: a server that does not answer them). HTTP/1.0: one request
 per connection, so a stopped stand-in answers nothing more.
 """
 
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import psutil
 import qdrant_edge as qe
 
 
@@ -113,6 +116,7 @@ class QdrantStandIn:
         self.refusals: dict[str, str] = {}  # dotted option in a request body -> error
         self.api_key: str | None = None  # when set, the ``api-key`` header must match
         self.stalled = False  # never indexes (a server too busy to optimize)
+        self.metrics = True  # answers GET /metrics (its own RSS under Qdrant's names)
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.lock = threading.Lock()
         self._made = 0
@@ -198,6 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/" and method == "GET":
             return self._send(200, {"title": "qdrant - vector search engine (evalq test "
                                               "stand-in)", "version": version("qdrant-edge-py")})
+        if path == "/metrics" and method == "GET" and s.metrics:
+            return self._send_text(_metrics_page())
         found = re.fullmatch(r"/collections/([^/]+)(/.*)?", path)
         if found is None:
             return self._send(404, {"status": {"error": f"Not found: {path}"}, "time": 0.0})
@@ -214,6 +220,14 @@ class _Handler(BaseHTTPRequestHandler):
                 collection.shard.optimize()
                 collection.dirty = False
 
+    def _send_text(self, text: str) -> None:
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
@@ -221,6 +235,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def _metrics_page() -> str:
+    """A Prometheus page with Qdrant's memory gauges' names. The stand-in is no Qdrant
+    server and has no jemalloc: both gauges are its own process's real RSS (it runs in
+    the test's process), read as the request is answered."""
+    rss = psutil.Process().memory_info().rss
+    return ("# HELP app_info evalq test stand-in, not a Qdrant server\n"
+            "# TYPE app_info gauge\n"
+            f'app_info{{name="qdrant-standin",version="{version("qdrant-edge-py")}"}} 1\n'
+            "# HELP memory_resident_bytes the stand-in process's RSS\n"
+            "# TYPE memory_resident_bytes gauge\n"
+            f"memory_resident_bytes {rss}\n"
+            "# HELP memory_allocated_bytes the stand-in process's RSS\n"
+            "# TYPE memory_allocated_bytes gauge\n"
+            f"memory_allocated_bytes {rss}\n")
 
 
 def _route(s: QdrantStandIn, method: str, name: str, rest: str, body: dict[str, Any],

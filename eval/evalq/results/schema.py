@@ -32,6 +32,7 @@ from pydantic import Field, ValidationError, field_validator
 from evalq.core import atomicio
 from evalq.core.encodestats import EncodeStats
 from evalq.core.errors import InputError
+from evalq.results.dbpart import DatabaseStage
 from evalq.results.hostpart import HostPart
 from evalq.results.parts import (
     Attribution,
@@ -93,8 +94,7 @@ from evalq.results.records import (
 )
 from evalq.results.searchpart import SearchSummary
 
-# Every model of the results files, the parts (evalq.results.parts) re-exported: readers
-# and writers import them from here.
+# Every model of the results files (evalq.results.parts re-exported): import them from here.
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -434,7 +434,7 @@ class LoadWorkload(Part):
 class LoadVariant(Part):
     backend: str
     workloads: dict[str, LoadWorkload] = Field(default_factory=dict)
-    database: dict[str, Any] | None = None  # a database stage's (execute.load.dbstage)
+    database: DatabaseStage | None = None  # a database stage's (execute.load.dbstage)
     startup_s: float | None = None
     server: dict[str, Any] | None = None
     url: str | None = None

@@ -134,7 +134,8 @@ def server_build() -> str:
 
 def postmaster_pid(db: Database) -> int | None:
     """The embedded server's postmaster (its backends are its children), for the load
-    test's CPU and memory sampling; None for a dsn (a server elsewhere)."""
+    test's CPU and memory sampling; None for a dsn (:mod:`evalq.retrieve.serverwatch`
+    finds a local one's from its backend)."""
     if db.data_dir is None:
         return None
     try:

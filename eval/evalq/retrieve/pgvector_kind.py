@@ -37,7 +37,7 @@ from pydantic import Field, model_validator
 from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
-from evalq.retrieve import keyed, kinds, pg_lock, pg_server, workers
+from evalq.retrieve import keyed, kinds, pg_lock, pg_server, serverwatch, workers
 from evalq.retrieve.kinds import (
     Documents,
     IndexProof,
@@ -400,8 +400,15 @@ class PgvectorIndex:
         """The documents of a query's answered row ids, in the order given."""
         return tuple(self._ids[self._row_of[int(i)]] for i in sql_ids)
 
-    def server_pid(self) -> int | None:
-        return pg_server.postmaster_pid(self.db)
+    def server_watch(self) -> serverwatch.ServerWatch:
+        """The embedded postmaster, or a dsn server's when it runs on this host."""
+        import psycopg
+
+        try:
+            return serverwatch.postgres(self.conn, pg_server.postmaster_pid(self.db),
+                                        self.db.label)
+        except psycopg.OperationalError as exc:
+            raise pg_server.database_error(exc, self.db, self.where) from None
 
     def connections_left(self) -> int:
         """How many more sessions the server accepts now (``max_connections``)."""
@@ -417,11 +424,11 @@ class PgvectorIndex:
         import psycopg
 
         try:
-            total, heap, index, version, server = self.conn.execute(
+            total, heap, index, version, server, database = self.conn.execute(
                 "SELECT pg_total_relation_size(%s), pg_relation_size(%s), "
                 "COALESCE((SELECT pg_relation_size(oid) FROM pg_class WHERE relname = %s), 0),"
                 " (SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
-                "current_setting('server_version')",
+                "current_setting('server_version'), pg_database_size(current_database())",
                 (self.table, self.table, self.index_name)).fetchone()
         except psycopg.OperationalError as exc:
             raise pg_server.database_error(exc, self.db, self.where) from None
@@ -429,7 +436,8 @@ class PgvectorIndex:
         return IndexStats(
             bytes=int(total), build_s=self._copy_s + self._index_s, documents=len(self._ids),
             detail={"table_bytes": int(heap), "index_bytes": int(index),
-                    "total_bytes": int(total), "copy_s": self._copy_s,
+                    "total_bytes": int(total), "database_bytes": int(database),
+                    "copy_s": self._copy_s,
                     "index_build_s": self._index_s, "search_s": self._search_s,
                     "queries_per_s": self._queries / self._search_s if searched else None,
                     "missing_slots": self._missing, "pgvector": version,

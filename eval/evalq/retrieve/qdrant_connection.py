@@ -35,8 +35,11 @@ class QdrantConnection:
         self.collection = ""  # named in a vanished collection's message
         self._gone_fix, self._build_field = gone_fix, build_field
         self.qc, self.exc = qdrant_client(needed_for)
+        api_key = self._api_key(api_key_env)
+        # what qdrant-client sends, for the requests evalq makes itself (GET /metrics)
+        self.headers = {} if api_key is None else {"api-key": api_key}
         self.client = self.qc.QdrantClient(
-            url=url, api_key=self._api_key(api_key_env), prefer_grpc=False,
+            url=url, api_key=api_key, prefer_grpc=False,
             timeout=timeout or DEFAULT_TIMEOUT_S, check_compatibility=False)
         try:
             self.version = str(self.call("url", self.client.info).version)

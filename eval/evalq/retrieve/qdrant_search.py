@@ -21,6 +21,7 @@ from evalq.core.ranking import Ranking
 from evalq.retrieve import workers
 from evalq.retrieve.kinds import Queries
 from evalq.retrieve.qdrant_options import LOWER_IS_BETTER, QdrantOptions, SearchParams
+from evalq.retrieve.serverwatch import ServerWatch, own_process
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,10 @@ class PointsSearch:
         ranked = sorted(found, key=lambda p: -sign * p.score)  # stable: ties keep order
         return tuple(self._ids[int(p.id)] for p in ranked)
 
-    def server_pid(self) -> None:
-        """No process evalq can sample: the engine is evalq's own, or on another host."""
-        return None
+    def server_watch(self) -> ServerWatch:
+        """The in-process shard: no server process of its own (a server's index says
+        what of it can be watched)."""
+        return own_process()
 
     def connections_left(self) -> None:
         """No limit evalq can read (threads share the shard, or one pooled client)."""

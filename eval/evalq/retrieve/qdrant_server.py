@@ -45,6 +45,7 @@ from evalq.retrieve.qdrant_options import (
     proof,
 )
 from evalq.retrieve.qdrant_search import PointsSearch
+from evalq.retrieve.serverwatch import ServerWatch, qdrant
 
 _UPSERT_BATCH = 512  # points per upsert request (a few MB of JSON at 384 dimensions)
 _RETRIEVE_BATCH = 8192  # ids asked per request when looking for an interrupted upload
@@ -55,7 +56,7 @@ KEY_FIELD = "evalq_key"  # the collection metadata's field holding the vectors' 
 class QdrantServerIndex(PointsSearch):
     """One collection of one variant's vectors on a Qdrant server."""
 
-    in_process = False  # a server of its own (evalq load samples no process for it)
+    in_process = False  # a server of its own (evalq load watches what it can of it)
 
     def __init__(self, options: QdrantOptions, where: str) -> None:
         self.options, self.where = options, where
@@ -239,6 +240,10 @@ class QdrantServerIndex(PointsSearch):
                     "qdrant_server": self.server_version, "server": self.label,
                     "collection": self.collection,
                     **(self.cache.record() if self.cache is not None else {})})
+
+    def server_watch(self) -> ServerWatch:
+        """Its ``/metrics`` memory, and its process when it listens on this host."""
+        return qdrant(self.options.url or "", self.server.headers)
 
     def proof(self) -> IndexProof:
         """Read back from the server: how many vectors its HNSW index holds."""

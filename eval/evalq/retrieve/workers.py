@@ -27,6 +27,7 @@ import numpy as np
 
 from evalq.core.errors import InputError
 from evalq.retrieve import pg_server
+from evalq.retrieve.serverwatch import ServerWatch
 
 
 class SearchWorker(Protocol):
@@ -47,8 +48,10 @@ class ConcurrentIndex(Protocol):
 
     def worker(self, timeout_s: float) -> SearchWorker: ...
 
-    def server_pid(self) -> int | None:
-        """The database server's process, sampled for CPU and memory (None: none here)."""
+    def server_watch(self) -> ServerWatch:
+        """What of the database server can be sampled for CPU and memory (its process
+        tree here, its own memory figures), or why nothing can
+        (:mod:`evalq.retrieve.serverwatch`)."""
         ...
 
     def connections_left(self) -> int | None:

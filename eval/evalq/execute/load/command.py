@@ -44,6 +44,7 @@ from evalq.engines.registry import embedding_backend
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.load.capacity import DecisionRow, Demand, Knee, plan_variant, recommend
 from evalq.execute.load.dbstage import drive_database
+from evalq.execute.load.dbwatch import sampling_text, table_cells
 from evalq.execute.load.formats import decision_lines, served_format
 from evalq.execute.load.quality import (
     ProbeRun,
@@ -408,17 +409,27 @@ def _cosine(*steps: dict[str, Any] | None) -> str:
     return f"{min(values):.6f}" if values else "-"
 
 
+def _server_cells(entry: dict[str, Any], steps: list[dict[str, Any]]) -> tuple[str, str]:
+    """The table's server cores and MiB: a database stage's say why when not sampled."""
+    if entry.get("database") is not None:
+        return table_cells(steps)
+    cores = max((s["server"].get("cpu_cores") or 0.0 for s in steps), default=0.0)
+    mem = max((s["server"].get("peak_rss_mb") or 0.0 for s in steps), default=0.0)
+    return f"{cores:.2f}", f"{mem:.0f}"
+
+
 def _database_line(entry: dict[str, Any]) -> str:
     """What a database stage measured: which database, where it runs, the answers."""
     db = entry.get("database") or {}
     steps = [s for w in entry["workloads"].values() for s in w["steps"]]
     differ = sum((s.get("database") or {}).get("differs_from_sequential", 0) for s in steps)
     where = ("in-process: threads of evalq's own process" if db.get("in_process")
-             else "one connection per client")
+             else "one connection per client" if db.get("kind") == "pgvector"
+             else "threads sharing one client")
     how = ("each query through the served model, then searched" if db.get("end_to_end")
            else "query vectors encoded before the traffic")
     return (f"database stage: {db.get('label', '?')} ({where}), {how}; {differ} answers "
-            "differ from the sequential search")
+            f"differ from the sequential search; {sampling_text(db.get('sampling'))}")
 
 
 def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
@@ -442,11 +453,10 @@ def _print_table(summary: dict[str, Any], folder: LoadFolder) -> None:
                     f"{_SHORT_UNIT.get(k['unit'], k['unit'])}")
             p99 = at["latency_ms"]["p99"] if at else None
             worst = max((s["latency_ms"]["p99"] or 0.0 for s in steps), default=0.0)
-            cores = max((s["server"].get("cpu_cores") or 0.0 for s in steps), default=0.0)
-            mem = max((s["server"].get("peak_rss_mb") or 0.0 for s in steps), default=0.0)
+            cores, mem = _server_cells(entry, steps)
             say(f"{name:22s} {wname:10s} {k.get('series') or '-'!s:10s} {knee:>14s} "
-                f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9.2f} "
-                f"{mem:>8.0f} {_cosine(at):>9s} {_cosine(*steps):>9s}")
+                f"{(f'{p99:.0f} ms' if p99 else '-'):>9s} {worst:>6.0f} ms {cores:>9s} "
+                f"{mem:>8s} {_cosine(at):>9s} {_cosine(*steps):>9s}")
             if k.get("stopped_by"):
                 say(f"  {'':20s} knee stopped by {k['stopped_by']}")
         if entry.get("database") is not None:

@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError
+from evalq.execute.load.dbwatch import DatabaseSampler
 from evalq.execute.load.generator import LoadGenerator, RequestSpec, StepBounds, StepMeasurement
-from evalq.execute.load.serverstats import ProcessSampler
 from evalq.execute.load.sweep import WorkloadOutcome, judge_step, knee_of
 from evalq.plan.load import LoadSection, Workload
+from evalq.retrieve.serverwatch import ServerWatch
 from evalq.retrieve.workers import ConcurrentIndex, SearchWorker, WorkerFailed, WorkerTimeout
 
 
@@ -138,11 +139,11 @@ def search_requests(n_queries: int) -> list[RequestSpec]:
 @dataclass(frozen=True)
 class SearchDrive:
     """What a database sweep sends: its requests (cycled), a fresh generator per step,
-    and the database server's process to sample (None: none here)."""
+    and what of the database server to sample (:mod:`evalq.retrieve.serverwatch`)."""
 
     requests: Sequence[RequestSpec]
     generator: Callable[[], SearchGenerator]
-    server_pid: int | None = None
+    watch: ServerWatch
 
 
 def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
@@ -150,7 +151,8 @@ def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
                    ) -> WorkloadOutcome:
     """One ``query`` workload's levels against the database, as the served sweep runs
     them (stop at the first failing step with ``stop_on_break``; the knee after), with
-    the server's CPU and memory sampled per step when it has a process here."""
+    the server's CPU and memory sampled per step where it can be (its process tree
+    here, or the memory it reports: :mod:`evalq.execute.load.dbwatch`)."""
     requests = drive.requests
     outcome = WorkloadOutcome()
     steps: list[dict[str, Any]] = []
@@ -158,7 +160,7 @@ def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
     for l_index, level in enumerate(workload.levels):
         gen = drive.generator()
         try:
-            with ProcessSampler(drive.server_pid) as sampler:
+            with DatabaseSampler(drive.watch) as sampler:
                 if workload.mode == "open":
                     m = asyncio.run(gen.open_loop(requests, level,
                                                   seed=section.seed + l_index))

@@ -6,7 +6,9 @@ workload's levels driven through :mod:`evalq.execute.load.dbsearch`.
 Its summary entry is ``variants["<variant>@<kind>"]`` (``fp32-pg@pgvector``), with a
 ``database`` part that marks it a database stage (which database, in-process or not,
 the table, whether it was reused, the sequential queries/s, the seconds the vectors
-took to encode); its workloads, steps and knee
+took to encode, the sizes the database reports, and ``sampling``: what of its server
+each step's ``server`` part samples, or why nothing, from
+:mod:`evalq.retrieve.serverwatch`); its workloads, steps and knee
 have the served variants' shape, so the console table, ``load/steps/`` and
 ``--plan-only`` read them alike. It gets knees but no capacity plan (the decision table
 is about served formats). Workloads other than ``query`` do not apply and are listed
@@ -35,6 +37,7 @@ from evalq.execute.load.dbsearch import (
     sweep_searches,
 )
 from evalq.execute.load.dbvectors import StageVectors, stage_vectors
+from evalq.execute.load.dbwatch import step_text
 from evalq.execute.load.generator import LoadGenerator
 from evalq.execute.load.sweep import Endpoint, TextPool, embed_request, knee_record
 from evalq.plan.load import LoadSection
@@ -42,6 +45,7 @@ from evalq.plan.types import Plan, VariantPlan
 from evalq.results.load import LoadFolder
 from evalq.retrieve.kinds import Documents, Queries
 from evalq.retrieve.registry import INDEX_KINDS
+from evalq.retrieve.serverwatch import ServerWatch
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,9 @@ def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
     try:
         entry["startup_s"] = round(time.perf_counter() - t0, 2)
         expected = _sequential(index, vectors, resolved.depth, entry)
-        entry["database"].update(in_process=bool(index.in_process), encode_s=encode_s)
+        watch = index.server_watch()
+        entry["database"].update(in_process=bool(index.in_process), encode_s=encode_s,
+                                 sampling=watch.record())
         left = index.connections_left()
         check_pool(section, left, entry["database"]["label"], resolved.recipe_file)
         folder.write_summary(summary)
@@ -83,7 +89,7 @@ def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
             return WorkerPool(index, size, section.timeout_s, vectors.queries,
                               resolved.depth, expected)
 
-        drive = _drive(vp, section, vectors, (make_pool, left, index.server_pid()), served)
+        drive = _drive(vp, section, vectors, (make_pool, left, watch), served)
         return _workloads(name, section, drive, entry, folder, summary)
     finally:
         index.close()
@@ -98,34 +104,38 @@ def _sequential(index: Any, vectors: StageVectors, depth: int,
     detail = stats.detail
     entry["database"].update({
         "dataset": vectors.dataset,
-        "label": detail.get("database") or f"the Qdrant shard in {getattr(index, 'path', '')}",
-        "table": detail.get("table"), "documents": len(vectors.doc_ids),
+        "label": detail.get("database") or detail.get("server")
+        or f"the Qdrant shard in {getattr(index, 'path', '')}",
+        "table": detail.get("table") or detail.get("collection"),
+        "documents": len(vectors.doc_ids),
         "queries": len(vectors.query_ids), "depth": depth,
         "reused": detail.get("reused"), "rows_loaded": detail.get("rows_loaded"),
         "index_method": proof.method, "exact": proof.exact,
         "sequential_queries_per_s": detail.get("queries_per_s"),
-        "embedding_cache": vectors.cached})
+        "embedding_cache": vectors.cached,
+        **{k: detail.get(k) for k in ("table_bytes", "index_bytes", "database_bytes")}})
     return [frozenset(ranking.doc_ids[j] for j in row if j >= 0) for row in ranking.indices]
 
 
 def _drive(vp: VariantPlan, section: LoadSection, vectors: StageVectors,
-           database: tuple[Any, int | None, int | None],
+           database: tuple[Any, int | None, ServerWatch],
            served: tuple[Endpoint, TextPool] | None) -> SearchDrive:
     """The requests and generators of the stage: searches of the encoded vectors, or
     (``served``) query texts through the model, then searched. ``database``: the pool
-    maker, the sessions the database accepts (None: no limit), its server's pid."""
-    make_pool, left, pid = database
+    maker, the sessions the database accepts (None: no limit), what of its server to
+    sample."""
+    make_pool, left, watch = database
     bounds = step_bounds(section)
     if served is None:
         return SearchDrive(search_requests(len(vectors.query_ids)),
-                           lambda: SearchGenerator(bounds, make_pool, left), pid)
+                           lambda: SearchGenerator(bounds, make_pool, left), watch)
     endpoint, pool = served
     requests = [replace(embed_request(endpoint, [text], tokens), payload=row)
                 for row, (text, tokens) in enumerate(zip(pool.queries[:len(vectors.query_ids)],
                                                          pool.query_tokens))]
     return SearchDrive(requests, lambda: EndToEndGenerator(
         LoadGenerator(endpoint.url, bounds), SearchGenerator(bounds, make_pool, left),
-        endpoint.api, vp.options.vectors.dims), pid)
+        endpoint.api, vp.options.vectors.dims), watch)
 
 
 def _workloads(name: str, section: LoadSection, drive: SearchDrive,
@@ -165,5 +175,5 @@ def _format(name: str, workload: str, step: dict[str, Any]) -> str:
     return (f"{name} {workload} [database] {level}: {step['ok']} ok, "
             f"{step['achieved_rps'] or 0.0:.1f} queries/s p50 {show['p50']} p95 "
             f"{show['p95']} p99 {show['p99']} ms, {db.get('workers', 0)} sessions, "
-            f"{db.get('differs_from_sequential', 0)} answers differ{errors} "
-            f"-> {step['verdict']}")
+            f"{db.get('differs_from_sequential', 0)} answers differ{errors}, "
+            f"{step_text(step['server'])} -> {step['verdict']}")
