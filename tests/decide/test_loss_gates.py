@@ -144,6 +144,11 @@ def test_every_output_shows_the_split(tmp_path: Path,
     print_run_table(run, wide=True)
     console = capsys.readouterr().out
     assert "model loss and index loss" in console and "+0.2000" in console
+    print_run_table(run)  # the default, compact view: the gated measures' split too
+    compact = capsys.readouterr().out
+    assert "model loss · index loss · end to end" in compact
+    split = compact.split("end to end (positive = worse)")[1].split("recommendation")[0]
+    assert "\ndb " in split and "+0.2000" in split and "\nplain " not in split
     page = render_run(run)
     assert 'id="losses"' in page and "index loss" in page
     both = comparison(run, run, [])

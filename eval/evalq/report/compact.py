@@ -2,14 +2,18 @@
 
 One row per variant: the first gated metric's value and Δ with its CI, the verdict, the
 weight and index bytes and the encode speed; then each failed or inconclusive gate with
-its reason, wrapped. The full table is `evalq run --wide` and the HTML report. Verdicts
+its reason, wrapped; for candidates searched through an index, each gated measure's
+model, index and end-to-end loss. The full table is `evalq run --wide` and the HTML report. Verdicts
 come from ``report.verdict``, the same functions the HTML and markdown reports use.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.markup import escape
 
+from evalq.report.losses import LOSS_HEADERS, loss_rows
 from evalq.report.pipelines import pipeline_views, print_pipelines
 from evalq.report.reuse import reuse_notes
 from evalq.report.runview import RunView, finite, host_text
@@ -22,6 +26,30 @@ _STYLE = {"ship": ("pass", "green"), "fail": ("FAIL", "red"),
 
 def _mib(value: float | None) -> str:
     return "—" if value is None else f"{value / 2**20:.1f}M"
+
+
+def _print_losses(console: Any, run: RunView) -> None:
+    """Candidates searched through a database or an ANN index: each gated measure's loss
+    taken apart (model, index, end to end). Every measure is in ``--wide`` and the report;
+    here only the gated ones, so a dozen database variants stay a screenful."""
+    gated = set(run.gated_metrics()) or {run.headline_metric()}
+    rows = [r for r in loss_rows(run) if r.metric in gated]
+    if not rows:
+        return
+    from rich.table import Table
+
+    several = len(run.datasets) > 1
+    table = Table(title="model loss · index loss · end to end (positive = worse)",
+                  title_justify="left", box=None, pad_edge=False, padding=(0, 1))
+    heads = LOSS_HEADERS if several else LOSS_HEADERS[1:]
+    for head in heads:
+        table.add_column(head, justify="right" if head.endswith("loss") else "left",
+                         no_wrap=True, max_width=24 if head == "candidate" else None,
+                         overflow="ellipsis")
+    for row in rows:
+        cells = row.cells() if several else row.cells()[1:]
+        table.add_row(*(escape(c) for c in cells))
+    console.print(table)
 
 
 def print_compact(run: RunView, width: int = 100) -> None:
@@ -73,6 +101,7 @@ def print_compact(run: RunView, width: int = 100) -> None:
                 f"[{style}]{verdict}[/{style}]", _mib(c.weight_bytes), _mib(c.index_bytes),
                 c.throughput_text())
         console.print(table)
+    _print_losses(console, run)
     for text in reuse_notes(run):  # borrowed sides (issue 31): what a verdict certifies
         console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
     for v in candidate_verdicts(run):
