@@ -32,7 +32,7 @@ def _print_losses(console: Any, run: RunView) -> None:
     """Candidates searched through a database or an ANN index: each gated measure's loss
     taken apart (model, index, end to end). Every measure is in ``--wide`` and the report;
     here only the gated ones, so a dozen database variants stay a screenful."""
-    gated = set(run.gated_metrics()) or {run.headline_metric()}
+    gated = set(run.gated_metrics()) or {run.headline_metric() or ""}
     rows = [r for r in loss_rows(run) if r.metric in gated]
     if not rows:
         return
