@@ -14,6 +14,7 @@ prints. Nothing here loads a model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,7 @@ from evalq.core.errors import InputError
 from evalq.core.options import StrictOptions
 from evalq.decide.drop_evidence import MIN_QUERIES
 from evalq.decide.search import split_queries
+from evalq.plan.variant import SearchedVariant
 from evalq.retrieve.kinds import KindOptions
 from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
 
@@ -181,13 +183,17 @@ class SearchPlan:
     datasets: int
     alpha: float  # family-wise, one-sided
     texts_per_weight: int | None  # documents + queries one encoding reads, when known
+    # weight variants that borrow both sides (documents: and queries: from other variants
+    # or files): they build no engine, so their combinations cost no encoding
+    reused: tuple[str, ...] = ()
 
     @property
     def encodings(self) -> int:
-        """One per weight variant and dataset: every width and precision is derived from
-        one full-width float encoding (truncation renormalizes a prefix; quantization
-        reads the float vectors)."""
-        return len(self.section.weights) * self.datasets
+        """One per weight variant and dataset, none for a weight variant that borrows
+        both sides: every width and precision is derived from one full-width float
+        encoding (truncation renormalizes a prefix; quantization reads the float
+        vectors), and one whose sides are borrowed reads vectors that exist already."""
+        return (len(self.section.weights) - len(self.reused)) * self.datasets
 
     @property
     def per_test_alpha(self) -> float:
@@ -225,6 +231,11 @@ class SearchPlan:
                     else ""),
                  f"  encodings: {self.encodings} (one per weight variant × dataset; dims "
                  "and vector precision are derived from it, nothing is re-encoded)"]
+        if self.reused:
+            lines.append(f"  {_some(list(self.reused))} "
+                         + ("reuses" if len(self.reused) == 1 else "reuse")
+                         + " both sides (documents and queries from other variants or "
+                         "files): 0 encodings, no engine is built")
         estimate = self.estimate_s()
         if estimate is not None:
             lines.append(f"  estimate: about {estimate:.0f} s for the search's encodings and "
@@ -253,13 +264,17 @@ def _some(values: list[str], shown: int = 8) -> str:
 
 
 def search_plan(section: SearchSection, confidence: float, datasets: int,
-                texts_per_weight: int | None = None) -> SearchPlan:
+                texts_per_weight: int | None = None,
+                variants: Sequence[SearchedVariant] = ()) -> SearchPlan:
     """The plan of ``section`` for a recipe of ``datasets`` datasets whose gates decide at
-    ``confidence`` (the run's plan, or a results folder's stored recipe for ``evalq gate``)."""
+    ``confidence`` (the run's plan, or a results folder's stored recipe for ``evalq gate``);
+    ``variants``: the recipe's, whose borrowed sides say which weights encode nothing."""
     combinations, skipped = build_grid(section)
+    reused = tuple(v.name for v in variants if v.name in section.weights
+                   and v.documents is not None and v.queries is not None)
     return SearchPlan(section=section, combinations=combinations, skipped=skipped,
                       datasets=datasets, alpha=default_alpha(section, confidence),
-                      texts_per_weight=texts_per_weight)
+                      texts_per_weight=texts_per_weight, reused=reused)
 
 
 def build_grid(section: SearchSection) -> tuple[tuple[Combination, ...], int]:

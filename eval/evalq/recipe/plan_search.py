@@ -74,7 +74,7 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
         section = section.model_copy(
             update={"index": [o.with_home(cache_dir) for o in section.index]})
     return search_plan(section, recipe.stats.confidence, len(recipe.datasets),
-                       queries + docs if queries and docs else None)
+                       queries + docs if queries and docs else None, recipe.variants)
 
 
 def _check_weights(recipe: Any, section: Any, variant_plans: Sequence[VariantPlan],
