@@ -234,3 +234,29 @@ def test_a_stored_search_counts_the_encodings_the_run_spent() -> None:
     assert plan.encodings == 2 and plan.reused == ("kept",)
     half = [variants[0], SearchedVariant(name="kept", documents="reference")]
     assert search_plan(section, confidence=0.95, datasets=2, variants=half).encodings == 4
+
+
+def _dims_on_a_variant_lender(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    data["candidates"] = [{"name": "short", "documents": "reference",
+                           "vectors": {"dims": 128}}]
+
+
+def _dims_on_a_file(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    documents = _stored(folder)
+    np.save(folder / "v.npy", np.full((8, 384), 384 ** -0.5, dtype=np.float32))  # unit rows
+    data["candidates"] = [{"name": "short", "documents": documents,
+                           "vectors": {"dims": 128}}]
+
+
+@pytest.mark.parametrize("edit", [_dims_on_a_variant_lender, _dims_on_a_file])
+def test_vectors_dims_on_a_borrower_is_one_rule_for_variants_and_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any) -> None:
+    """`documents: reference` with `vectors.dims` was refused ("give both the same
+    vectors.dims") while a documents file with the same `vectors.dims` was accepted. The
+    borrowed vectors are the lender's before any truncation and the borrower's
+    vectors.dims truncates both sides in either case, so both plan, and say so."""
+    outcome = run_cli(capsys, "plan", str(_write(tmp_path, edit)))
+    assert outcome.code == 0, outcome.err
+    assert "both sides truncated to vectors.dims 128" in outcome.out, outcome.out
