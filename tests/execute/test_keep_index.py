@@ -16,6 +16,7 @@ from evalq.app.api import run_recipe_file
 from evalq.core.errors import InputError
 from evalq.data.manifest import load_dataset
 from evalq.data.trec import read_run
+from evalq.encode.matryoshka import truncate
 from evalq.engines.inprocess import InProcessEncoder
 from evalq.execute import evaluate
 from evalq.recipe.plan import plan_file
@@ -41,6 +42,11 @@ CANDIDATES = [
     {"name": "disk", "documents": FILE, "queries": "reference"},
     {"name": "disk-bin", "documents": FILE, "queries": "fp32", "vectors": BINARY_FLOAT_QUERIES},
     {"name": "disk-both", "documents": FILE, "queries": QUERY_FILE},
+    # the borrower's vectors.dims truncates both sides, a lender variant's and a file's
+    {"name": "short", "documents": "reference", "queries": "reference",
+     "vectors": {"dims": 128}},
+    {"name": "disk-short", "documents": FILE, "queries": "reference",
+     "vectors": {"dims": 128}},
 ]
 
 
@@ -110,7 +116,7 @@ def _entry(kept: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_borrowed_sides_are_never_encoded(kept: dict[str, Any]) -> None:
     counts = kept["counts"]
-    # fp32 and q-int8 build engines; the five that borrow both sides build none.
+    # fp32 and q-int8 build engines; the seven that borrow both sides build none.
     assert counts.engines == 2
     # fp32 encodes its documents and queries; q-int8 only its queries.
     assert counts.texts == DOCS + QUERIES + QUERIES
@@ -157,6 +163,16 @@ def test_the_file_variant_ranks_by_the_files_vectors(kept: dict[str, Any], name:
     order): the hand-computed ranking of today's vectors."""
     ds = kept["ds"]
     _assert_ranked_by(_run(kept, name), kept["queries"], kept["docs"], ds)
+
+
+@pytest.mark.parametrize("name", ["short", "disk-short"])
+def test_vectors_dims_truncates_both_borrowed_sides(kept: dict[str, Any], name: str) -> None:
+    """`vectors.dims: 128` on a variant whose documents come from the reference or from a
+    file (issue 32): both sides are the first 128 coordinates, renormalized."""
+    ds = kept["ds"]
+    _assert_ranked_by(_run(kept, name), truncate(kept["queries"], 128),
+                      truncate(kept["docs"], 128), ds)
+    assert _entry(kept, name)["index"]["dim"] == 128
 
 
 def test_binary_documents_with_float_queries_rank_by_hand(kept: dict[str, Any]) -> None:

@@ -63,7 +63,9 @@ def _folder(tmp_path: Path, drops: dict[str, float] = DROPS) -> tuple[RunFolder,
     folder.write_per_query("d", "fp32", PerQuery(IDS, {"nDCG@10": ref}))
     for name, drop in drops.items():
         hit = rng.uniform(size=N) < 0.3  # 30 % of queries lose `drop`
-        folder.write_per_query("d", name, PerQuery(IDS, {"nDCG@10": ref - hit * drop}))
+        # never below 0: a stored nDCG outside [0, 1] is a damaged file
+        folder.write_per_query("d", name, PerQuery(IDS, {"nDCG@10": np.maximum(
+            ref - hit * drop, 0.0)}))
 
     def entry(weights: str, rate: float | None) -> dict[str, Any]:
         combos = {n: {"index_bytes": b, "dims": 8} for n, b in INDEX_BYTES.items()

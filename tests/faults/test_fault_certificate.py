@@ -110,3 +110,22 @@ def test_a_probe_without_a_query_and_a_document_is_refused(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--probe" in err and "at least 2" in err and "recipe" not in err
+
+
+def test_a_certificate_for_a_variant_its_recipe_lacks_names_the_certificate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`variant` edited to a name the stored recipe does not have pointed the user at
+    `--only` (which verify does not take) and at the recipe file it was certified from,
+    which may no longer exist: the certificate's own two parts disagree."""
+    from faultkit import recipe_data, run_cli
+
+    cert = copy.deepcopy(CERT)
+    cert.update(variant="nosuch", recipe=recipe_data(tmp_path),
+                recipe_file=str(tmp_path / "recipe.yaml"))
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cert))
+    outcome = run_cli(capsys, "verify", str(path))
+    assert outcome.code == 2, outcome.err
+    assert f"{path}: field 'variant'" in outcome.err, outcome.err
+    assert "'nosuch'" in outcome.err and "fp32, int8-vectors" in outcome.err
+    assert "--only" not in outcome.err and "certify that results folder again" in outcome.err

@@ -69,6 +69,33 @@ def test_a_per_query_value_that_is_not_a_number_is_refused(finished: Path, copy:
     assert "Fix:" in result.err and "Traceback" not in result.err
 
 
+def _repeat_row(rows: list[dict[str, object]]) -> str:
+    rows.append(dict(rows[0]))
+    return "field 'query_id'"
+
+
+def _ndcg_two(rows: list[dict[str, object]]) -> str:
+    rows[1]["nDCG@10"] = 2.0
+    return "field 'nDCG@10'"
+
+
+@pytest.mark.parametrize("damage", [_repeat_row, _ndcg_two])
+@pytest.mark.parametrize("command", ["gate", "compare"])
+def test_a_repeated_row_or_an_impossible_value_is_refused(
+        finished: Path, copy: Path, capsys, damage: object, command: str) -> None:
+    """A query's row twice was counted twice by `evalq gate`, and an nDCG@10 of 2.0 was
+    averaged as it was (issue 32)."""
+    path = copy / "per_query" / "tiny" / "int8-vectors.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    field = damage(rows)  # type: ignore[operator]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = [str(copy)] if command == "gate" else [str(finished), str(copy)]
+    result = run_cli(capsys, command, *argv)
+    assert result.code == 2, result.out + result.err
+    assert str(path) in result.err and field in result.err, result.err
+    assert "Fix:" in result.err and "Traceback" not in result.err
+
+
 def test_null_stays_an_undefined_value_and_an_intact_copy_is_identical(
         finished: Path, copy: Path, capsys) -> None:
     result = run_cli(capsys, "compare", str(finished), str(copy))

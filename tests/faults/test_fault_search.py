@@ -202,3 +202,61 @@ def test_a_factory_faiss_cannot_build_at_the_width_stops_the_plan(
     assert outcome.code == 2, outcome.err
     assert no_traceback(outcome.err)
     assert field in outcome.err and "PQ50" in outcome.err, outcome.err
+
+
+def _weight_borrowing_both(data: dict[str, Any], folder: Path) -> None:
+    data["candidates"] = [{"name": "kept", "documents": "reference",
+                           "queries": "reference"}]
+    data["search"]["weights"] = ["fp32", "kept"]
+
+
+def test_a_weight_variant_that_borrows_both_sides_costs_no_encoding(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A weight variant whose documents and queries both come from another variant builds
+    no engine and encodes nothing, but the plan counted an encoding for it (2 for 1) and
+    its time estimate charged it: the plan says it reuses both sides and counts 0."""
+    outcome = run_cli(capsys, "plan", str(_write(tmp_path, _weight_borrowing_both)))
+    assert outcome.code == 0, outcome.err
+    assert "encodings: 1 (" in outcome.out, outcome.out
+    assert "kept reuses both sides" in outcome.out and "0 encodings" in outcome.out, \
+        outcome.out
+
+
+def test_a_stored_search_counts_the_encodings_the_run_spent() -> None:
+    """`evalq gate` re-plans the search from the stored recipe: the same count as the run."""
+    from evalq.plan.search import SearchSection, search_plan
+    from evalq.plan.variant import SearchedVariant
+
+    section = SearchSection.model_validate({**SEARCH, "weights": ["fp32", "kept"]})
+    variants = [SearchedVariant(name="fp32"),
+                SearchedVariant(name="kept", documents="reference", queries="reference")]
+    plan = search_plan(section, confidence=0.95, datasets=2, variants=variants)
+    assert plan.encodings == 2 and plan.reused == ("kept",)
+    half = [variants[0], SearchedVariant(name="kept", documents="reference")]
+    assert search_plan(section, confidence=0.95, datasets=2, variants=half).encodings == 4
+
+
+def _dims_on_a_variant_lender(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    data["candidates"] = [{"name": "short", "documents": "reference",
+                           "vectors": {"dims": 128}}]
+
+
+def _dims_on_a_file(data: dict[str, Any], folder: Path) -> None:
+    data.pop("search")
+    documents = _stored(folder)
+    np.save(folder / "v.npy", np.full((8, 384), 384 ** -0.5, dtype=np.float32))  # unit rows
+    data["candidates"] = [{"name": "short", "documents": documents,
+                           "vectors": {"dims": 128}}]
+
+
+@pytest.mark.parametrize("edit", [_dims_on_a_variant_lender, _dims_on_a_file])
+def test_vectors_dims_on_a_borrower_is_one_rule_for_variants_and_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any) -> None:
+    """`documents: reference` with `vectors.dims` was refused ("give both the same
+    vectors.dims") while a documents file with the same `vectors.dims` was accepted. The
+    borrowed vectors are the lender's before any truncation and the borrower's
+    vectors.dims truncates both sides in either case, so both plan, and say so."""
+    outcome = run_cli(capsys, "plan", str(_write(tmp_path, edit)))
+    assert outcome.code == 0, outcome.err
+    assert "both sides truncated to vectors.dims 128" in outcome.out, outcome.out

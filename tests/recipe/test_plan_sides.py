@@ -88,11 +88,15 @@ def test_the_reference_borrows_nothing(tmp_path: Path) -> None:
         plan_file(recipes.write(tmp_path / "r.yaml", data))
 
 
-def test_a_dims_mismatch_names_both_sides(tmp_path: Path) -> None:
-    text = _problems(tmp_path, [{"name": "short", "documents": "reference",
-                                 "vectors": {"dims": 128}}])
-    assert "comes from 'fp32' at the model width dimensions" in text
-    assert "short searches at 128" in text and "same vectors.dims" in text
+def test_vectors_dims_on_the_borrower_truncates_both_sides(tmp_path: Path) -> None:
+    """The borrowed vectors are the lender's before its own truncation; the borrower's
+    vectors.dims applies to both sides, a variant's as a file's (issue 32)."""
+    plan = _plan(tmp_path, [{"name": "short", "documents": "reference",
+                             "vectors": {"dims": 128}},
+                            {"name": "short-file", "documents": _vectors(tmp_path, _ids()),
+                             "vectors": {"dims": 128}}])
+    text = describe_plan(plan)
+    assert text.count("both sides truncated to vectors.dims 128") == 2, text
 
 
 def test_a_normalization_mismatch_names_both_sides(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 + pgvector (``pg``), one folder for Qdrant's shards (``qdrant_root``), used by
 test_vdb_kinds.py and test_vdb_sweep.py, and one stand-in for a Qdrant server
 (``qdrant_standin``, tests/support/qdrant_standin.py: a real server cannot run here),
-used by test_vdb_qdrant_url.py; ``pg_folder`` is a test's own data folder."""
+used by test_vdb_qdrant_url.py; ``pg_folder`` is a test's own data folder; ``exact``, the
+exact FAISS search of a module's own ``DOCS`` and ``QUERIES`` at its ``K``, which the
+index kinds' rankings are measured against (test_vdb_kinds.py, test_vdb_qdrant_url.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from evalq.core.ranking import Ranking
 from evalq.retrieve import pg_server
+from evalq.retrieve.exact import ExactOptions
+from evalq.retrieve.registry import INDEX_KINDS
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +62,15 @@ def qdrant_standin() -> Iterator[Any]:
 def pg_folder() -> Iterator[Path]:
     """A data folder's parent for a test's own embedded PostgreSQL."""
     yield from _own_folder()
+
+
+@pytest.fixture(scope="module")
+def exact(request: pytest.FixtureRequest) -> Ranking:
+    """The exact search of the requesting module's ``DOCS`` and ``QUERIES`` at its ``K``
+    (a module may define its own ``exact`` instead)."""
+    module = request.module
+    index = INDEX_KINDS.build(ExactOptions(), module.DOCS, where="test")
+    try:
+        return index.search(module.QUERIES, module.K)
+    finally:
+        index.close()

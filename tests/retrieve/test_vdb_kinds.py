@@ -33,7 +33,6 @@ from evalq.core.errors import InputError
 from evalq.core.ranking import Ranking
 from evalq.recipe.schema import load_recipe
 from evalq.retrieve import pg_server
-from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, KindOptions, recall_at
 from evalq.retrieve.pg_server import check_version
 from evalq.retrieve.pgvector_kind import PgvectorIndex, PgvectorSearch
@@ -46,15 +45,6 @@ K = 10
 
 
 DOCS, QUERIES = clustered(2000, 32, 40, seed=0)
-
-
-@pytest.fixture(scope="module")
-def exact() -> Ranking:
-    index = INDEX_KINDS.build(ExactOptions(), DOCS, where="test")
-    try:
-        return index.search(QUERIES, K)
-    finally:
-        index.close()
 
 
 def _pg(**options: Any) -> KindOptions:

@@ -30,13 +30,15 @@ import pytest
 from evalq.app.api import run_recipe_file
 from evalq.app.cli import main
 from evalq.core.errors import InputError
-from evalq.data.manifest import load_dataset
-from evalq.engines.inprocess import InProcessEncoder
-from evalq.recipe.plan import PlanError, describe_plan, plan_file
+from evalq.recipe.plan import PlanError, describe_plan
 from evalq.retrieve import stored_vectors
 from support import recipes
-
-QUERIES, DOCS = 10, 30
+from support.deployed import (
+    corpus_ids,
+    plan_documents,
+    random_rows,
+    reference_documents,
+)
 
 
 def _client(standin: Any) -> Any:
@@ -67,21 +69,6 @@ def _collection(standin: Any, ids: list[str], vectors: np.ndarray, *,
     finally:
         client.close()
     return name
-
-
-def _random(n: int, width: int = 384, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=(n, width)).astype(np.float32)
-
-
-def _corpus_ids() -> list[str]:
-    return list(load_dataset(recipes.PYDOCS, max_queries=QUERIES, max_docs=DOCS).corpus.ids)
-
-
-def _plan(tmp_path: Path, documents: dict[str, Any]) -> Any:
-    data = recipes.recipe("sides", cache=tmp_path / "cache", output=tmp_path / "out",
-                          queries=QUERIES, docs=DOCS,
-                          candidates=[{"name": "deployed", "documents": documents}])
-    return plan_file(recipes.write(tmp_path / "sides.yaml", data))
 
 
 def _free_port() -> int:
@@ -115,7 +102,7 @@ def test_url_with_path_is_refused_by_the_plan_naming_the_source(
 def test_a_server_source_is_checked_when_read(tmp_path: Path, spec: dict[str, Any],
                                               needle: str) -> None:
     with pytest.raises(InputError) as caught:
-        _plan(tmp_path, {"qdrant": spec})
+        plan_documents(tmp_path, {"qdrant": spec})
     assert needle in str(caught.value) and caught.value.field == "candidates.0.documents"
 
 
@@ -125,7 +112,7 @@ def test_a_server_source_is_checked_when_read(tmp_path: Path, spec: dict[str, An
 def test_rows_come_back_by_corpus_id_across_scroll_pages(qdrant_standin: Any) -> None:
     n = stored_vectors.SCROLL_PAGE + 100  # more than one page
     ids = [f"doc-{i}" for i in range(n)]
-    vectors = _random(n, width=8)
+    vectors = random_rows(n, width=8)
     name = _collection(qdrant_standin, ids, vectors)
     wanted = [ids[5], ids[n - 1], ids[1030], ids[0]]
     got = stored_vectors.qdrant_server_rows(qdrant_standin.url, name, None, "id", wanted,
@@ -144,9 +131,9 @@ def test_rows_come_back_by_corpus_id_across_scroll_pages(qdrant_standin: Any) ->
 
 @pytest.mark.server
 def test_a_collection_of_the_corpus_plans(qdrant_standin: Any, tmp_path: Path) -> None:
-    ids = [*_corpus_ids(), "extra-doc"]
-    name = _collection(qdrant_standin, ids, _random(len(ids)))
-    plan = _plan(tmp_path, {"qdrant": {"url": qdrant_standin.url, "collection": name}})
+    ids = [*corpus_ids(), "extra-doc"]
+    name = _collection(qdrant_standin, ids, random_rows(len(ids)))
+    plan = plan_documents(tmp_path, {"qdrant": {"url": qdrant_standin.url, "collection": name}})
     assert f"documents reused from Qdrant collection {name} at {qdrant_standin.url}" \
         in describe_plan(plan)
 
@@ -167,14 +154,14 @@ def test_a_bad_server_source_is_refused_with_the_fix(
     from qdrant_client import models
 
     monkeypatch.delenv("QDRANT_TEST_KEY_UNSET", raising=False)
-    ids = _corpus_ids()
+    ids = corpus_ids()
     if case == "dupes":
         ids = [*ids[:-1], ids[0]]
     config = {"named": {"vectors_config": {
         n: models.VectorParams(size=8, distance=models.Distance.DOT) for n in "ab"}},
         "sparse": {"vectors_config": {}, "sparse_vectors_config": {
             "text": models.SparseVectorParams()}}}.get(case)
-    name = _collection(qdrant_standin, ids, _random(len(ids), 100 if case == "width"
+    name = _collection(qdrant_standin, ids, random_rows(len(ids), 100 if case == "width"
                                                     else 384), config=config)
     source: dict[str, Any] = {"url": qdrant_standin.url, "collection": name}
     if case == "unreachable":
@@ -186,7 +173,7 @@ def test_a_bad_server_source_is_refused_with_the_fix(
     elif case == "no key":
         source["api_key_env"] = "QDRANT_TEST_KEY_UNSET"
     with pytest.raises(PlanError) as caught:
-        _plan(tmp_path, {"qdrant": source})
+        plan_documents(tmp_path, {"qdrant": source})
     text = str(caught.value)
     where = "candidates.0.documents" + (f".{field}" if field else "")
     assert words in text and where in text, text
@@ -199,16 +186,8 @@ def test_a_bad_server_source_is_refused_with_the_fix(
 @pytest.mark.server
 def test_a_server_collection_ranks_as_the_same_vectors_in_a_npy_file(
         qdrant_standin: Any, tmp_path: Path) -> None:
-    data = recipes.recipe("keep", cache=tmp_path / "cache", output=tmp_path / "out",
-                          queries=QUERIES, docs=DOCS, parity={"enabled": False})
-    plan = plan_file(recipes.write(tmp_path / "settings.yaml", data))
-    ds = load_dataset(recipes.PYDOCS, max_queries=QUERIES, max_docs=DOCS)
-    encoder = InProcessEncoder(plan.reference.model_folder(),
-                               settings=plan.reference.encoding_settings())
-    try:  # the deployed index: today's reference vectors of the corpus, slightly moved
-        docs = encoder.embed(ds.corpus.texts_for_encoding(" "))
-    finally:
-        encoder.close()
+    # the deployed index: today's reference vectors of the corpus, slightly moved
+    data, ds, docs = reference_documents(tmp_path)
     docs = docs + np.random.default_rng(7).normal(scale=2e-3, size=docs.shape).astype(
         np.float32)  # within the probe's tolerance, but not the reference's own vectors
     ids = list(ds.corpus.ids)

@@ -33,7 +33,6 @@ from evalq.app.cli import main
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.ranking import Ranking
 from evalq.retrieve import sweep
-from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, KindOptions, Queries, recall_at
 from evalq.retrieve.qdrant_server import QdrantServerIndex
 from evalq.retrieve.registry import INDEX_KINDS
@@ -104,15 +103,6 @@ def test_without_qdrant_client_the_fix_names_the_extra(monkeypatch: pytest.Monke
 
 
 # -- through the stand-in: the same search as in-process ---------------------------------
-
-@pytest.fixture(scope="module")
-def exact() -> Ranking:
-    index = INDEX_KINDS.build(ExactOptions(), DOCS, where="test")
-    try:
-        return index.search(QUERIES, K)
-    finally:
-        index.close()
-
 
 @pytest.mark.server
 @pytest.mark.parametrize("spec", [

@@ -21,13 +21,15 @@ import pytest
 
 from evalq.app.api import run_recipe_file
 from evalq.core.errors import InputError
-from evalq.data.manifest import load_dataset
-from evalq.engines.inprocess import InProcessEncoder
-from evalq.recipe.plan import PlanError, describe_plan, plan_file
+from evalq.recipe.plan import PlanError, describe_plan
 from evalq.retrieve import pg_server, stored_vectors
 from support import recipes
-
-QUERIES, DOCS = 10, 30
+from support.deployed import (
+    corpus_ids,
+    plan_documents,
+    random_rows,
+    reference_documents,
+)
 
 
 def _table(pg: pg_server.Database, ids: list[str], vectors: np.ndarray,
@@ -63,17 +65,13 @@ def _shard(root: Path, ids: list[str], vectors: np.ndarray, payload: bool = True
     return folder
 
 
-def _random(n: int, width: int = 384, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=(n, width)).astype(np.float32)
-
-
 # -- reading by corpus id -----------------------------------------------------------------
 
 @pytest.mark.server
 def test_rows_come_back_by_corpus_id_in_corpus_order(pg: pg_server.Database,
                                                      qdrant_root: Path) -> None:
     ids = [f"doc-{i}" for i in range(40)]
-    vectors = _random(40, width=8)
+    vectors = random_rows(40, width=8)
     wanted = ids[5:25][::-1]
     expect = vectors[[ids.index(d) for d in wanted]]
     table = _table(pg, ids, vectors)
@@ -97,29 +95,18 @@ def test_rows_come_back_by_corpus_id_in_corpus_order(pg: pg_server.Database,
 
 # -- the plan ---------------------------------------------------------------------------
 
-def _plan(tmp_path: Path, documents: dict[str, Any]) -> Any:
-    data = recipes.recipe("sides", cache=tmp_path / "cache", output=tmp_path / "out",
-                          queries=QUERIES, docs=DOCS,
-                          candidates=[{"name": "deployed", "documents": documents}])
-    return plan_file(recipes.write(tmp_path / "sides.yaml", data))
-
-
-def _corpus_ids() -> list[str]:
-    return list(load_dataset(recipes.PYDOCS, max_queries=QUERIES, max_docs=DOCS).corpus.ids)
-
-
 @pytest.mark.server
 def test_a_table_and_a_shard_of_the_corpus_plan(pg: pg_server.Database, qdrant_root: Path,
                                                 tmp_path: Path) -> None:
-    ids = [*_corpus_ids(), "extra-doc"]
-    table = _table(pg, ids, _random(len(ids)))
-    plan = _plan(tmp_path, {"pgvector": {"dsn": pg.dsn, "table": table,
+    ids = [*corpus_ids(), "extra-doc"]
+    table = _table(pg, ids, random_rows(len(ids)))
+    plan = plan_documents(tmp_path, {"pgvector": {"dsn": pg.dsn, "table": table,
                                          "id_column": "doc_id"}})
     assert plan.variant("deployed").sides.documents_file.pgvector.table == table
     text = describe_plan(plan)
     assert f"documents reused from pgvector table {table} at postgresql://" in text
-    shard = _shard(qdrant_root, ids, _random(len(ids)))
-    plan = _plan(tmp_path, {"qdrant": {"path": str(shard.parent),
+    shard = _shard(qdrant_root, ids, random_rows(len(ids)))
+    plan = plan_documents(tmp_path, {"qdrant": {"path": str(shard.parent),
                                        "collection": shard.name}})
     assert f"documents reused from Qdrant shard {shard}" in describe_plan(plan)
 
@@ -136,7 +123,7 @@ def test_a_table_and_a_shard_of_the_corpus_plan(pg: pg_server.Database, qdrant_r
 def test_a_bad_database_source_is_refused_with_the_fix(
         pg: pg_server.Database, qdrant_root: Path, tmp_path: Path, case: str,
         words: str) -> None:
-    ids = _corpus_ids()
+    ids = corpus_ids()
     width = 100 if case == "width" else 384
     if case == "dupes":
         ids = [*ids[:-1], ids[0]]
@@ -144,29 +131,29 @@ def test_a_bad_database_source_is_refused_with_the_fix(
         ids = [*ids[:-1], "other"]
     source: dict[str, Any]
     if case in ("no shard", "no payload"):
-        shard = _shard(qdrant_root, ids, _random(len(ids)))
+        shard = _shard(qdrant_root, ids, random_rows(len(ids)))
         source = {"qdrant": {"path": str(shard if case == "no payload" else
                                          shard.parent / "elsewhere"),
                              "id_payload": "doc"}}
     else:
-        table = _table(pg, ids, _random(len(ids), width=width))
+        table = _table(pg, ids, random_rows(len(ids), width=width))
         source = {"pgvector": {"dsn": pg.dsn, "id_column": "doc_id",
                                "table": "missing_table" if case == "no table" else table,
                                "vector_column": "nope" if case == "no column"
                                else "embedding"}}
     with pytest.raises(PlanError) as caught:
-        _plan(tmp_path, source)
+        plan_documents(tmp_path, source)
     text = str(caught.value)
     assert words in text and "candidates.0.documents" in text, text
 
 
 def test_a_source_is_one_of_a_file_a_table_or_a_shard(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="exactly one") as caught:
-        _plan(tmp_path, {"path": "vec.npy", "ids": "ids.txt",
+        plan_documents(tmp_path, {"path": "vec.npy", "ids": "ids.txt",
                          "pgvector": {"dsn": "postgresql://h/db", "table": "t"}})
     assert caught.value.field == "candidates.0.documents"
     with pytest.raises(InputError, match=r"pgvector\.table: String should match pattern"):
-        _plan(tmp_path, {"pgvector": {"dsn": "postgresql://h/db", "table": "t; DROP"}})
+        plan_documents(tmp_path, {"pgvector": {"dsn": "postgresql://h/db", "table": "t; DROP"}})
 
 
 # -- end to end: the probe against the reference engine ----------------------------------
@@ -176,16 +163,8 @@ def test_a_source_is_one_of_a_file_a_table_or_a_shard(tmp_path: Path) -> None:
 @pytest.mark.server
 def test_the_reference_vectors_in_a_database_pass_and_drifted_ones_stop_the_run(
         pg: pg_server.Database, qdrant_root: Path, tmp_path: Path) -> None:
-    data = recipes.recipe("keep", cache=tmp_path / "cache", output=tmp_path / "out",
-                          queries=QUERIES, docs=DOCS, parity={"enabled": False})
-    plan = plan_file(recipes.write(tmp_path / "settings.yaml", data))
-    ds = load_dataset(recipes.PYDOCS, max_queries=QUERIES, max_docs=DOCS)
-    encoder = InProcessEncoder(plan.reference.model_folder(),
-                               settings=plan.reference.encoding_settings())
-    try:  # the deployed index: today's reference vectors of the corpus
-        docs = encoder.embed(ds.corpus.texts_for_encoding(" "))
-    finally:
-        encoder.close()
+    # the deployed index: today's reference vectors of the corpus
+    data, ds, docs = reference_documents(tmp_path)
     ids = list(ds.corpus.ids)
     table, shard = _table(pg, ids, docs), _shard(qdrant_root, ids, docs)
     candidates = [

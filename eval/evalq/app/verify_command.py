@@ -64,8 +64,16 @@ def verify_command(certificate: Path, *, url: str | None = None,
             raise InputError(message=f"{url!r} is not an http(s) URL", field="--url",
                              fix="pass the endpoint's base, e.g. --url http://127.0.0.1:8000/v1")
     cert = read_certificate(certificate)
-    _, plan_for = stored_plans(cert["recipe"], Path(str(cert.get("recipe_file") or "")),
-                               Path(certificate))
+    variants, plan_for = stored_plans(cert["recipe"],
+                                      Path(str(cert.get("recipe_file") or "")),
+                                      Path(certificate))
+    if cert["variant"] not in variants:  # not --only's slip: the file's two parts disagree
+        raise InputError(message=f"the certificate is for variant '{cert['variant']}', "
+                         "which the recipe stored in it does not have (its variants: "
+                         f"{', '.join(variants)})", file=Path(certificate), field="variant",
+                         fix="pass the certificate as 'evalq certify' wrote it (its variant "
+                         "and recipe come from one results folder), or certify that results "
+                         "folder again")
     found = verify(cert, plan_for(cert["variant"]), url=url, model=model)
     print(f"{found.variant}: min cosine {found.min_cosine:.7f} against the certified "
           f"vectors, tolerance 1 - cosine <= {found.tolerance:.2e}")

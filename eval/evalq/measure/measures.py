@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from evalq.core.errors import InputError
+from evalq.core.ranges import RANGES
 
 Against = Literal["qrels", "reference", "reranker"]
 MAX_CUTOFF = 10_000  # of any measure
@@ -35,6 +36,12 @@ class Family:
     defaults: tuple[tuple[str, float], ...] = ()
     description: str = ""
     aliases: tuple[str, ...] = ()
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """The range of every per-query value (declared in :mod:`evalq.core.ranges`, where
+        the results readers, which do not import this registry, find it too)."""
+        return RANGES.get(self.name)
 
 
 @dataclass(frozen=True, order=True)

@@ -14,7 +14,7 @@ prints. Nothing here loads a model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -25,6 +25,7 @@ from evalq.core.options import StrictOptions
 from evalq.decide.drop_evidence import MIN_QUERIES
 from evalq.decide.search import split_queries
 from evalq.encode.rates import MeasuredRate
+from evalq.plan.variant import SearchedVariant
 from evalq.retrieve.kinds import KindOptions
 from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
 
@@ -187,13 +188,17 @@ class SearchPlan:
     # Each weight variant's rate last measured on this host (evalq.encode.rates); a
     # weight variant missing here is estimated at ASSUMED_TEXTS_PER_S.
     rates: Mapping[str, MeasuredRate] = field(default_factory=dict)
+    # weight variants that borrow both sides (documents: and queries: from other variants
+    # or files): they build no engine, so their combinations cost no encoding
+    reused: tuple[str, ...] = ()
 
     @property
     def encodings(self) -> int:
-        """One per weight variant and dataset: every width and precision is derived from
-        one full-width float encoding (truncation renormalizes a prefix; quantization
-        reads the float vectors)."""
-        return len(self.section.weights) * self.datasets
+        """One per weight variant and dataset, none for a weight variant that borrows
+        both sides: every width and precision is derived from one full-width float
+        encoding (truncation renormalizes a prefix; quantization reads the float
+        vectors), and one whose sides are borrowed reads vectors that exist already."""
+        return (len(self.section.weights) - len(self.reused)) * self.datasets
 
     @property
     def per_test_alpha(self) -> float:
@@ -221,14 +226,18 @@ class SearchPlan:
         if self.texts_per_weight is None:
             return None
         encoding = sum(self.datasets * self.texts_per_weight / self.rate(w)
-                       for w in self.section.weights)
+                       for w in self.encoded())
         return encoding + len(self.combinations) * self.datasets * ASSUMED_COMBINATION_S
+
+    def encoded(self) -> list[str]:
+        """The weight variants the search encodes (not those that borrow both sides)."""
+        return [w for w in self.section.weights if w not in self.reused]
 
     def rate_words(self) -> str:
         """Where the estimate's rates come from, for the plan's line."""
         measured = [f"{w} {r.texts_per_s:.0f}/s" for w, r in self.rates.items()
-                    if w in self.section.weights]
-        assumed = [w for w in self.section.weights if w not in self.rates]
+                    if w in self.encoded()]
+        assumed = [w for w in self.encoded() if w not in self.rates]
         parts = []
         if measured:
             klass = next(iter(self.rates.values())).numerics_class
@@ -236,7 +245,7 @@ class SearchPlan:
         if assumed:
             parts.append(f"assumed {ASSUMED_TEXTS_PER_S:.0f} texts/s for " + _some(assumed)
                          + " (no run measured them here yet)")
-        return "; ".join(parts)
+        return "; ".join(parts) or "none needed (no weight variant encodes)"
 
     def describe(self) -> list[str]:
         """The plan printout's lines for the search."""
@@ -252,6 +261,11 @@ class SearchPlan:
                     else ""),
                  f"  encodings: {self.encodings} (one per weight variant × dataset; dims "
                  "and vector precision are derived from it, nothing is re-encoded)"]
+        if self.reused:
+            lines.append(f"  {_some(list(self.reused))} "
+                         + ("reuses" if len(self.reused) == 1 else "reuse")
+                         + " both sides (documents and queries from other variants or "
+                         "files): 0 encodings, no engine is built")
         estimate = self.estimate_s()
         if estimate is not None:
             lines.append(f"  estimate: about {estimate:.0f} s for the search's encodings and "
@@ -281,14 +295,19 @@ def _some(values: list[str], shown: int = 8) -> str:
 
 def search_plan(section: SearchSection, confidence: float, datasets: int,
                 texts_per_weight: int | None = None,
-                rates: Mapping[str, MeasuredRate] | None = None) -> SearchPlan:
+                rates: Mapping[str, MeasuredRate] | None = None,
+                variants: Sequence[SearchedVariant] = ()) -> SearchPlan:
     """The plan of ``section`` for a recipe of ``datasets`` datasets whose gates decide at
     ``confidence`` (the run's plan, or a results folder's stored recipe for ``evalq gate``),
-    with the weight variants' measured ``rates`` for its time estimate."""
+    with the weight variants' measured ``rates`` for its time estimate; ``variants``: the
+    recipe's, whose borrowed sides say which weights encode nothing."""
     combinations, skipped = build_grid(section)
+    reused = tuple(v.name for v in variants if v.name in section.weights
+                   and v.documents is not None and v.queries is not None)
     return SearchPlan(section=section, combinations=combinations, skipped=skipped,
                       datasets=datasets, alpha=default_alpha(section, confidence),
-                      texts_per_weight=texts_per_weight, rates=dict(rates or {}))
+                      texts_per_weight=texts_per_weight, rates=dict(rates or {}),
+                      reused=reused)
 
 
 def build_grid(section: SearchSection) -> tuple[tuple[Combination, ...], int]:

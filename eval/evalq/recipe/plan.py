@@ -361,6 +361,14 @@ def plan_file(path: str | Path, **kwargs: Any) -> Plan:
     return build_plan(loaded.recipe, loaded.path, located=loaded.located, **kwargs)
 
 
+def _sides_line(v: VariantPlan) -> str:
+    """What a variant that borrows a side encodes and reuses, and the width both sides
+    are searched at: ``vectors.dims`` truncates a borrowed side as it does an encoded one."""
+    dims = v.options.vectors.dims
+    return v.sides.describe() + (f"; both sides truncated to vectors.dims {dims}"
+                                 if dims is not None else "")
+
+
 def describe_plan(plan: Plan) -> str:
     """The plan as text: what will load, encode, be cached and be gated."""
     lines = [f"plan for recipe '{plan.recipe}' ({plan.recipe_file})",
@@ -373,7 +381,7 @@ def describe_plan(plan: Plan) -> str:
     for v in plan.variants:
         if not v.sides.builds_engine:  # issue 31: both sides borrowed, nothing loads
             lines.append(f"  {v.role} {v.name}: no engine, index vectors {v.vectors}")
-            lines.append(f"      {v.sides.describe()}")
+            lines.append(f"      {_sides_line(v)}")
             lines += [f"      gate: {g}" for g in v.gates]
             continue
         quant = v.quantization["method"] if v.quantization else "none"
@@ -391,7 +399,7 @@ def describe_plan(plan: Plan) -> str:
         if v.arithmetic:
             lines.append(f"      arithmetic: {v.arithmetic}")
         if v.sides.borrows:
-            lines.append(f"      {v.sides.describe()}")
+            lines.append(f"      {_sides_line(v)}")
         lines.append(f"      cache: {v.cached}")
         for g in v.gates:
             lines.append(f"      gate: {g}")

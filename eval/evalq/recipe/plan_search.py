@@ -76,7 +76,8 @@ def plan_search(recipe: Any, variant_plans: Sequence[VariantPlan], problems: Pro
             update={"index": [o.with_home(cache_dir) for o in section.index]})
     return search_plan(section, recipe.stats.confidence, len(recipe.datasets),
                        queries + docs if queries and docs else None,
-                       rates=_measured_rates(section, variant_plans, cache_dir))
+                       rates=_measured_rates(section, variant_plans, cache_dir),
+                       variants=recipe.variants)
 
 
 def _measured_rates(section: Any, variant_plans: Sequence[VariantPlan],

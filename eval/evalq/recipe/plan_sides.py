@@ -104,16 +104,12 @@ def _lender(value: str, recipe: Any, names: list[str], i: int, key: tuple[Any, .
 
 def _same_space(variant: Any, plan: VariantPlan, lender: Any, lender_plan: VariantPlan,
                 key: tuple[Any, ...], label: str, problems: Problems) -> None:
-    """Width (Matryoshka dims), model family and normalization agree on both sides."""
+    """Model family and normalization agree on both sides. Not ``vectors.dims``: the
+    borrowed vectors are the lender's as its engine made them (before its own
+    truncation), and the borrower's ``vectors.dims`` truncates both sides alike, as it
+    does a vector file's rows (``evalq.execute.dataset_scoring.score_dataset``)."""
     field = ".".join(map(str, key))
     both = f"this variant ({variant.name}) and the variant it borrows from ({lender.name})"
-    mine, theirs = variant.vectors.dims, lender.vectors.dims
-    if mine != theirs:
-        problems.add((*key[:-1], "vectors", "dims"),
-                     f"{label}: {field} comes from '{lender.name}' at "
-                     f"{theirs or 'the model width'} dimensions, but {variant.name} "
-                     f"searches at {mine or 'the model width'} (vectors.dims)",
-                     f"give {both} the same vectors.dims")
     if plan.model_path and lender_plan.model_path and plan.model_path != lender_plan.model_path:
         a, b = _family(plan.model_path), _family(lender_plan.model_path)
         if a != b:

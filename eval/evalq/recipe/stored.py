@@ -53,7 +53,8 @@ def stored_search(stored: Any, method: str | None, file: Path) -> SearchPlan | N
     recipe = _stored(stored, method, file)
     if recipe.search is None:
         return None
-    return search_plan(recipe.search, recipe.stats.confidence, len(recipe.datasets))
+    return search_plan(recipe.search, recipe.stats.confidence, len(recipe.datasets),
+                       variants=recipe.variants)
 
 
 def _stored(stored: Any, method: str | None, file: Path) -> Recipe:

@@ -35,6 +35,7 @@ from evalq.core import atomicio
 from evalq.core.errors import InputError
 from evalq.core.host import engine_choices, host_facts
 from evalq.core.names import inside
+from evalq.core.ranges import outside, value_range
 from evalq.core.ranking import Ranking
 from evalq.core.values import PerQuery
 from evalq.core.version import __version__
@@ -250,10 +251,11 @@ class RunFolder:
                              f"({type(exc).__name__}: {exc})", file=path, line=len(ids) + 1,
                              fix="rerun 'evalq run'; the file is truncated or was edited"
                              ) from None
+        _no_repeats(ids, path)
         columns: dict[str, list[float]] = {}
         for number, row in enumerate(rows, start=1):
             for k, v in row.items():
-                columns.setdefault(k, []).append(_number(v, k, path, number))
+                columns.setdefault(k, []).append(_number(v, k, path, (number, ids[number - 1])))
         if len({len(c) for c in columns.values()} | {len(ids)}) > 1:
             raise InputError(message="rows name different measures", file=path,
                              fix="rerun 'evalq run'; the file was edited")
@@ -272,9 +274,24 @@ class RunFolder:
         return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
-def _number(value: Any, measure: str, path: Path, line: int) -> float:
+def _no_repeats(ids: list[str], path: Path) -> None:
+    """One row per query: a repeated row would count its query twice in every mean and
+    interval (``evalq gate`` decided on it), so the file is damaged."""
+    seen: dict[str, int] = {}
+    for line, qid in enumerate(ids, start=1):
+        if qid in seen:
+            raise InputError(message=f"query '{qid}' has a second row (lines {seen[qid]} "
+                             f"and {line}); a per-query file holds one row per query",
+                             file=path, field="query_id", line=line,
+                             fix="rerun 'evalq run'; the file was edited or damaged")
+        seen[qid] = line
+
+
+def _number(value: Any, measure: str, path: Path, at: tuple[int, str]) -> float:
     """A stored per-query value: a JSON number, or null for undefined. Anything else
-    (``true``, ``"0.5"``) is a damaged file: read as a number it would move a gate."""
+    (``true``, ``"0.5"``), or a number outside its measure's range (an nDCG of 2.0:
+    :mod:`evalq.core.ranges`), is a damaged file: read as it is, it would move a gate."""
+    line, qid = at
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -282,7 +299,14 @@ def _number(value: Any, measure: str, path: Path, line: int) -> float:
                          "not a number", file=path, field=measure, line=line,
                          fix="rerun 'evalq run'; per-query values are numbers or null, "
                          "and the file was edited")
-    return float(value)
+    number = float(value)
+    bounds = value_range(measure)
+    if bounds is not None and outside(number, bounds):
+        raise InputError(message=f"{measure!r} of query '{qid}' is {json.dumps(value)}, "
+                         f"outside [{bounds[0]:g}, {bounds[1]:g}], where every "
+                         f"{measure} value lies", file=path, field=measure, line=line,
+                         fix="rerun 'evalq run'; the file was edited or damaged")
+    return number
 
 
 def stored_form(summary: RunSummary) -> dict[str, Any]:
