@@ -101,7 +101,7 @@ GRID = [{"name": "d256", "vectors": {"dims": 256}},
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("matryoshka")
-    # The quickstart slice (recipes/quickstart.yaml): 150 queries, 300 documents.
+    # A pydocs slice of 150 queries and 300 documents (the quickstart's earlier slice).
     recipe = recipes.write(base / "grid.yaml", recipes.recipe(
         "matryoshka-grid", cache=base / "cache", queries=150, docs=300, candidates=GRID,
         metrics=["nDCG@10", "R@100"], reference_metrics=["overlap@10", "cosine"],
