@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evalq.encode.rates import LEDGER_NAME, RateLedger, rate_key
-from evalq.plan.search import ASSUMED_TEXTS_PER_S
+from evalq.plan.search import ASSUMED_TEXTS_PER_S, _rate
 
 IDENTITY = {"backend": "sentence-transformers", "dtype": "float32"}
 
@@ -71,3 +71,8 @@ def test_a_ledger_that_is_a_folder_or_unwritable_fails_nothing(tmp_path: Path) -
     assert ledger.lookup(IDENTITY) is None
     assert ledger.record(IDENTITY, 100, 1.0, "v") is None
     assert ASSUMED_TEXTS_PER_S > 0 and math.isfinite(ASSUMED_TEXTS_PER_S)
+
+
+def test_a_slow_measured_rate_prints_as_itself_not_zero() -> None:
+    """0.4 texts/s (a large model on two cores) was printed '0/s' by the plan's line."""
+    assert _rate(0.4) == "0.4" and _rate(1.726) == "1.7" and _rate(123.6) == "124"
