@@ -124,8 +124,10 @@ class QdrantOptions(KindOptions):
     url: str | None = Field(default=None, min_length=1)
     collection: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
     api_key_env: str | None = Field(default=None, min_length=1)
-    timeout: int | None = Field(default=None, ge=1)
-    index_wait_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # at most a day: 10**12 s passed, and every request failed in the socket layer
+    # ("timestamp too large"), reported as a server that did not answer
+    timeout: int | None = Field(default=None, ge=1, le=86400)
+    index_wait_s: float | None = Field(default=None, gt=0, le=86400, allow_inf_nan=False)
     distance: Literal["Dot", "Cosine", "Euclid", "Manhattan"] = "Dot"
     hnsw_config: HnswConfig = HnswConfig()
     optimizers_config: OptimizersConfig = OptimizersConfig()
