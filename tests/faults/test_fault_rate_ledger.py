@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from evalq.core.host import current_class
 from evalq.encode.rates import LEDGER_NAME, RateLedger, rate_key
 from evalq.plan.search import ASSUMED_TEXTS_PER_S, _rate
 
@@ -26,7 +27,7 @@ def _write(tmp_path: Path, text: str) -> RateLedger:
 
 def _entry(**over: object) -> dict[str, object]:
     return {"texts_per_s": 100.0, "texts": 500, "measured": "2026-01-01T00:00:00+00:00",
-            "numerics_class": "x", "variant": "v", **over}
+            "numerics_class": current_class(), "variant": "v", **over}
 
 
 @pytest.mark.parametrize("entry", [
@@ -34,6 +35,7 @@ def _entry(**over: object) -> dict[str, object]:
     _entry(texts_per_s=-5.0), _entry(texts_per_s=0.0), _entry(texts_per_s=5e-324),
     _entry(texts=float("inf")), _entry(texts=float("nan")), _entry(texts=3),
     _entry(texts_per_s="fast"), _entry(texts_per_s=[1]), _entry(measured=None) | {"texts": {}},
+    _entry(numerics_class="arm64/neon"),
 ])
 def test_an_impossible_entry_is_no_rate(tmp_path: Path, entry: dict[str, object]) -> None:
     ledger = _write(tmp_path, json.dumps({rate_key(IDENTITY): entry}))
@@ -76,3 +78,9 @@ def test_a_ledger_that_is_a_folder_or_unwritable_fails_nothing(tmp_path: Path) -
 def test_a_slow_measured_rate_prints_as_itself_not_zero() -> None:
     """0.4 texts/s (a large model on two cores) was printed '0/s' by the plan's line."""
     assert _rate(0.4) == "0.4" and _rate(1.726) == "1.7" and _rate(123.6) == "124"
+
+
+def test_a_sound_entry_of_this_host_is_found(tmp_path: Path) -> None:
+    ledger = _write(tmp_path, json.dumps({rate_key(IDENTITY): _entry()}))
+    found = ledger.lookup(IDENTITY)
+    assert found is not None and found.texts_per_s == 100.0

@@ -80,8 +80,11 @@ class RateLedger:
         return data if isinstance(data, dict) else {}
 
     def lookup(self, identity: dict[str, Any]) -> MeasuredRate | None:
-        """This identity's last rate on this host, or None (never measured, or unreadable)."""
-        return _entry_rate(self._read().get(rate_key(identity)))
+        """This identity's last rate on this host, or None (never measured, or unreadable;
+        or an entry under this host's key that states another numerics class: copied or
+        edited, so not a rate the plan may call measured on this host)."""
+        rate = _entry_rate(self._read().get(rate_key(identity)))
+        return rate if rate is not None and rate.numerics_class == current_class() else None
 
     def record(self, identity: dict[str, Any], texts: int, seconds: float,
                variant: str) -> MeasuredRate | None:
