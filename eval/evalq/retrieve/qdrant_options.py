@@ -14,6 +14,7 @@ import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
@@ -200,6 +201,17 @@ def check_server(url: str, api_key_env: str | None) -> None:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ValueError(f"url {without_password(url)!r} is not an http(s) URL; fix: "
                          "give the server's REST address, e.g. http://localhost:6333")
+    try:  # a port out of range or an unclosed [ failed in the client, as an exit 3
+        parts = urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError as exc:
+        raise ValueError(f"url {without_password(url)!r} cannot be parsed ({exc}); fix: "
+                         "give the server's REST address, e.g. http://localhost:6333"
+                         ) from None
+    if not host or port == 0:
+        raise ValueError(f"url {without_password(url)!r} names no host and port to "
+                         "connect to; fix: give the server's REST address, e.g. "
+                         "http://localhost:6333")
     if api_key_env is not None and not _ENV_NAME.match(api_key_env):
         raise ValueError(f"api_key_env {api_key_env!r} is not an environment "
                          "variable's name; fix: give the NAME of the variable that "
