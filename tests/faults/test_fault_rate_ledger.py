@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,3 +86,21 @@ def test_a_sound_entry_of_this_host_is_found(tmp_path: Path) -> None:
     ledger = _write(tmp_path, json.dumps({rate_key(IDENTITY): _entry()}))
     found = ledger.lookup(IDENTITY)
     assert found is not None and found.texts_per_s == 100.0
+
+
+def test_a_ledger_that_is_a_fifo_is_ignored_not_waited_on(tmp_path: Path) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: the plan hung."""
+    os.mkfifo(tmp_path / LEDGER_NAME)
+    ledger = RateLedger(tmp_path)
+    found: list[object] = []
+    reader = threading.Thread(target=lambda: found.append(ledger.lookup(IDENTITY)),
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=60)  # a hang guard, not a timing: the fixed read never opens it
+    if reader.is_alive():
+        with open(tmp_path / LEDGER_NAME, "w"):  # release the blocked reader
+            pass
+        pytest.fail("reading a FIFO ledger blocked")
+    assert found == [None]
+    assert ledger.record(IDENTITY, 100, 1.0, "v") is not None  # replaced by a file
+    assert ledger.lookup(IDENTITY) is not None

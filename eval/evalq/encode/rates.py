@@ -70,6 +70,10 @@ class RateLedger:
 
     def _read(self) -> dict[str, Any]:
         try:
+            if not self.path.exists():
+                return {}
+            if not self.path.is_file():  # a FIFO would block the plan until a writer came
+                raise IsADirectoryError(f"{self.path} is not a regular file")
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
