@@ -104,3 +104,11 @@ def test_a_ledger_that_is_a_fifo_is_ignored_not_waited_on(tmp_path: Path) -> Non
     assert found == [None]
     assert ledger.record(IDENTITY, 100, 1.0, "v") is not None  # replaced by a file
     assert ledger.lookup(IDENTITY) is not None
+
+
+def test_a_huge_ledger_is_ignored_without_reading_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("evalq.encode.rates.MAX_LEDGER_BYTES", 1000)
+    entries = {rate_key(IDENTITY): _entry()} | {f"{i:024x}": _entry() for i in range(50)}
+    ledger = _write(tmp_path, json.dumps(entries))
+    assert ledger.lookup(IDENTITY) is None
+    assert ledger.record(IDENTITY, 100, 1.0, "v") is not None  # starts a fresh ledger

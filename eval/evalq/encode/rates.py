@@ -40,6 +40,9 @@ MIN_TEXTS = 32
 # Slower than this is no measurement: MIN_TEXTS texts would have taken over a year. A
 # hand-edited 5e-324 made the plan print "about inf s".
 MIN_TEXTS_PER_S = 1e-6
+# A ledger holds a couple of hundred bytes per engine identity and host: one larger than
+# this is no ledger evalq wrote, and reading it whole would cost every plan its memory.
+MAX_LEDGER_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class RateLedger:
                 return {}
             if not self.path.is_file():  # a FIFO would block the plan until a writer came
                 raise IsADirectoryError(f"{self.path} is not a regular file")
+            if self.path.stat().st_size > MAX_LEDGER_BYTES:  # read whole, every plan
+                raise ValueError(f"{self.path.stat().st_size} bytes, more than a ledger "
+                                 f"of rates holds ({MAX_LEDGER_BYTES})")
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
