@@ -100,3 +100,19 @@ def test_null_stays_an_undefined_value_and_an_intact_copy_is_identical(
         finished: Path, copy: Path, capsys) -> None:
     result = run_cli(capsys, "compare", str(finished), str(copy))
     assert result.code == 0 and "no differences" in result.out
+
+
+@pytest.mark.parametrize("damage", ["row", "measures"])
+def test_compare_refuses_a_candidate_file_missing_rows_or_measures(
+        finished: Path, copy: Path, capsys, damage: str) -> None:
+    """A candidate's file with a query's row deleted, or with only the query ids left,
+    was paired on what remained and compare printed 'identical' with exit 0 (issue 32)."""
+    path = copy / "per_query" / "tiny" / "int8-vectors.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = rows[1:] if damage == "row" else [{"query_id": r["query_id"]} for r in rows]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for first, second in ((finished, copy), (copy, finished)):
+        result = run_cli(capsys, "compare", str(first), str(second))
+        assert result.code == 2, result.out + result.err
+        assert "identical" not in result.out
+        assert str(path) in result.err and "Fix:" in result.err

@@ -61,3 +61,39 @@ def test_a_value_outside_its_measures_range_is_a_damaged_file(
     error = caught.value
     assert error.file == path and error.line == 2 and error.field == measure
     assert "query 'q2'" in error.message and "outside [" in error.message
+
+
+@pytest.mark.parametrize(("measure", "text"), [
+    ("nDCG@10", "1" + "0" * 400), ("abs_delta", "Infinity"), ("abs_delta", "1e999"),
+    ("my_custom", "-Infinity"), ("my_custom", "1" + "0" * 400), ("cosine", "-1e999")])
+def test_an_infinite_or_overflowing_value_is_a_damaged_file(
+        tmp_path: Path, measure: str, text: str) -> None:
+    """evalq writes every value finite or null; an infinity (``Infinity``, ``1e999``, a
+    400-digit integer) passed a range with no upper end, or a measure outside the range
+    table, and moved every mean to inf; the integer ended in OverflowError (exit 3)."""
+    rows = [dict(r) for r in ROWS]
+    rows[1][measure] = "@@"
+    folder, path = _folder(tmp_path, rows)
+    path.write_text(path.read_text().replace('"@@"', text))
+    with pytest.raises(InputError) as caught:
+        folder.read_per_query("tiny", "int8")
+    error = caught.value
+    assert error.file == path and error.line == 2 and error.field == measure
+    assert "finite" in error.message and error.fix
+
+
+@pytest.mark.parametrize("text", ["", "\n"])
+def test_an_empty_file_is_a_damaged_file(tmp_path: Path, text: str) -> None:
+    folder, path = _folder(tmp_path, ROWS)
+    path.write_text(text)
+    with pytest.raises(InputError) as caught:
+        folder.read_per_query("tiny", "int8")
+    assert caught.value.file == path and caught.value.fix
+
+
+def test_a_value_at_a_boundary_reads(tmp_path: Path) -> None:
+    rows = [dict(r) for r in ROWS]
+    rows[0].update({"nDCG@10": 1.0, "R@100": -0.0, "cosine": -1.0, "overlap@10": 1 + 1e-7})
+    folder, _ = _folder(tmp_path, rows)
+    values = folder.read_per_query("tiny", "int8")
+    assert values.values["nDCG@10"][0] == 1.0 and values.values["cosine"][0] == -1.0

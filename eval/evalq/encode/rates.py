@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +37,12 @@ LEDGER_NAME = "rates.json"
 # Rates from fewer texts than this are mostly start-up (the first batch's warm-up), and
 # would make the estimate of a large grid too pessimistic.
 MIN_TEXTS = 32
+# Slower than this is no measurement: MIN_TEXTS texts would have taken over a year. A
+# hand-edited 5e-324 made the plan print "about inf s".
+MIN_TEXTS_PER_S = 1e-6
+# A ledger holds a couple of hundred bytes per engine identity and host: one larger than
+# this is no ledger evalq wrote, and reading it whole would cost every plan its memory.
+MAX_LEDGER_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -66,40 +73,50 @@ class RateLedger:
 
     def _read(self) -> dict[str, Any]:
         try:
+            if not self.path.exists():
+                return {}
+            if not self.path.is_file():  # a FIFO would block the plan until a writer came
+                raise IsADirectoryError(f"{self.path} is not a regular file")
+            if self.path.stat().st_size > MAX_LEDGER_BYTES:  # read whole, every plan
+                raise ValueError(f"{self.path.stat().st_size} bytes, more than a ledger "
+                                 f"of rates holds ({MAX_LEDGER_BYTES})")
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             log.warning(f"[evalq] ignoring the encoding-rate ledger {self.path} ({exc}); "
                         "the plan's estimate assumes a rate until a run measures one")
             return {}
         return data if isinstance(data, dict) else {}
 
     def lookup(self, identity: dict[str, Any]) -> MeasuredRate | None:
-        """This identity's last rate on this host, or None (never measured, or unreadable)."""
-        entry = self._read().get(rate_key(identity))
-        if not isinstance(entry, dict):
-            return None
-        try:
-            rate = MeasuredRate(texts_per_s=float(entry["texts_per_s"]),
-                                texts=int(entry["texts"]), measured=str(entry["measured"]),
-                                numerics_class=str(entry["numerics_class"]))
-        except (KeyError, TypeError, ValueError):
-            return None
-        return rate if rate.texts_per_s > 0 and rate.texts_per_s != float("inf") else None
+        """This identity's last rate on this host, or None (never measured, or unreadable;
+        or an entry under this host's key that states another numerics class: copied or
+        edited, so not a rate the plan may call measured on this host)."""
+        rate = _entry_rate(self._read().get(rate_key(identity)))
+        return rate if rate is not None and rate.numerics_class == current_class() else None
 
     def record(self, identity: dict[str, Any], texts: int, seconds: float,
                variant: str) -> MeasuredRate | None:
         """Keep ``texts`` computed in ``seconds`` as this identity's rate (the latest
         measurement wins: an engine upgrade or a quieter machine is what the next plan
         will see). Too few texts, or no time, records nothing."""
-        if texts < MIN_TEXTS or not seconds > 0:
+        if texts < MIN_TEXTS or not 0 < seconds < math.inf:
+            return None
+        try:
+            texts_per_s = texts / seconds
+        except OverflowError:
             return None
         klass = current_class()
-        rate = MeasuredRate(texts_per_s=texts / seconds, texts=int(texts),
+        rate = MeasuredRate(texts_per_s=texts_per_s, texts=int(texts),
                             measured=datetime.now(UTC).isoformat(timespec="seconds"),
                             numerics_class=klass)
-        data = self._read()
+        if _entry_rate(rate.__dict__) is None:
+            return None
+        # Only sound entries are kept: one NaN in the file (hand-edited, another tool) made
+        # the JSON write refuse the whole ledger and failed the run after its variant.
+        data = {key: entry for key, entry in self._read().items()
+                if _entry_rate(entry) is not None}
         data[rate_key(identity, klass)] = {**rate.__dict__, "variant": variant}
         try:
             write_json(self.path, data)
@@ -123,3 +140,19 @@ class RateLedger:
                     texts += int(stats.get("n_computed") or 0)
                     seconds += float(stats.get("seconds_computing") or 0.0)
         return self.record(identity, texts, seconds, variant)
+
+
+def _entry_rate(entry: Any) -> MeasuredRate | None:
+    """The rate one ledger entry states, or None when it states none a run could have
+    measured (not a mapping, a missing field, a non-finite or implausible number)."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        texts_per_s, texts = float(entry["texts_per_s"]), float(entry["texts"])
+        if not (MIN_TEXTS_PER_S <= texts_per_s < math.inf and MIN_TEXTS <= texts < math.inf):
+            return None
+        return MeasuredRate(texts_per_s=texts_per_s, texts=int(texts),
+                            measured=str(entry["measured"]),
+                            numerics_class=str(entry["numerics_class"]))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None

@@ -60,6 +60,9 @@ class SettingsOverrides(BaseModel):
 # one up front, so a million ended in a segfault after 79 s; 1024 is above the cores of
 # any machine evalq runs on (documented in docs/backends.md).
 MAX_THREADS = 1024
+# A wait longer than a day is a hang, and an infinite or huge one (1e12 s) is refused by
+# the socket layer (OverflowError) at the first request: the run ended in exit 3.
+Wait = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
 Threads = Annotated[int | None, Field(default=None, ge=1, le=MAX_THREADS)]
 
 
@@ -115,7 +118,7 @@ class HttpOptions(StrictOptions):
     route: str | None = Field(default=None, pattern=r"^/")
     model: str | None = None
     api_key_env: str | None = None
-    timeout_s: float = Field(default=60, gt=0)
+    timeout_s: Wait = 60
     retries: int = Field(default=3, ge=0)
     concurrency: int = Field(default=4, ge=1)
     max_batch: int = Field(default=64, ge=1)
@@ -135,7 +138,7 @@ class VllmOptions(StrictOptions):
     url: str | None = None  # server mode: connect to a running server instead of starting one
     concurrency: int = Field(default=4, ge=1)
     max_batch: int = Field(default=64, ge=1)
-    startup_timeout_s: float = Field(default=300, gt=0)
+    startup_timeout_s: Wait = 300
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -145,7 +148,7 @@ class RerankHttpOptions(StrictOptions):
     url: str
     model: str | None = None
     api_key_env: str | None = None
-    timeout_s: float = Field(default=60, gt=0)
+    timeout_s: Wait = 60
     retries: int = Field(default=3, ge=0)
     max_batch: int = Field(default=64, ge=1)
 
@@ -157,7 +160,7 @@ class RerankVllmOptions(StrictOptions):
 
     mode: Literal["engine", "server"] = "engine"
     route: Literal["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"] = "/score"
-    startup_timeout_s: float = Field(default=300, gt=0)
+    startup_timeout_s: Wait = 300
     max_batch: int = Field(default=64, ge=1)  # server mode: texts per request
     quantization: str | None = None
     gpu_memory_utilization: float = Field(default=0.1, gt=0, le=1)

@@ -235,7 +235,7 @@ class SearchPlan:
 
     def rate_words(self) -> str:
         """Where the estimate's rates come from, for the plan's line."""
-        measured = [f"{w} {r.texts_per_s:.0f}/s" for w, r in self.rates.items()
+        measured = [f"{w} {_rate(r.texts_per_s)}/s" for w, r in self.rates.items()
                     if w in self.encoded()]
         assumed = [w for w in self.encoded() if w not in self.rates]
         parts = []
@@ -283,6 +283,11 @@ class SearchPlan:
                   f"one-sided alpha {self.alpha:g}, per-test alpha {self.per_test_alpha:.4g} "
                   "at the first round"]
         return lines
+
+
+def _rate(texts_per_s: float) -> str:
+    """A measured rate for the plan's line: 0.4 texts/s printed as '0', a rate of none."""
+    return f"{texts_per_s:.0f}" if texts_per_s >= 10 else f"{texts_per_s:.2g}"
 
 
 def _some(values: list[str], shown: int = 8) -> str:

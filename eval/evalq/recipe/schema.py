@@ -316,17 +316,26 @@ def _check_quantization_methods(recipe: Recipe, located: Located, file: Path) ->
 
 
 def _check_sensitivity_variants(recipe: Recipe, located: Located, file: Path) -> None:
-    """``batch_sensitivity.variants`` names candidates only."""
-    candidates = [c.name for c in recipe.candidates]
+    """``batch_sensitivity.variants`` names candidates that encode a side: one that
+    borrows both sides encodes no text, so the run skipped it without a word."""
+    candidates = {c.name: c for c in recipe.candidates}
     for i, name in enumerate((recipe.batch_sensitivity and recipe.batch_sensitivity.variants)
                              or []):
-        if name not in candidates:
-            where_file, line = located.where(("batch_sensitivity", "variants", i))
+        where_file, line = located.where(("batch_sensitivity", "variants", i))
+        candidate = candidates.get(name)
+        if candidate is None:
             raise InputError(
                 message=f"batch_sensitivity.variants names '{name}', which is not a "
                 "candidate", file=where_file or file, line=line,
                 field=f"batch_sensitivity.variants.{i}",
                 fix=f"name one of: {', '.join(candidates) or '(no candidates)'}")
+        if candidate.documents is not None and candidate.queries is not None:
+            raise InputError(
+                message=f"batch_sensitivity.variants names '{name}', which borrows both "
+                "sides (documents: and queries:): it encodes no text, so no batch "
+                "composition can change its vectors", file=where_file or file, line=line,
+                field=f"batch_sensitivity.variants.{i}",
+                fix=f"remove '{name}' from batch_sensitivity.variants")
 
 
 def _check_measures(recipe: Recipe, located: Located, file: Path) -> None:

@@ -192,14 +192,32 @@ def _stored(run: RunView, ds: str, variant: str, other: RunView) -> PerQuery | N
 
 def _pair(ds: str, variant: str, metric: str, a: RunView, b: RunView) -> PairedValues | None:
     pa, pb = _stored(a, ds, variant, b), _stored(b, ds, variant, a)
-    if pa is None or pb is None or metric not in pa.values or metric not in pb.values:
+    if pa is None or pb is None or (metric not in pa.values and metric not in pb.values):
         return None
+    _same_rows(ds, variant, metric, (a, pa), (b, pb))
     row_b = {q: i for i, q in enumerate(pb.query_ids)}
     ids = [q for q in pa.query_ids if q in row_b]
     va = np.array([pa.values[metric][i] for i, q in enumerate(pa.query_ids) if q in row_b],
                   dtype=np.float64)
     vb = np.array([pb.values[metric][row_b[q]] for q in ids], dtype=np.float64)
     return PairedValues(ds, variant, metric, va, vb)
+
+
+def _same_rows(ds: str, variant: str, metric: str, *sides: tuple[RunView, PerQuery]) -> None:
+    """Both files hold ``metric`` for the same queries: a row or a measure missing from
+    one was dropped from the pairing, and compare called identical what it never read."""
+    for (run, mine), (_, theirs) in ((sides[0], sides[1]), (sides[1], sides[0])):
+        missing = sorted(set(theirs.query_ids) - set(mine.query_ids))
+        lacks = metric in theirs.values and metric not in mine.values
+        if missing or lacks:
+            what = (f"no per-query {metric!r}" if lacks else
+                    f"no row for {len(missing)} of the other run's queries "
+                    f"(e.g. {missing[0]!r})")
+            raise InputError(message=f"{what}, so compare cannot pair {variant!r} on {ds!r}",
+                             file=run.root / "per_query" / ds / f"{variant}.jsonl",
+                             field="RUN_A RUN_B",
+                             fix="rerun 'evalq run' into this folder (or restore the file); "
+                             "compare complete runs of the same recipe")
 
 
 def paired_values(a: RunView, b: RunView) -> list[PairedValues]:

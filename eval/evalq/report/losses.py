@@ -6,6 +6,7 @@ only; a folder written before it (or a run with no index) has no rows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from evalq.report.runview import RunView
@@ -33,7 +34,9 @@ class LossRow:
 
 
 def loss_text(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.4f}"
+    """A loss as every output prints it; one that is no number (a ``NaN`` in a
+    hand-edited summary.json) prints as not measured, not as ``+nan``."""
+    return "—" if value is None or not math.isfinite(value) else f"{value:+.4f}"
 
 
 def summary_loss_rows(summary: RunSummary | None) -> list[LossRow]:

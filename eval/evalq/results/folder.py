@@ -251,6 +251,9 @@ class RunFolder:
                              f"({type(exc).__name__}: {exc})", file=path, line=len(ids) + 1,
                              fix="rerun 'evalq run'; the file is truncated or was edited"
                              ) from None
+        if not ids:
+            raise InputError(message="the per-query file holds no rows", file=path,
+                             fix="rerun 'evalq run'; the file is truncated or was emptied")
         _no_repeats(ids, path)
         columns: dict[str, list[float]] = {}
         for number, row in enumerate(rows, start=1):
@@ -299,7 +302,14 @@ def _number(value: Any, measure: str, path: Path, at: tuple[int, str]) -> float:
                          "not a number", file=path, field=measure, line=line,
                          fix="rerun 'evalq run'; per-query values are numbers or null, "
                          "and the file was edited")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
+    if math.isinf(number):  # evalq writes every value finite, or null when undefined
+        raise InputError(message=f"{measure!r} of query '{qid}' is {_shown(value)}, not a "
+                         "finite number", file=path, field=measure, line=line,
+                         fix="rerun 'evalq run'; the file was edited or damaged")
     bounds = value_range(measure)
     if bounds is not None and outside(number, bounds):
         raise InputError(message=f"{measure!r} of query '{qid}' is {json.dumps(value)}, "
@@ -307,6 +317,11 @@ def _number(value: Any, measure: str, path: Path, at: tuple[int, str]) -> float:
                          f"{measure} value lies", file=path, field=measure, line=line,
                          fix="rerun 'evalq run'; the file was edited or damaged")
     return number
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:20] + f"… ({len(text)} characters)"
 
 
 def stored_form(summary: RunSummary) -> dict[str, Any]:

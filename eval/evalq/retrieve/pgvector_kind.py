@@ -54,6 +54,9 @@ from evalq.retrieve.search import id_ranks
 _OPERATORS = {"<#>": ("ip_ops", lambda d: -d), "<=>": ("cosine_ops", lambda d: 1.0 - d),
               "<->": ("l2_ops", lambda d: -d)}
 _PG_EF_SEARCH = 40  # pgvector's default hnsw.ef_search
+# pgvector's range of ivfflat.probes, and PostgreSQL's of LIMIT (bigint): beyond them the
+# SET or the re-rank's query failed on the server, after the table was loaded
+_PG_MAX_PROBES, _PG_MAX_LIMIT = 32768, 2**63 - 1
 _COPY_BATCH = 10_000  # rows per COPY: an interrupted ingest keeps every batch it finished
 _COMPLETE = "evalq complete"  # the table comment a finished ingest sets, with its key
 
@@ -63,8 +66,8 @@ class PgvectorSearch(StrictOptions):
     re-rank depth of ``vector_type: bit``; one index serves a sweep of them."""
 
     ef_search: int | None = Field(default=None, ge=1, le=1000)
-    probes: int | None = Field(default=None, ge=1)
-    rerank: int | None = Field(default=None, ge=1)
+    probes: int | None = Field(default=None, ge=1, le=_PG_MAX_PROBES)
+    rerank: int | None = Field(default=None, ge=1, le=_PG_MAX_LIMIT)
     iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
 
 
@@ -106,10 +109,10 @@ class PgvectorOptions(KindOptions):
     ef_construction: int | None = Field(default=None, ge=4, le=1000)
     lists: int | None = Field(default=None, ge=1, le=32768)
     ef_search: int | None = Field(default=None, ge=1, le=1000)
-    probes: int | None = Field(default=None, ge=1)
+    probes: int | None = Field(default=None, ge=1, le=_PG_MAX_PROBES)
     vector_type: Literal["vector", "halfvec", "bit"] = "vector"
     operator: Literal["<#>", "<=>", "<->"] = "<#>"
-    rerank: int | None = Field(default=None, ge=1)
+    rerank: int | None = Field(default=None, ge=1, le=_PG_MAX_LIMIT)
     iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
     enable_seqscan: bool = False
     sweep: PgvectorSweep | None = None

@@ -14,6 +14,7 @@ import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
@@ -124,8 +125,10 @@ class QdrantOptions(KindOptions):
     url: str | None = Field(default=None, min_length=1)
     collection: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
     api_key_env: str | None = Field(default=None, min_length=1)
-    timeout: int | None = Field(default=None, ge=1)
-    index_wait_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # at most a day: 10**12 s passed, and every request failed in the socket layer
+    # ("timestamp too large"), reported as a server that did not answer
+    timeout: int | None = Field(default=None, ge=1, le=86400)
+    index_wait_s: float | None = Field(default=None, gt=0, le=86400, allow_inf_nan=False)
     distance: Literal["Dot", "Cosine", "Euclid", "Manhattan"] = "Dot"
     hnsw_config: HnswConfig = HnswConfig()
     optimizers_config: OptimizersConfig = OptimizersConfig()
@@ -198,6 +201,17 @@ def check_server(url: str, api_key_env: str | None) -> None:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ValueError(f"url {without_password(url)!r} is not an http(s) URL; fix: "
                          "give the server's REST address, e.g. http://localhost:6333")
+    try:  # a port out of range or an unclosed [ failed in the client, as an exit 3
+        parts = urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError as exc:
+        raise ValueError(f"url {without_password(url)!r} cannot be parsed ({exc}); fix: "
+                         "give the server's REST address, e.g. http://localhost:6333"
+                         ) from None
+    if not host or port == 0:
+        raise ValueError(f"url {without_password(url)!r} names no host and port to "
+                         "connect to; fix: give the server's REST address, e.g. "
+                         "http://localhost:6333")
     if api_key_env is not None and not _ENV_NAME.match(api_key_env):
         raise ValueError(f"api_key_env {api_key_env!r} is not an environment "
                          "variable's name; fix: give the NAME of the variable that "

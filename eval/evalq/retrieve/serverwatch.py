@@ -29,9 +29,11 @@ host (or socket folder) and address against loopback and this host's interfaces.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +47,11 @@ from evalq.core.redact import without_password
 MemoryReader = Callable[[], dict[str, float] | None]
 _METRIC = re.compile(r"^(?:\w*_)?(memory_resident_bytes|memory_allocated_bytes)"
                      r"(?:\{[^}]*\})?[ \t]+([0-9.eE+-]+)(?:[ \t]+-?\d+)?[ \t]*$", re.MULTILINE)
-_METRICS_TIMEOUT_S = 5.0
+_METRICS_TIMEOUT_S = 5.0  # for the whole page: a server dripping bytes is no answer
+# Qdrant's page is kilobytes (hundreds with many collections); a larger one is not its.
+_METRICS_MAX_BYTES = 16 * 2**20
+# Above 2**64 bytes no allocator counts: such a gauge is garbage, not a figure.
+_MAX_BYTES_FIGURE = 2.0**64
 
 
 @dataclass(frozen=True)
@@ -199,24 +205,34 @@ def qdrant(url: str, headers: Mapping[str, str]) -> ServerWatch:
 
 def _metrics_reader(url: str, headers: dict[str, str]) -> MemoryReader:
     def read() -> dict[str, float] | None:
+        deadline = time.monotonic() + _METRICS_TIMEOUT_S
+        body = bytearray()
         try:
-            r = httpx.get(url, headers=headers, timeout=_METRICS_TIMEOUT_S)
-        except httpx.HTTPError:
+            with httpx.stream("GET", url, headers=headers, timeout=_METRICS_TIMEOUT_S) as r:
+                if r.status_code != 200:
+                    return None
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > _METRICS_MAX_BYTES or time.monotonic() > deadline:
+                        return None
+        except (httpx.HTTPError, httpx.InvalidURL):
             return None
-        if r.status_code != 200:
-            return None
-        return memory_figures(r.text) or None
+        return memory_figures(body.decode("utf-8", errors="replace")) or None
     return read
 
 
 def memory_figures(text: str) -> dict[str, float]:
-    """Qdrant's memory gauges from a Prometheus page (any ``metrics_prefix``), in bytes."""
+    """Qdrant's memory gauges from a Prometheus page (any ``metrics_prefix``), in bytes.
+    A gauge that is no byte count (negative, infinite, beyond 64 bits) is left out: it
+    would be a step's peak (or an infinity the results file cannot hold)."""
     out: dict[str, float] = {}
     for name, value in _METRIC.findall(text):
         try:
-            out[name] = float(value)
+            number = float(value)
         except ValueError:
             continue
+        if math.isfinite(number) and 0 <= number < _MAX_BYTES_FIGURE:
+            out[name] = number
     return out
 
 
