@@ -135,3 +135,14 @@ def test_no_cache_plans_with_the_assumed_rate(tmp_path: Path) -> None:
     loose = build_plan(data.recipe, data.path, located=data.located, use_cache=False,
                        detect=lambda: DeviceInfo("cpu"))
     assert loose.search.rates == {}
+
+
+def test_a_damaged_ledger_warns_once_per_plan(tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Two weight variants, one read of the ledger: one warning, not one per variant."""
+    (tmp_path / "cache").mkdir()
+    RateLedger(tmp_path / "cache").path.write_text("not json", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        plan = _plan(tmp_path)
+    assert plan.search.rates == {}
+    assert caplog.text.count("ignoring the encoding-rate ledger") == 1

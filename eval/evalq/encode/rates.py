@@ -93,8 +93,14 @@ class RateLedger:
         """This identity's last rate on this host, or None (never measured, or unreadable;
         or an entry under this host's key that states another numerics class: copied or
         edited, so not a rate the plan may call measured on this host)."""
-        rate = _entry_rate(self._read().get(rate_key(identity)))
-        return rate if rate is not None and rate.numerics_class == current_class() else None
+        return self.lookup_all([identity])[0]
+
+    def lookup_all(self, identities: list[dict[str, Any]]) -> list[MeasuredRate | None]:
+        """:meth:`lookup` of each identity from one read of the ledger (a damaged ledger
+        warns once per plan, not once per weight variant)."""
+        data, klass = self._read(), current_class()
+        rates = [_entry_rate(data.get(rate_key(identity))) for identity in identities]
+        return [r if r is not None and r.numerics_class == klass else None for r in rates]
 
     def record(self, identity: dict[str, Any], texts: int, seconds: float,
                variant: str) -> MeasuredRate | None:

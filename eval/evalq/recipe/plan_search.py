@@ -86,14 +86,10 @@ def _measured_rates(section: Any, variant_plans: Sequence[VariantPlan],
     cache: ``--no-cache`` keeps no ledger)."""
     if cache_dir is None:
         return {}
-    ledger = RateLedger(cache_dir)
     planned = {vp.name: vp for vp in variant_plans}
-    found = {}
-    for name in section.weights:
-        rate = ledger.lookup(planned[name].rate_identity()) if name in planned else None
-        if rate is not None:
-            found[name] = rate
-    return found
+    names = [name for name in section.weights if name in planned]
+    rates = RateLedger(cache_dir).lookup_all([planned[n].rate_identity() for n in names])
+    return {name: rate for name, rate in zip(names, rates, strict=True) if rate is not None}
 
 
 def _check_weights(recipe: Any, section: Any, variant_plans: Sequence[VariantPlan],
