@@ -10,7 +10,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test test-fast fuzz docs demo bench lint clean llmcompressor-venv infinity-venv chromium screenshot
+.PHONY: install test test-fast fuzz docs demo bench lint clean llmcompressor-venv infinity-venv stpeer-venv chromium screenshot
 
 install: $(STAMP)
 
@@ -56,6 +56,31 @@ $(INF_STAMP):
 	rm -f $(INF_VENV)/.evalq-installed*
 	touch $(INF_STAMP)
 
+# sentence-transformers' own int8 CPU paths (export_dynamic_quantized_onnx_model,
+# export_static_quantized_openvino_model), the peers bench/cpu_formats.py times beside
+# evalq's formats (through bench/st_peer.py). Their optimum packages do not import beside
+# the main venv's transformers 5, and optimum-onnx and optimum-intel 2.x pin different
+# optimum releases, so this venv holds the newest set that imports and exports together:
+# transformers 4.57, optimum 2.1 with optimum-onnx 0.1 and optimum-intel 1.27 (optimum
+# 1.27 and optimum-intel 1.25 fail on torch 2.13's ONNX symbolic functions and on nncf 3).
+# datasets (the OpenVINO calibration) is held below 5 with huggingface-hub below 1, as
+# transformers 4.57 needs. Only `make bench` builds it; `make test` never does.
+STP_VENV := .venv-stpeer
+STP_REQS := "torch==2.13.0+cpu" "sentence-transformers==5.1.2" "transformers==4.57.6" \
+	"optimum==2.1.0" "optimum-onnx[onnxruntime]==0.1.0" "optimum-intel[openvino,nncf]==1.27.0" \
+	"onnxruntime==1.32.0" "openvino==2026.4.1" "nncf==3.4.0" "datasets==4.8.5" \
+	"huggingface-hub==0.36.2" "fsspec==2025.10.0" "numpy==2.4.6"
+STP_STAMP := $(STP_VENV)/.evalq-installed-$(firstword $(shell echo '$(STP_REQS)' | cksum))
+
+stpeer-venv: $(STP_STAMP)
+
+$(STP_STAMP):
+	test -x $(STP_VENV)/bin/python || $(PY) -m venv $(STP_VENV)
+	$(STP_VENV)/bin/pip install -q --upgrade pip
+	$(STP_VENV)/bin/pip install -q $(STP_REQS)
+	rm -f $(STP_VENV)/.evalq-installed*
+	touch $(STP_STAMP)
+
 # The report's browser tests drive Debian's chromium (Playwright never downloads its own).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || test -n "$$EVALQ_CHROMIUM" || { \
@@ -94,7 +119,7 @@ demo: install
 	$(BIN)/evalq report results/quickstart -o results/quickstart/report.html
 	$(BIN)/evalq certify results/quickstart
 
-bench: install llmcompressor-venv
+bench: install llmcompressor-venv stpeer-venv
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/encode.py
 	$(BIN)/python bench/vllm_encode.py
@@ -123,5 +148,5 @@ lint: install
 	$(BIN)/mypy $(addprefix -p evalq.,$(MYPY_PACKAGES))
 
 clean:
-	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) .evalq-cache
+	rm -rf $(VENV) $(LLMC_VENV) $(INF_VENV) $(STP_VENV) .evalq-cache
 	find results -mindepth 1 -maxdepth 1 ! -name baselines -exec rm -rf {} +  # keep baselines

@@ -26,8 +26,22 @@ ratio to torch fp32, peak RSS, and each format's max and mean |score − torch f
 the share of queries whose rerank order is torch fp32's. Static methods calibrate on
 pairs made of the untimed documents (``pairfront``), as in a pipeline.
 
+The embedding kind also times sentence-transformers' own int8 CPU paths as peers, in the
+same run and interleaved with evalq's formats: ``export_dynamic_quantized_onnx_model`` at
+the setting its documentation names for this CPU (``st-onnx-qint8``) and
+``export_static_quantized_openvino_model`` loaded as it loads by default
+(``st-ov-qint8``: OpenVINO's default precision, bf16 where the CPU has it) and with f32
+pinned as evalq pins it (``st-ov-qint8-f32``). They run through ``bench/st_peer.py`` in
+``.venv-stpeer`` (``make stpeer-venv``; ``$EVALQ_STPEER_VENV`` points elsewhere), whose
+optimum packages do not import beside evalq's transformers; each encodes the same texts in
+the same batches (evalq's length-sorted 2,048-token batches, handed over as lists) on the
+same threads. The record gains their rows, the venv's versions, the fastest peer and each
+evalq int8 format's speed over it. Without that venv the bench stops and says how to build
+it; ``--no-peers`` measures evalq's formats alone.
+
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python bench/cpu_formats.py [--kind embedding|reranker]
-[--docs 256] [--queries 32] [--depth 8] [--repeats 2] [--threads 2] [--only ort-fp32,...]``.
+[--docs 256] [--queries 32] [--depth 8] [--repeats 2] [--threads 2] [--only ort-fp32,...]
+[--no-peers]``.
 """
 
 from __future__ import annotations
@@ -43,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from record import host, write_record
+from record import ROOT, host, write_record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -71,6 +85,11 @@ RERANK_FORMATS: dict[str, dict[str, Any]] = {
 KINDS = {"embedding": FORMATS, "reranker": RERANK_FORMATS}
 PEER = "torch-fp32"
 CROSS_ENCODER = "fixture:minilm-cross-encoder"
+# sentence-transformers' own int8 paths (bench/st_peer.py names them), embedding kind only
+ST_PEERS = ("st-onnx-qint8", "st-ov-qint8", "st-ov-qint8-f32")
+ST_SCRIPT = Path(__file__).resolve().with_name("st_peer.py")
+# what every timed row must carry, from evalq's workers and the peers alike
+ROW_KEYS = ("seconds", "cpu_seconds", "docs_per_s", "peak_rss_mib", "weight_bytes")
 
 
 def model_path() -> Path:
@@ -192,12 +211,76 @@ def worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
             "weight_bytes": described["quantization"].get("weight_bytes")}
 
 
+def parse_row(name: str, stdout: str, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON object a worker or a peer printed on its last line, with ``keys`` in it:
+    anything else stops the bench naming the worker and what it printed, rather than
+    recording a row with figures missing."""
+    lines = stdout.strip().splitlines()
+    try:
+        row = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        row = None
+    if not isinstance(row, dict):
+        raise SystemExit(f"{name} printed no JSON object on its last line:\n{stdout[-1500:]}")
+    missing = [key for key in keys if key not in row]
+    if missing:
+        raise SystemExit(f"{name} printed a row without {', '.join(missing)}: {lines[-1]}")
+    return row
+
+
 def run_worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", name, "--config", json.dumps(cfg)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return parse_row(name, done.stdout)
+
+
+def peer_python(environ: dict[str, str] | None = None) -> Path:
+    """The peer venv's python; a bench that cannot find it stops and says how to build it."""
+    env = os.environ if environ is None else environ
+    venv = Path(env.get("EVALQ_STPEER_VENV") or ROOT / ".venv-stpeer")
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise SystemExit(
+            f"sentence-transformers' int8 peers need their own venv, and {venv} has none: "
+            "build it with `make stpeer-venv` (or point EVALQ_STPEER_VENV at one), or pass "
+            "--no-peers to measure evalq's formats alone")
+    return python
+
+
+def run_peer(python: Path, action: str, name: str | None,
+             cfg: dict[str, Any]) -> dict[str, Any]:
+    """``bench/st_peer.py`` in the peer venv: ``export`` once, ``encode NAME`` per row."""
+    cmd = [str(python), str(ST_SCRIPT), action, *([name] if name else []),
+           "--config", json.dumps(cfg)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    label = name or f"st_peer.py {action}"
+    if done.returncode != 0:
+        raise SystemExit(f"{label} failed in {python}:\n{done.stderr[-3000:]}")
+    return parse_row(label, done.stdout, ROW_KEYS if action == "encode" else ("versions",))
+
+
+def write_peer_batches(texts_file: Path, cache: Path, threads: int) -> None:
+    """The batches evalq's encoder forms for the timed documents (lists of their indices),
+    added to the texts file for the peers: length-sorted in chunks of 512, packed to 2,048
+    padded tokens, as ``encode_texts`` packs them in ``worker``."""
+    from evalq.encode.batching import length_order, pack_batches
+    from evalq.engines.factory import create_encoder
+
+    data = json.loads(texts_file.read_text(encoding="utf-8"))
+    enc = create_encoder(variant(PEER, threads), context(cache, texts_file))
+    prefix = enc.settings.document_prefix
+    lengths = [int(n) for n in enc.token_lengths([prefix + t for t in data["timed"]])]
+    enc.close()
+    order = length_order([prefix + t for t in data["timed"]], lengths)
+    batches: list[list[int]] = []
+    for start in range(0, len(order), 512):
+        chunk = order[start:start + 512]
+        packed = pack_batches([lengths[i] for i in chunk], batch_tokens=2048, max_batch=256)
+        batches += [chunk[a:b] for a, b in packed]
+    data["peer_batches"] = batches
+    texts_file.write_text(json.dumps(data), encoding="utf-8")
 
 
 def prepare(names: list[str], cache: Path, threads: int, texts_file: Path,
@@ -210,6 +293,8 @@ def prepare(names: list[str], cache: Path, threads: int, texts_file: Path,
             reranker(name, cache, threads, texts_file).close()
         else:
             create_encoder(variant(name, threads), context(cache, texts_file)).close()
+    if kind == "embedding":
+        write_peer_batches(texts_file, cache, threads)
 
 
 def closeness(kind: str, got: Any, ref: Any, depth: int) -> dict[str, float]:
@@ -228,6 +313,55 @@ def closeness(kind: str, got: Any, ref: Any, depth: int) -> dict[str, float]:
             "same_order_queries": float(np.mean(np.all(order[0] == order[1], axis=1)))}
 
 
+def against_st(best: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """evalq's int8 formats against sentence-transformers' fastest int8 path in the same
+    run: each one's docs/s over that peer's (≥ 1 is the goal on a numerics class)."""
+    evalq = {n: f["docs_per_s"] for n, f in best.items() if "int8" in n and n not in ST_PEERS}
+    st = {n: f["docs_per_s"] for n, f in best.items() if n in ST_PEERS}
+    if not st:
+        return {}
+    top = max(st, key=st.__getitem__)
+    return {"fastest_st_int8": top,
+            "fastest_evalq_int8": max(evalq, key=evalq.__getitem__) if evalq else None,
+            "over_fastest_st_int8": {n: round(v / st[top], 3) for n, v in evalq.items()}}
+
+
+def measure(args: argparse.Namespace, names: list[str], python: Path | None,
+            numerics_class: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Prepare every format (and export the peers), then time them interleaved,
+    ``repeats`` times, keeping each one's fastest run and its closeness to torch fp32."""
+    import numpy as np
+
+    best: dict[str, dict[str, Any]] = {}
+    exported: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        texts_file = Path(tmp) / "texts.json"
+        base = {"threads": args.threads, "cache": str(args.cache), "kind": args.kind,
+                "texts": str(texts_file)}
+        # In a child too: Linux keeps ru_maxrss across fork and exec, so a parent that
+        # had loaded models would hand its peak to every worker.
+        run_worker("prepare", {**base, "docs": args.docs, "names": names,
+                               "queries": args.queries, "depth": args.depth})
+        peer_cfg = {**base, "model": str(model_path()),
+                    "numerics_class": numerics_class}
+        if python is not None:
+            exported = run_peer(python, "export", None, peer_cfg)
+        peers = list(ST_PEERS) if python is not None else []
+        for _ in range(args.repeats):
+            for name in names + peers:
+                vectors = str(Path(tmp) / f"{name}.npy")
+                got = (run_peer(python, "encode", name, {**peer_cfg, "vectors": vectors})
+                       if name in peers and python is not None
+                       else run_worker(name, {**base, "vectors": vectors}))
+                if name not in best or got["seconds"] < best[name]["seconds"]:
+                    best[name] = got
+        ref = np.load(Path(tmp) / f"{PEER}.npy")
+        for name in best:
+            best[name].update(closeness(args.kind, np.load(Path(tmp) / f"{name}.npy"), ref,
+                                        args.depth))
+    return best, exported
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kind", choices=tuple(KINDS), default="embedding")
@@ -237,6 +371,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--only", help="comma-separated formats (torch-fp32 always runs)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="embedding: leave out sentence-transformers' int8 paths")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) /
                         "evalq-bench-cpu-formats")
     parser.add_argument("--worker")
@@ -256,51 +392,44 @@ def main() -> None:
         work = rerank_worker if cfg["kind"] == "reranker" else worker
         print(json.dumps(work(args.worker, cfg)))
         return
-    import numpy as np
-
     formats = KINDS[args.kind]
     names = [PEER] + [n for n in formats if n != PEER and (
         not args.only or n in args.only.split(","))]
+    python = peer_python() if args.kind == "embedding" and not args.no_peers else None
     machine = host()
-    best: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        texts_file = Path(tmp) / "texts.json"
-        # In a child too: Linux keeps ru_maxrss across fork and exec, so a parent that
-        # had loaded models would hand its peak to every worker.
-        run_worker("prepare", {"docs": args.docs, "names": names, "cache": str(args.cache),
-                               "threads": args.threads, "texts": str(texts_file),
-                               "kind": args.kind, "queries": args.queries,
-                               "depth": args.depth})
-        for _ in range(args.repeats):
-            for name in names:
-                cfg = {"threads": args.threads, "cache": str(args.cache), "kind": args.kind,
-                       "texts": str(texts_file), "vectors": str(Path(tmp) / f"{name}.npy")}
-                got = run_worker(name, cfg)
-                if name not in best or got["seconds"] < best[name]["seconds"]:
-                    best[name] = got
-        ref = np.load(Path(tmp) / f"{PEER}.npy")
-        for name in names:
-            best[name].update(closeness(args.kind, np.load(Path(tmp) / f"{name}.npy"), ref,
-                                        args.depth))
+    best, exported = measure(args, names, python, machine["numerics_class"])
     if args.kind == "reranker":
         report_reranker(best, args, machine)
         return
+    report_embedding(best, exported, args, machine)
+
+
+def report_embedding(best: dict[str, dict[str, Any]], exported: dict[str, Any],
+                     args: argparse.Namespace, machine: dict[str, Any]) -> None:
     peer = best[PEER]
     ratios = {n: round(f["docs_per_s"] / peer["docs_per_s"], 3) for n, f in best.items()}
+    print(f"numerics class {machine['numerics_class']}")
     print(f"{'format':18} {'docs/s':>8} {'× torch':>8} {'CPU s':>7} {'RSS MiB':>8} "
           f"{'cos mean':>9} {'cos min':>9}")
     for name, f in best.items():
         print(f"{name:18} {f['docs_per_s']:8.1f} {ratios[name]:8.2f} {f['cpu_seconds']:7.1f} "
               f"{f['peak_rss_mib']:8.0f} {f['cosine_mean']:9.5f} {f['cosine_min']:9.5f}")
-    int8 = {n: r for n, r in ratios.items() if "int8" in n}
+    int8 = {n: r for n, r in ratios.items() if "int8" in n and n not in ST_PEERS}
     fastest = max(int8, key=int8.__getitem__) if int8 else None
+    versus = against_st(best)
+    if versus:
+        print(f"over sentence-transformers' fastest int8 ({versus['fastest_st_int8']}): " +
+              ", ".join(f"{n} {r:.2f}×" for n, r in versus["over_fastest_st_int8"].items()))
     write_record("cpu_formats", {"docs": args.docs, "threads": args.threads,
                                  "repeats": args.repeats, "formats": best,
-                                 "fastest_int8": fastest}, ratios,
+                                 "fastest_int8": fastest, "st_peers": exported, **versus},
+                 ratios,
                  peer=f"{PEER}: evalq's in-process transformers model, same texts, same "
-                 "batching, same threads", host_info=machine,
-                 notes="docs/s best of repeats with formats interleaved; cosine per text "
-                 "to torch fp32; int8 quality is the gate's call, not this record's")
+                 "batching, same threads; and sentence-transformers' own int8 paths "
+                 f"({', '.join(ST_PEERS)}, bench/st_peer.py in .venv-stpeer), same texts, "
+                 "same batches, same threads", host_info=machine,
+                 notes="docs/s best of repeats with formats and peers interleaved; cosine "
+                 "per text to torch fp32; int8 quality is the gate's call, not this record's")
 
 
 def report_reranker(best: dict[str, dict[str, Any]], args: argparse.Namespace,
