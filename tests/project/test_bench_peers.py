@@ -89,12 +89,14 @@ def test_the_peer_venv_is_found_where_the_variable_points(cpu_formats: ModuleTyp
 
 def test_without_the_variable_the_peer_venv_is_the_repository_s(
         cpu_formats: ModuleType) -> None:
-    try:
-        found = cpu_formats.peer_python({})
-    except SystemExit as stop:
-        assert str(REPO / ".venv-stpeer") in str(stop.value)
-    else:
-        assert found == REPO / ".venv-stpeer" / "bin" / "python"
+    expected = REPO / ".venv-stpeer" / "bin" / "python"
+    if expected.exists():  # `make bench` built it here
+        assert cpu_formats.peer_python({}) == expected
+        return
+    with pytest.raises(SystemExit) as stop:  # a fresh clone: the bench says how to build it
+        cpu_formats.peer_python({})
+    assert str(REPO / ".venv-stpeer") in str(stop.value) and "make stpeer-venv" in str(
+        stop.value)
 
 
 def _rows(**docs_per_s: float) -> dict[str, dict[str, Any]]:
