@@ -11,6 +11,7 @@ process tree here, the memory it reports, or why nothing), never a wall-clock fi
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -214,6 +215,68 @@ def test_a_qdrant_server_listening_on_this_host_is_sampled_by_its_process() -> N
         server = step["server"]
         assert server["cpu_s"] is not None and server["peak_rss_mb"] > 0
         assert server["processes"] >= 1 and server["reported_resident_mb"] > 0
+
+
+@pytest.mark.server
+@pytest.mark.process
+def test_a_qdrant_server_that_dies_between_levels_ends_the_stage_as_server_died() -> None:
+    """The stand-in in a process of its own, killed once the first level is done: the
+    next level's searches fail, the index's own check finds no server, and the stage
+    stops there as ``server_died`` (the third level never runs) instead of judging
+    every remaining level as errors of a live server."""
+    child = subprocess.Popen([sys.executable, "-c", _STANDIN_PROCESS, str(HERE)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    docs, queries = _corpus()
+    section = LoadSection.model_validate({**FAST, "workloads": [
+        {**CLOSED, "closed_loop": {"concurrency": [1, 2, 3]}}], "stop_on_break": False})
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        index: Any = INDEX_KINDS.build(_options({"kind": "qdrant", "url": url,
+                                                 "collection": "load-dies",
+                                                 "timeout": 2}), docs, where="x.index")
+        ranking = index.search(queries, DEPTH)
+        expected = [frozenset(ranking.doc_ids[j] for j in row if j >= 0)
+                    for row in ranking.indices]
+        assert index.alive()
+        steps: list[dict[str, Any]] = []
+
+        def kill_after_first(step: dict[str, Any], m: Any) -> None:
+            steps.append(step)
+            if len(steps) == 1:
+                child.kill()
+                child.wait()
+
+        drive = SearchDrive(search_requests(N_QUERIES), lambda: SearchGenerator(
+            step_bounds(section), lambda size: WorkerPool(
+                index, size, section.timeout_s, queries.vectors, DEPTH, expected), None),
+            index.server_watch(), index.alive)
+        outcome = sweep_searches(section.workloads[0], section, drive, kill_after_first)
+        assert not index.alive()
+        index.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert [s["verdict"] for s in steps] == ["pass", "server_died"]
+    assert outcome.server_died and steps[1]["errors"] and steps[1]["ok"] == 0
+    assert "stopped answering" in steps[1]["reasons"][-1]
+    assert steps[1]["database"]["first_error"] and outcome.broken
+
+
+def test_a_postgresql_that_takes_no_session_is_not_alive() -> None:
+    """Nothing listens on the port: the check says so within its timeout, no raise."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = pg_server.Database(dsn=f"host=127.0.0.1 port={port} user=x dbname=x",
+                            label="a server that is gone")
+    assert not pg_server.answers(db)
+
+
+@pytest.mark.server
+def test_the_embedded_postgresql_is_alive(pg: pg_server.Database) -> None:
+    assert pg_server.answers(pg)
 
 
 @pytest.mark.server

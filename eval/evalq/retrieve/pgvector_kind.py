@@ -417,6 +417,10 @@ class PgvectorIndex:
         """How many more sessions the server accepts now (``max_connections``)."""
         return workers.free_connections(self.conn)
 
+    def alive(self) -> bool:
+        """Whether the server still takes a new session and answers it."""
+        return pg_server.answers(self.db)
+
     def worker(self, timeout_s: float) -> workers.PgvectorWorker:
         """A search session of its own (one connection), for concurrent searches at the
         options' settings (:mod:`evalq.retrieve.workers`)."""

@@ -16,9 +16,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import httpx
+
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.redact import redact, register_secret, without_password
 from evalq.retrieve.qdrant_options import DEFAULT_TIMEOUT_S
+
+ALIVE_TIMEOUT_S = 5.0  # a server that takes longer to show its version page is not serving
 
 
 class QdrantConnection:
@@ -30,7 +34,7 @@ class QdrantConnection:
     def __init__(self, url: str, api_key_env: str | None, timeout: int | None,
                  where: str, *, needed_for: str, gone_fix: str = "rerun",
                  build_field: Callable[[str], str] | None = None) -> None:
-        self.where = where
+        self.where, self.url = where, url
         self.label = f"the Qdrant server at {without_password(url)}"
         self.collection = ""  # named in a vanished collection's message
         self._gone_fix, self._build_field = gone_fix, build_field
@@ -61,6 +65,17 @@ class QdrantConnection:
 
     def close(self) -> None:
         self.client.close()
+
+    def answers(self) -> bool:
+        """Whether the server answers ``GET /`` (its version page) within
+        :data:`ALIVE_TIMEOUT_S`: a fresh connection, so a pooled one a dead server left
+        half-open does not answer for it. A 5xx is no answer."""
+        try:
+            reply = httpx.get(self.url.rstrip("/") + "/", headers=self.headers,
+                              timeout=ALIVE_TIMEOUT_S)
+        except httpx.HTTPError:
+            return False
+        return reply.status_code < 500
 
     def call(self, refused_field: str, request: Any, *args: Any, **kwargs: Any) -> Any:
         """``request(*args, **kwargs)``, with the client's failures as exit 2: no answer

@@ -115,6 +115,10 @@ class PointsSearch:
         """No limit evalq can read (threads share the shard, or one pooled client)."""
         return None
 
+    def alive(self) -> bool:
+        """The in-process shard lives as long as evalq does."""
+        return True
+
     def worker(self, timeout_s: float) -> workers.SharedWorker:
         """A thread's worker on the one shard or client (no timeout of its own)."""
         return workers.SharedWorker(self.nearest)

@@ -245,6 +245,11 @@ class QdrantServerIndex(PointsSearch):
         """Its ``/metrics`` memory, and its process when it listens on this host."""
         return qdrant(self.options.url or "", self.server.headers)
 
+    def alive(self) -> bool:
+        """Whether the server still answers its root page (a fresh request, not the
+        client's pool)."""
+        return self.server.answers()
+
     def proof(self) -> IndexProof:
         """Read back from the server: how many vectors its HNSW index holds."""
         return proof(self.options, self._params, self._counts(), self._dim)

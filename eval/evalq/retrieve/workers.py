@@ -58,6 +58,12 @@ class ConcurrentIndex(Protocol):
         """How many more workers the database accepts now (None: no limit)."""
         ...
 
+    def alive(self) -> bool:
+        """Whether the database still answers a new session (asked after a load step
+        whose searches failed: a dead server ends the stage as ``server_died`` instead of
+        failing every remaining level as a slow one)."""
+        ...
+
 
 class WorkerTimeout(Exception):
     """The database cancelled a search at the load test's timeout."""

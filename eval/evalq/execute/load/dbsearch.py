@@ -144,6 +144,7 @@ class SearchDrive:
     requests: Sequence[RequestSpec]
     generator: Callable[[], SearchGenerator]
     watch: ServerWatch
+    alive: Callable[[], bool] = lambda: True  # the index's own check (ConcurrentIndex.alive)
 
 
 def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
@@ -173,11 +174,15 @@ def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
         verdict, reasons = judge_step(figures, workload, section.error_budget)
         assert gen.pool is not None or m.sent == 0
         database = gen.pool.record() if gen.pool is not None else {}
+        if figures["errors"] and not drive.alive():
+            verdict, outcome.server_died = "server_died", True
+            reasons.append("the database stopped answering during the step (a new "
+                           "session was refused after its searches failed)")
         step = {"series": "search", "level": level, **figures, "server": sampler.result,
                 "database": database, "verdict": verdict, "reasons": reasons}
         steps.append(step)
         on_step(step, m)
-        if verdict != "pass" and section.stop_on_break:
+        if outcome.server_died or (verdict != "pass" and section.stop_on_break):
             break
     outcome.knee, outcome.knee_series = knee_of(workload, outcome.series)
     return outcome

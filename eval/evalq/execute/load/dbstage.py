@@ -89,7 +89,8 @@ def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
             return WorkerPool(index, size, section.timeout_s, vectors.queries,
                               resolved.depth, expected)
 
-        drive = _drive(vp, section, vectors, (make_pool, left, watch), served)
+        drive = replace(_drive(vp, section, vectors, (make_pool, left, watch), served),
+                        alive=index.alive)
         return _workloads(name, section, drive, entry, folder, summary)
     finally:
         index.close()
@@ -163,6 +164,9 @@ def _workloads(name: str, section: LoadSection, drive: SearchDrive,
         wentry["knee"] = knee_record(outcome)
         broken += [f"{name} {workload.name}: {b}" for b in outcome.broken]
         folder.write_summary(summary)
+        if outcome.server_died:
+            broken.append(f"{name}: the database died; remaining workloads skipped")
+            break
     return broken
 
 
