@@ -27,6 +27,7 @@ from evalq.encode.composition import (
 from evalq.engines.quantize import METHODS
 from evalq.engines.registry import BACKENDS
 from evalq.recipe.schema import Variant
+from support.vllm_settings import w8a8_dtype
 
 # One variant per registered quantization method and backend (a new method or backend
 # must add its case here, or test_every_method_and_backend_is_declared fails).
@@ -160,7 +161,8 @@ def test_vllm_w8a8_declaration_holds(vllm_engine_pool, minilm_w8a8, texts):
     from evalq.engines.modelinfo import default_settings
 
     checkpoint = minilm_w8a8
-    engine = vllm_engine_pool.get(checkpoint.path, default_settings(checkpoint.path))
+    engine = vllm_engine_pool.get(checkpoint.path, default_settings(checkpoint.path),
+                                  dtype=w8a8_dtype())  # bfloat16 on an AMX CPU
     try:
         first, second = _two_compositions(engine, texts, length_sorted=False)
     finally:

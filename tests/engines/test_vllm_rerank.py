@@ -15,6 +15,7 @@ import pytest
 
 from evalq.core.errors import InputError
 from evalq.engines.reranker import CrossEncoderReranker, RerankSettings
+from support.vllm_settings import w8a8_dtype
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,8 @@ def test_w8a8_int8_reranker_through_vllm_keeps_rank_agreement(vllm_engine_pool, 
     ds = [mixed_texts[(5 + 3 * i) % len(mixed_texts)] for i in range(32)]  # some > 256 tokens
     fp32 = _inprocess_fp32(cross_encoder, qs, ds)
     quant = {"method": "w8a8-int8"}
-    variant = RerankerVariant(name="w8a8", backend="vllm", quantization=quant)
+    variant = RerankerVariant(name="w8a8", backend="vllm", quantization=quant,
+                              dtype=w8a8_dtype())  # bfloat16 on an AMX CPU
     spec = RerankerSpec(model=str(cross_encoder), max_length=256, candidates=[variant])
     vllm_engine_pool.close()  # one engine alive at a time
     reranker, _, self_batching = build_reranker(spec, variant, cross_encoder, "cpu",

@@ -10,6 +10,7 @@ import pytest
 
 from evalq.engines.modelinfo import default_settings
 from evalq.engines.quantize.w8a8 import RECORD_FILE, quantize_w8a8
+from support.vllm_settings import w8a8_dtype
 
 pytestmark = [pytest.mark.vllm, pytest.mark.process]
 
@@ -47,7 +48,8 @@ def test_vllm_serves_w8a8_close_to_fp32(vllm_engine_pool, minilm_path, minilm_se
                                         checkpoint, mixed_texts):
     fp32_engine = vllm_engine_pool.get(minilm_path, minilm_settings)
     fp32, fp32_key = fp32_engine.embed(mixed_texts), fp32_engine.fingerprint()
-    engine = vllm_engine_pool.get(checkpoint.path, default_settings(checkpoint.path))
+    engine = vllm_engine_pool.get(checkpoint.path, default_settings(checkpoint.path),
+                                  dtype=w8a8_dtype())  # bfloat16 on an AMX CPU
     int8 = engine.embed(mixed_texts)
     cos = np.sum(int8 * fp32, axis=1)
     assert cos.mean() >= 0.99 and cos.min() >= 0.98

@@ -27,6 +27,7 @@ from evalq.engines.devices import (
     VLLM_CPU_QUANTIZATION,
     DeviceInfo,
     DeviceKind,
+    check_cpu_int8_dtype,
     check_dtype,
     check_vllm,
     detect_device,
@@ -41,8 +42,11 @@ def check_capability(
     dtype: str,
     *,
     compute_capability: tuple[int, int] | None = None,
+    symmetric_int8: bool = False,
 ) -> None:
-    """Raise :class:`InputError` naming the supported alternatives, or return None."""
+    """Raise :class:`InputError` naming the supported alternatives, or return None.
+    ``symmetric_int8``: the variant serves a W8A8 int8 checkpoint (what vLLM's CPU int8
+    kernels need of the dtype: :func:`evalq.engines.devices.check_cpu_int8_dtype`)."""
     check_dtype(dtype)
     spec = BACKENDS.get("embedding", backend) or BACKENDS.get("reranker", backend)
     if spec is None:
@@ -65,6 +69,7 @@ def check_capability(
     if spec.quantized_by == "evalq":
         return  # in-process methods check their own needs (bitsandbytes runs on CPU)
     check_vllm(device_kind, quantization, dtype, compute_capability)  # the engine: vLLM
+    check_cpu_int8_dtype(device_kind, symmetric_int8, dtype)
 
 
 def check_current_device(backend: str, quantization: str | None, dtype: str) -> DeviceInfo:

@@ -8,8 +8,10 @@ See there for the rules and where they come from.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from evalq.core.errors import InputError
 from evalq.core.values import FLOAT_DTYPES
@@ -112,13 +114,77 @@ def check_dtype(dtype: str) -> None:
         )
 
 
-def check_current_vllm(quantization: str | None, dtype: str) -> DeviceInfo:
-    """:func:`check_vllm` against :func:`detect_device`, for an engine about to start."""
+def amx_int8_kernel() -> bool:
+    """Whether vLLM's CPU build takes its AMX int8 GEMM (its ``sgl`` kernel) for a
+    symmetric W8A8 layer here. vLLM decides by asking torch whether the CPU has AMX
+    tiles (``torch.cpu._is_amx_tile_supported``, which reads the CPU, so no ISA cap
+    lowers it); this asks the same question."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(probe()) if callable(probe) else False
+
+
+def symmetric_int8_activations(model_path: str | Path | None) -> bool:
+    """Whether a checkpoint's ``config.json`` declares compressed-tensors int8 weights
+    with symmetric 8-bit integer input activations (evalq's ``w8a8-int8``, and
+    llm-compressor's W8A8 recipes): the layers vLLM's AMX int8 kernel takes."""
+    if model_path is None:
+        return False
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    quant = config.get("quantization_config") if isinstance(config, dict) else None
+    groups = quant.get("config_groups") if isinstance(quant, dict) else None
+    if not isinstance(groups, dict):
+        return False
+    return any(_int8(g.get("weights")) and _int8(g.get("input_activations"))
+               and g["input_activations"].get("symmetric", True) is True
+               for g in groups.values() if isinstance(g, dict))
+
+
+def _int8(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("num_bits") == 8 and part.get("type") == "int"
+
+
+def check_cpu_int8_dtype(device_kind: DeviceKind, symmetric_int8: bool, dtype: str) -> None:
+    """vLLM's AMX int8 kernel takes bfloat16 activations only. Measured with vLLM 0.32's
+    CPU build on an x86-64/amx host (Intel Xeon, AMX tiles): a W8A8 checkpoint at
+    float32 dies in the engine on its first batch (``int8_scaled_mm_with_quant: expect A
+    to be bfloat16 or half``), at float16 the engine aborts (``scale_C: scalar path not
+    implemented``); at bfloat16 it serves (mean cosine 0.997 to fp32). Without AMX the
+    oneDNN kernel runs float32 too. Refused before the engine loads, so a recipe
+    certified on another CPU says what to change instead of dying in a worker."""
+    if device_kind != "cpu" or not symmetric_int8 or dtype == "bfloat16":
+        return
+    if not amx_int8_kernel():
+        return
+    raise InputError(
+        message=f"vLLM runs a W8A8 int8 checkpoint on this CPU (AMX tiles) with its AMX "
+        f"int8 kernel, which takes bfloat16 activations only: dtype {dtype} fails inside "
+        "the engine",
+        field="dtype",
+        fix="set dtype: bfloat16 for this variant (what a vLLM deployment on an AMX CPU "
+        "serves; certify that), or run it on a CPU without AMX, where vLLM's oneDNN int8 "
+        "kernel also takes float32",
+    )
+
+
+def check_current_vllm(quantization: str | None, dtype: str,
+                       model_path: str | Path | None = None) -> DeviceInfo:
+    """:func:`check_vllm` against :func:`detect_device`, for an engine about to start;
+    with ``model_path``, also what its checkpoint needs of this CPU
+    (:func:`check_cpu_int8_dtype`)."""
     check_dtype(dtype)
     device = detect_device()
     check_vllm(device.kind, quantization, dtype, device.compute_capability)
+    check_cpu_int8_dtype(device.kind, symmetric_int8_activations(model_path), dtype)
     return device
 
 
-__all__ = ["VLLM_CPU_QUANTIZATION", "DeviceInfo", "DeviceKind", "check_current_vllm",
-           "check_dtype", "check_vllm", "detect_device"]
+__all__ = ["VLLM_CPU_QUANTIZATION", "DeviceInfo", "DeviceKind", "amx_int8_kernel",
+           "check_cpu_int8_dtype", "check_current_vllm", "check_dtype", "check_vllm",
+           "detect_device", "symmetric_int8_activations"]

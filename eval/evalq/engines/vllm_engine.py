@@ -140,7 +140,7 @@ class VllmEngineEncoder:
         except ImportError as exc:
             raise MissingExtraError("vllm", "cpu", "the vLLM backend") from exc
 
-        check_current_vllm(quantization, dtype)  # before anything loads
+        check_current_vllm(quantization, dtype, model_path)  # before anything loads
         self.model_path = Path(model_path)
         self.settings = settings
         self.dtype = dtype

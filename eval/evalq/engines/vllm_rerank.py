@@ -68,7 +68,7 @@ class VllmEngineReranker:
             raise InputError(message="vLLM's score API applies a sigmoid or nothing; it has "
                              "no softmax over labels", field="reranker.activation",
                              fix="use activation: sigmoid or none with backend vllm")
-        check_current_vllm(quantization, dtype)
+        check_current_vllm(quantization, dtype, model_path)
         self.kind = kind
         self.model_path = Path(model_path)
         self.settings, self.dtype, self.quantization = settings, dtype, quantization

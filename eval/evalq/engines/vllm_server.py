@@ -221,7 +221,7 @@ class VllmServer:
             return self
         if self._closed:
             raise RuntimeError("VllmServer cannot restart after close()")
-        check_current_vllm(self.quantization, self.dtype)
+        check_current_vllm(self.quantization, self.dtype, self.model_path)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", **self.env}

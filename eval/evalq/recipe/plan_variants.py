@@ -18,6 +18,7 @@ from typing import Any
 from evalq.core.errors import InputError
 from evalq.core.weights import model_fingerprint
 from evalq.engines.capability import check_capability
+from evalq.engines.devices import symmetric_int8_activations
 from evalq.engines.lasttoken import eos_problem
 from evalq.engines.modelinfo import (
     ModelNotCachedError,
@@ -63,6 +64,8 @@ class Problems:
                             else (None, None))
         exc_field = exc.field or ""
         dotted = ".".join(map(str, path))
+        if path and str(path[-1]) == exc_field:  # the caller's path names the field already
+            exc_field = ""
         item = InputError(
             message=prefix + exc.message, file=exc.file or where_file or self.file,
             line=exc.line or line,
@@ -127,7 +130,8 @@ def _check_local(variant: Any, vpath: tuple[Any, ...], label: str, support: Any,
     if device == device_info.kind:  # capability of a device we can see
         try:
             check_capability(variant.backend, device, vllm_quant, variant.dtype,
-                             compute_capability=device_info.compute_capability)
+                             compute_capability=device_info.compute_capability,
+                             symmetric_int8=_w8a8(variant))
         except InputError as exc:
             key = (*vpath, "vllm" if exc.field == "quantization" else exc.field or "backend")
             if problems.machine:
@@ -135,6 +139,14 @@ def _check_local(variant: Any, vpath: tuple[Any, ...], label: str, support: Any,
             else:
                 problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
     return device, device_name
+
+
+def _w8a8(variant: Any) -> bool:
+    """Whether the variant serves a W8A8 int8 checkpoint: one evalq makes
+    (``quantization: {method: w8a8-int8}``) or one its ``model:`` folder holds."""
+    if (variant.quantization or {}).get("method") == "w8a8-int8":
+        return True
+    return bool(variant.model) and symmetric_int8_activations(variant.model)
 
 
 def _check_remote(variant: Any, vpath: tuple[Any, ...], label: str,
