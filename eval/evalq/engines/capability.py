@@ -31,6 +31,7 @@ from evalq.engines.devices import (
     check_dtype,
     check_vllm,
     detect_device,
+    symmetric_int8_activations,
 )
 from evalq.engines.registry import BACKENDS
 
@@ -43,10 +44,12 @@ def check_capability(
     *,
     compute_capability: tuple[int, int] | None = None,
     symmetric_int8: bool = False,
+    model_path: str | None = None,
 ) -> None:
     """Raise :class:`InputError` naming the supported alternatives, or return None.
-    ``symmetric_int8``: the variant serves a W8A8 int8 checkpoint (what vLLM's CPU int8
-    kernels need of the dtype: :func:`evalq.engines.devices.check_cpu_int8_dtype`)."""
+    ``symmetric_int8``: the variant serves a W8A8 int8 checkpoint evalq makes; a
+    ``model_path`` whose checkpoint is one counts too (what vLLM's CPU int8 kernels need
+    of the dtype: :func:`evalq.engines.devices.check_cpu_int8_dtype`)."""
     check_dtype(dtype)
     spec = BACKENDS.get("embedding", backend) or BACKENDS.get("reranker", backend)
     if spec is None:
@@ -69,7 +72,8 @@ def check_capability(
     if spec.quantized_by == "evalq":
         return  # in-process methods check their own needs (bitsandbytes runs on CPU)
     check_vllm(device_kind, quantization, dtype, compute_capability)  # the engine: vLLM
-    check_cpu_int8_dtype(device_kind, symmetric_int8, dtype)
+    check_cpu_int8_dtype(device_kind, symmetric_int8 or symmetric_int8_activations(model_path),
+                         dtype)
 
 
 def check_current_device(backend: str, quantization: str | None, dtype: str) -> DeviceInfo:

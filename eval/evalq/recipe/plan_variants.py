@@ -18,7 +18,6 @@ from typing import Any
 from evalq.core.errors import InputError
 from evalq.core.weights import model_fingerprint
 from evalq.engines.capability import check_capability
-from evalq.engines.devices import symmetric_int8_activations
 from evalq.engines.lasttoken import eos_problem
 from evalq.engines.modelinfo import (
     ModelNotCachedError,
@@ -131,7 +130,8 @@ def _check_local(variant: Any, vpath: tuple[Any, ...], label: str, support: Any,
         try:
             check_capability(variant.backend, device, vllm_quant, variant.dtype,
                              compute_capability=device_info.compute_capability,
-                             symmetric_int8=_w8a8(variant))
+                             symmetric_int8=(variant.quantization or {}).get("method")
+                             == "w8a8-int8", model_path=variant.model)
         except InputError as exc:
             key = (*vpath, "vllm" if exc.field == "quantization" else exc.field or "backend")
             if problems.machine:
@@ -139,14 +139,6 @@ def _check_local(variant: Any, vpath: tuple[Any, ...], label: str, support: Any,
             else:
                 problems.machine_problem(key, f"{label}: {exc.message}", exc.fix or "")
     return device, device_name
-
-
-def _w8a8(variant: Any) -> bool:
-    """Whether the variant serves a W8A8 int8 checkpoint: one evalq makes
-    (``quantization: {method: w8a8-int8}``) or one its ``model:`` folder holds."""
-    if (variant.quantization or {}).get("method") == "w8a8-int8":
-        return True
-    return bool(variant.model) and symmetric_int8_activations(variant.model)
 
 
 def _check_remote(variant: Any, vpath: tuple[Any, ...], label: str,
