@@ -76,6 +76,10 @@ FORMATS: dict[str, dict[str, Any]] = {
         "method": "ort-static-int8", "config": "avx512"}},
     "ov-fp32": {"backend": "openvino"},
     "ov-int8": {"backend": "openvino", "quantization": {"method": "nncf-int8"}},
+    # the same IR at OpenVINO's own default precision (bf16 on AVX512-BF16 / AMX CPUs):
+    # what a default deployment serves, and what `openvino: {precision: default}` certifies
+    "ov-int8-default": {"backend": "openvino", "quantization": {"method": "nncf-int8"},
+                        "openvino": {"precision": "default"}},
 }
 # The cross-encoder's formats: the ones a reranker variant can name (no offline fusions).
 RERANK_FORMATS: dict[str, dict[str, Any]] = {
@@ -146,7 +150,7 @@ def variant(name: str, threads: int, kind: str = "embedding") -> Any:
     spec = dict(KINDS[kind][name])
     backend = spec["backend"]
     if backend in ("onnx", "openvino"):
-        spec[backend] = {"threads": threads}
+        spec[backend] = {**spec.get(backend, {}), "threads": threads}
     return (Variant if kind == "embedding" else RerankerVariant)(name=name, **spec)
 
 
