@@ -212,7 +212,9 @@ def worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     enc.close()
     return {"seconds": seconds, "cpu_seconds": cpu, "docs_per_s": len(texts) / seconds,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "weight_bytes": described["quantization"].get("weight_bytes")}
+            "weight_bytes": described["quantization"].get("weight_bytes"),
+            # what OpenVINO compiled to (its own default resolved), as the peers record it
+            "inference_precision": described.get("inference_precision")}
 
 
 def parse_row(name: str, stdout: str, keys: tuple[str, ...] = ()) -> dict[str, Any]:
