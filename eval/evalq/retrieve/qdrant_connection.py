@@ -21,8 +21,7 @@ import httpx
 from evalq.core.errors import InputError, MissingExtraError
 from evalq.core.redact import redact, register_secret, without_password
 from evalq.retrieve.qdrant_options import DEFAULT_TIMEOUT_S
-
-ALIVE_TIMEOUT_S = 5.0  # a server that takes longer to show its version page is not serving
+from evalq.retrieve.serverwatch import ALIVE_TIMEOUT_S
 
 
 class QdrantConnection:

@@ -44,6 +44,9 @@ import psutil
 
 from evalq.core.redact import without_password
 
+# How long evalq waits for a database to take a new session or show its version page
+# when asking whether it still serves (ConcurrentIndex.alive): longer is not serving.
+ALIVE_TIMEOUT_S = 5
 MemoryReader = Callable[[], dict[str, float] | None]
 _METRIC = re.compile(r"^(?:\w*_)?(memory_resident_bytes|memory_allocated_bytes)"
                      r"(?:\{[^}]*\})?[ \t]+([0-9.eE+-]+)(?:[ \t]+-?\d+)?[ \t]*$", re.MULTILINE)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -89,8 +90,7 @@ def drive_database(vp: VariantPlan, resolved: Plan, section: LoadSection,
             return WorkerPool(index, size, section.timeout_s, vectors.queries,
                               resolved.depth, expected)
 
-        drive = replace(_drive(vp, section, vectors, (make_pool, left, watch), served),
-                        alive=index.alive)
+        drive = _drive(vp, section, vectors, (make_pool, left, watch, index.alive), served)
         return _workloads(name, section, drive, entry, folder, summary)
     finally:
         index.close()
@@ -119,24 +119,24 @@ def _sequential(index: Any, vectors: StageVectors, depth: int,
 
 
 def _drive(vp: VariantPlan, section: LoadSection, vectors: StageVectors,
-           database: tuple[Any, int | None, ServerWatch],
+           database: tuple[Any, int | None, ServerWatch, Callable[[], bool]],
            served: tuple[Endpoint, TextPool] | None) -> SearchDrive:
     """The requests and generators of the stage: searches of the encoded vectors, or
     (``served``) query texts through the model, then searched. ``database``: the pool
     maker, the sessions the database accepts (None: no limit), what of its server to
-    sample."""
-    make_pool, left, watch = database
+    sample, and whether it still answers (ConcurrentIndex.alive)."""
+    make_pool, left, watch, alive = database
     bounds = step_bounds(section)
     if served is None:
         return SearchDrive(search_requests(len(vectors.query_ids)),
-                           lambda: SearchGenerator(bounds, make_pool, left), watch)
+                           lambda: SearchGenerator(bounds, make_pool, left), watch, alive)
     endpoint, pool = served
     requests = [replace(embed_request(endpoint, [text], tokens), payload=row)
                 for row, (text, tokens) in enumerate(zip(pool.queries[:len(vectors.query_ids)],
                                                          pool.query_tokens))]
     return SearchDrive(requests, lambda: EndToEndGenerator(
         LoadGenerator(endpoint.url, bounds), SearchGenerator(bounds, make_pool, left),
-        endpoint.api, vp.options.vectors.dims), watch)
+        endpoint.api, vp.options.vectors.dims), watch, alive)
 
 
 def _workloads(name: str, section: LoadSection, drive: SearchDrive,
