@@ -1,9 +1,9 @@
 """What the server did during a step (CPU, memory), and what it says about its batching.
 
 :class:`ProcessSampler` watches the server's process *tree* (vLLM's API server hands
-work to an engine-core child process, so the parent alone shows little): CPU seconds
-from the tree's ``cpu_times`` at the start and end of the step, and peak resident memory
-sampled every 0.2 s by a thread. Only for servers evalq started; for a server at a URL the
+work to an engine-core child process, so the parent alone shows little): each process's
+CPU seconds over the step, and the tree's peak resident memory, sampled every 0.2 s by a
+thread. Only for servers evalq started; for a server at a URL the
 figures are ``None`` with the reason, never made up.
 
 :func:`read_server_settings` reads the batch settings a server reports — TEI's ``/info``
@@ -27,19 +27,30 @@ _METRIC_LINE = re.compile(r"^(vllm:|tei_|infinity)?\S*(batch|num_seqs|max_model_
 
 
 class ProcessSampler:
-    """CPU seconds and peak RSS of one process and its descendants over a step."""
+    """CPU seconds and peak RSS of one process and its descendants over a step.
+
+    CPU is counted per process, never as the difference of two tree totals: a database's
+    backend (or a server's worker) that exits during the step takes its CPU seconds out
+    of the tree's total, and the difference of totals went negative on a busy host. Each
+    process's seconds are read when the step starts (zero for one born during it) and
+    at every sample after; the step's CPU is the sum of each process's last reading less
+    its first, so a process that exits keeps what it was last seen to have used.
+    """
 
     def __init__(self, pid: int | None, interval_s: float = 0.2) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
         self._peak_rss = 0
-        self._cpu0 = 0.0
         self._t0 = 0.0
-        self._procs: dict[int, Any] = {}
+        # keyed by (pid, start time), so a reused pid is another process
+        self._procs: dict[tuple[int, float], Any] = {}
+        self._cpu_first: dict[tuple[int, float], float] = {}
+        self._cpu_last: dict[tuple[int, float], float] = {}
 
-    def _tree(self) -> list[Any]:
+    def _tree(self) -> list[tuple[tuple[int, float], Any]]:
         import psutil
 
         try:
@@ -47,40 +58,43 @@ class ProcessSampler:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
-        # keep Process objects stable so cpu_times deltas stay per process
+        found = []
         for p in procs:
-            self._procs.setdefault(p.pid, p)
-        return [self._procs[p.pid] for p in procs]
+            with contextlib.suppress(psutil.Error):
+                key = (p.pid, p.create_time())
+                # keep Process objects stable so each is read as the same process
+                found.append((key, self._procs.setdefault(key, p)))
+        return found
+
+    def _sample(self, starting: bool = False) -> None:
+        """Read each process's CPU seconds and the tree's resident memory once."""
+        import psutil
+
+        rss = 0
+        with self._lock:
+            for key, p in self._tree():
+                with contextlib.suppress(psutil.Error):
+                    t = p.cpu_times()
+                    seconds = t.user + t.system
+                    self._cpu_first.setdefault(key, seconds if starting else 0.0)
+                    self._cpu_last[key] = seconds
+                    rss += p.memory_info().rss
+            self._peak_rss = max(self._peak_rss, rss)
 
     def _cpu_s(self) -> float:
-        import psutil
-
-        total = 0.0
-        for p in self._tree():
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                total += t.user + t.system
-        return total
-
-    def _rss(self) -> int:
-        import psutil
-
-        total = 0
-        for p in self._tree():
-            with contextlib.suppress(psutil.Error):
-                total += p.memory_info().rss
-        return total
+        with self._lock:
+            return sum(max(0.0, last - self._cpu_first.get(key, 0.0))
+                       for key, last in self._cpu_last.items())
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self._peak_rss = max(self._peak_rss, self._rss())
+            self._sample()
 
     def __enter__(self) -> ProcessSampler:
         if self.pid is None:
             return self
-        self._cpu0 = self._cpu_s()
+        self._sample(starting=True)
         self._t0 = time.perf_counter()
-        self._peak_rss = self._rss()
         self._thread = threading.Thread(target=self._run, name="evalq-load-sampler",
                                         daemon=True)
         self._thread.start()
@@ -97,8 +111,8 @@ class ProcessSampler:
             return {"cpu_s": None, "cpu_cores": None, "peak_rss_mb": None,
                     "note": "server not started by evalq: no process to watch"}
         wall = time.perf_counter() - self._t0
-        cpu = self._cpu_s() - self._cpu0
-        self._peak_rss = max(self._peak_rss, self._rss())
+        self._sample()
+        cpu = self._cpu_s()
         return {"cpu_s": round(cpu, 3), "cpu_cores": round(cpu / wall, 3) if wall else None,
                 "peak_rss_mb": round(self._peak_rss / 2**20, 1),
                 "processes": len(self._procs)}
