@@ -234,11 +234,19 @@ def parse_row(name: str, stdout: str, keys: tuple[str, ...] = ()) -> dict[str, A
     return row
 
 
+def stderr_tail(stderr: str, lines: int = 30, width: int = 300) -> str:
+    """A failed child's last lines, each cut to ``width``: one line of transformers' error
+    can list every model type it knows (3,000 characters), and a plain character tail
+    then shows that list and not the error it belongs to."""
+    kept = stderr.rstrip().splitlines()[-lines:]
+    return "\n".join(line if len(line) <= width else line[:width] + " ..." for line in kept)
+
+
 def run_worker(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", name, "--config", json.dumps(cfg)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{name} failed:\n{stderr_tail(done.stderr)}")
     return parse_row(name, done.stdout)
 
 
@@ -263,7 +271,7 @@ def run_peer(python: Path, action: str, name: str | None,
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     label = name or f"st_peer.py {action}"
     if done.returncode != 0:
-        raise SystemExit(f"{label} failed in {python}:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{label} failed in {python}:\n{stderr_tail(done.stderr)}")
     return parse_row(label, done.stdout, ROW_KEYS if action == "encode" else ("versions",))
 
 

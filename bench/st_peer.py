@@ -69,7 +69,12 @@ def onnx_config(numerics_class: str) -> str:
 
 
 def onnx_file(numerics_class: str) -> str:
-    return f"onnx/model_qint8_{onnx_config(numerics_class)}.onnx"
+    """The file ``export_dynamic_quantized_onnx_model`` writes: named by the setting's
+    weight type, which is unsigned for ``avx2`` (``model_quint8_avx2.onnx``) and signed
+    for the others."""
+    config = onnx_config(numerics_class)
+    weights = "quint8" if config == "avx2" else "qint8"
+    return f"onnx/model_{weights}_{config}.onnx"
 
 
 def versions() -> dict[str, str | None]:
