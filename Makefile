@@ -93,8 +93,7 @@ chromium:
 	  fi; }
 
 # --durations: the slowest tests, printed at the end, so a CPU generation on which the suite
-# runs long (38 min of tests on a 2-core AVX2-only EPYC, against 27-30 min on AVX-512 and
-# AMX) shows where its time goes.
+# runs long shows where its time goes.
 test: install llmcompressor-venv infinity-venv chromium docs lint
 	$(BIN)/python -m pytest tests -m "not fuzz" --durations=30
 

@@ -155,10 +155,10 @@ def check_cpu_int8_dtype(device_kind: DeviceKind, symmetric_int8: bool, dtype: s
     CPU build on an x86-64/amx host (Intel Xeon, AMX tiles): a W8A8 checkpoint at
     float32 dies in the engine on its first batch (``int8_scaled_mm_with_quant: expect A
     to be bfloat16 or half``), at float16 the engine aborts (``scale_C: scalar path not
-    implemented``); at bfloat16 it serves (the W8A8
-    tests hold it to mean cosine >= 0.99 to fp32). Without AMX the
-    oneDNN kernel runs float32 too. Refused before the engine loads, so a recipe
-    certified on another CPU says what to change instead of dying in a worker."""
+    implemented``); at bfloat16 it serves (the W8A8 tests hold it to mean cosine >= 0.99
+    to fp32). Without AMX the oneDNN kernel runs float32 too. Refused before the engine
+    loads, so a recipe certified on another CPU says what to change instead of dying in a
+    worker."""
     if device_kind != "cpu" or not symmetric_int8 or dtype == "bfloat16":
         return
     if not amx_int8_kernel():

@@ -46,7 +46,6 @@ class ProcessSampler:
         self._peak_rss = 0
         self._t0 = 0.0
         # keyed by (pid, start time), so a reused pid is another process
-        self._procs: dict[tuple[int, float], Any] = {}
         self._cpu_first: dict[tuple[int, float], float] = {}
         self._cpu_last: dict[tuple[int, float], float] = {}
 
@@ -61,9 +60,7 @@ class ProcessSampler:
         found = []
         for p in procs:
             with contextlib.suppress(psutil.Error):
-                key = (p.pid, p.create_time())
-                # keep Process objects stable so each is read as the same process
-                found.append((key, self._procs.setdefault(key, p)))
+                found.append(((p.pid, p.create_time()), p))
         return found
 
     def _sample(self, starting: bool = False) -> None:
@@ -83,8 +80,7 @@ class ProcessSampler:
 
     def _cpu_s(self) -> float:
         with self._lock:
-            return sum(max(0.0, last - self._cpu_first.get(key, 0.0))
-                       for key, last in self._cpu_last.items())
+            return sum(last - self._cpu_first[key] for key, last in self._cpu_last.items())
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -115,7 +111,7 @@ class ProcessSampler:
         cpu = self._cpu_s()
         return {"cpu_s": round(cpu, 3), "cpu_cores": round(cpu / wall, 3) if wall else None,
                 "peak_rss_mb": round(self._peak_rss / 2**20, 1),
-                "processes": len(self._procs)}
+                "processes": len(self._cpu_last)}
 
 
 def read_server_settings(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
