@@ -53,6 +53,9 @@ def test_a_certificate_holds_identity_probe_and_tolerance(certificate: Path) -> 
     assert cert["identity"]["host"]["numerics_class"] == current_class()
     assert cert["verdict"]["numerics_class"] == current_class()
     assert cert["identity"]["model_fingerprint"]
+    # what AutoTokenizer resolved, so verify can load it without AutoTokenizer's imports
+    assert cert["identity"]["tokenizer"]["class_path"] == \
+        "transformers.models.bert.tokenization_bert:BertTokenizer"
     assert cert["probe"]["roles"].count("query") == cert["probe"]["roles"].count("document")
     assert len(cert["probe"]["vectors"]) == len(cert["probe"]["texts"]) == 16
     assert 0 < cert["tolerance"]["max_one_minus_cosine"] < 1e-2

@@ -16,8 +16,13 @@ _CHUNK = 8 << 20
 _FINGERPRINTS: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
 
 
+def is_weight_file(path: Path) -> bool:
+    """Whether a folder's file holds weights (by the suffixes the fingerprint hashes)."""
+    return path.name.endswith(_WEIGHT_SUFFIXES)
+
+
 def _weight_files(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES))
+    return sorted(p for p in path.iterdir() if p.is_file() and is_weight_file(p))
 
 
 def model_fingerprint(path: str | Path) -> str:

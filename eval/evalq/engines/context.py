@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evalq.core.values import EncodingSettings
+from evalq.engines.tokenizer_identity import TokenizerIdentity
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class BuildContext:
     # (n, seed) -> corpus (doc id, text) pairs a static quantization calibrates on
     # (``quantize.derive``); None where the command has no corpus
     calibration: Callable[[int, int], list[tuple[str, str]]] | None = None
+    # The tokenizer a certificate says AutoTokenizer resolved for the folder
+    # (``evalq verify``: loaded without AutoTokenizer's imports where that still holds).
+    tokenizer: TokenizerIdentity | None = None
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,12 @@ class GraphEncoder(GraphModel):
 
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: EncodingSettings, record: QuantizationRecord,
-                 field_name: str) -> None:
+                 field_name: str, front: TokenizerFront | None = None) -> None:
         super().__init__(model_path, graph, settings=settings, record=record,
                          field_name=field_name)
         self.dim = hidden_size(self.model_path)
-        self._front = TokenizerFront(self.model_path, settings)
+        # the builder's front where it made one (a second load of the tokenizer otherwise)
+        self._front = front or TokenizerFront(self.model_path, settings)
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.backend_name}

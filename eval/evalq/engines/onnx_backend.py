@@ -90,10 +90,11 @@ class OnnxEncoder(OrtSession, GraphEncoder):
 
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: EncodingSettings, record: QuantizationRecord,
-                 options: OnnxOptions | None = None, field_name: str = "onnx.file") -> None:
+                 options: OnnxOptions | None = None, field_name: str = "onnx.file",
+                 front: TokenizerFront | None = None) -> None:
         ort = require("onnxruntime", EXTRA, "the onnx backend")
         super().__init__(model_path, graph, settings=settings, record=record,
-                         field_name=field_name)
+                         field_name=field_name, front=front)
         self._inputs = check_graph(graph.path, self.dim, field_name=field_name)
         self._open(ort, graph, options, field_name)
 
@@ -132,7 +133,8 @@ def graph_for(variant: EncoderVariant, ctx: BuildContext, front: TokenizerFront 
     record of what was done to it."""
     graph = base_graph(ctx, getattr(variant, BACKEND_NAME, None))
     return variant_graph(graph, variant.quantization, BACKEND_NAME, lambda: DeriveContext(
-        ctx.cache_dir / "checkpoints", front or TokenizerFront(ctx.model_path, ctx.settings),
+        ctx.cache_dir / "checkpoints",
+        front or TokenizerFront(ctx.model_path, ctx.settings, ctx.tokenizer),
         ctx.calibration, ctx.model_path), onnx_bytes)
 
 
@@ -140,10 +142,10 @@ def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     if ctx.device != "cpu" and variant.device == "cuda":
         raise InputError(message="backend onnx runs ONNX Runtime's CPU execution provider",
                          field="device", fix="use device: cpu (or auto) for this variant")
-    front = TokenizerFront(ctx.model_path, ctx.settings)
+    front = TokenizerFront(ctx.model_path, ctx.settings, ctx.tokenizer)
     graph, record = graph_for(variant, ctx, front)
     return OnnxEncoder(ctx.model_path, graph, settings=ctx.settings, record=record,
-                       options=getattr(variant, BACKEND_NAME, None))
+                       options=getattr(variant, BACKEND_NAME, None), front=front)
 
 
 # Batch dependence of each quantization method this backend applies; every one is

@@ -98,10 +98,11 @@ class OpenVinoEncoder(OpenVinoModel, GraphEncoder):
     def __init__(self, model_path: str | Path, graph: OnnxGraph, *,
                  settings: EncodingSettings, record: QuantizationRecord, dtype: str,
                  options: OpenVinoOptions | None = None,
-                 field_name: str = "openvino.file") -> None:
+                 field_name: str = "openvino.file",
+                 front: TokenizerFront | None = None) -> None:
         ov = require("openvino", EXTRA, "the openvino backend")
         super().__init__(model_path, graph, settings=settings, record=record,
-                         field_name=field_name)
+                         field_name=field_name, front=front)
         self._compile(ov, graph, self.dim, dtype, options, field_name)
 
 
@@ -160,10 +161,11 @@ def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
     if variant.device == "cuda":
         raise InputError(message="backend openvino runs OpenVINO's CPU plugin", field="device",
                          fix="use device: cpu (or auto) for this variant")
-    front = TokenizerFront(ctx.model_path, ctx.settings)
+    front = TokenizerFront(ctx.model_path, ctx.settings, ctx.tokenizer)
     graph, record = graph_for(variant, ctx, front)
     return OpenVinoEncoder(ctx.model_path, graph, settings=ctx.settings, record=record,
-                           dtype=variant.dtype, options=getattr(variant, BACKEND_NAME, None))
+                           dtype=variant.dtype, options=getattr(variant, BACKEND_NAME, None),
+                           front=front)
 
 
 # Batch dependence of what this backend runs; checked by tests/encode/test_composition.py.

@@ -17,6 +17,7 @@ import numpy as np
 
 from evalq.core.values import EncodingSettings
 from evalq.engines.lasttoken import eos_to_append, ids_with_eos
+from evalq.engines.tokenizer_identity import TokenizerIdentity, load_tokenizer
 
 
 class TokenizerFront:
@@ -25,12 +26,12 @@ class TokenizerFront:
     # What static quantization calibrates on through this front (``quantize.derive``).
     calibration_source = "corpus documents (never the judged queries)"
 
-    def __init__(self, model_path: str | Path, settings: EncodingSettings) -> None:
-        from transformers import AutoTokenizer
-
+    def __init__(self, model_path: str | Path, settings: EncodingSettings,
+                 known: TokenizerIdentity | None = None) -> None:
+        """``known``: what a certificate says AutoTokenizer resolved for this folder
+        (``tokenizer_identity``); it is loaded directly where that still holds."""
         self.settings = settings
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_path),
-                                                            local_files_only=True)
+        self.tokenizer: Any = load_tokenizer(model_path, known)
         self.tokenizer.truncation_side = settings.truncation_side
         self.tokenizer.padding_side = settings.padding_side
         # The EOS id evalq appends itself (``append_eos``, decoder embedders whose

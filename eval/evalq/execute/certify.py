@@ -22,6 +22,7 @@ endpoint too (``url``): its raw replies are compared, normalization included.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,6 +41,8 @@ from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.server_routes import own_truncation_fields
+from evalq.engines.tokenizer_identity import TokenizerIdentity
+from evalq.engines.tokenizer_identity import resolve as resolve_tokenizer
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.verify_causes import compare, cosines
 from evalq.plan.types import Plan
@@ -80,17 +83,27 @@ def probe_texts(datasets: list[Any], count: int) -> list[tuple[str, str]]:
 @contextmanager
 def _encoder(plan: Plan, name: str, max_queries: int | None,
              max_docs: int | None, *, served: EncoderVariant | None = None,
-             ) -> Iterator[tuple[Any, Any, list[Any], str | None]]:
+             tokenizer: TokenizerIdentity | None = None,
+             ) -> Iterator[tuple[Any, Any, Callable[[], list[Any]], str | None]]:
     """The variant's encoder as the run built it (same calibration corpus, so a derived
     graph is the cached one on this machine), or the client of ``served`` with the same
-    settings; its settings, the datasets, and the weights fingerprint the plan resolved."""
+    settings; its settings, the datasets (read when first asked: a verify whose graph is
+    cached reads none), and the weights fingerprint the plan resolved. ``tokenizer``:
+    what the certificate says AutoTokenizer resolved (``engines.tokenizer_identity``)."""
     vp = plan.variant(name)
     variant = vp.options
-    datasets = load_datasets(list(plan.dataset_specs), plan.recipe_file, max_queries,
+
+    @functools.cache
+    def datasets() -> list[Any]:
+        return load_datasets(list(plan.dataset_specs), plan.recipe_file, max_queries,
                              max_docs)
-    ctx = BuildContext(vp.model_folder(), vp.encoding_settings(),
-                       plan.work_dir / "logs", resolve_device(variant.device),
-                       plan.work_dir, corpus_calibration(datasets, plan.title_separator))
+
+    def calibration(count: int, seed: int) -> list[tuple[str, str]]:
+        return corpus_calibration(datasets(), plan.title_separator)(count, seed)
+
+    ctx = BuildContext(vp.model_folder(), vp.encoding_settings(), plan.work_dir / "logs",
+                       resolve_device(variant.device), plan.work_dir, calibration,
+                       tokenizer=tokenizer)
     encoder = create_encoder(served or variant, ctx)
     try:
         yield encoder, vp.encoding_settings(), datasets, vp.model_fingerprint
@@ -148,13 +161,15 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
             notes.append(f"{name}: backend {variant.backend} is served; certificates "
                          f"cover in-process engines ({', '.join(LOCAL_BACKENDS)})")
             continue
-        with _encoder(plan_for(name), name, options.get("max_queries"),
+        plan = plan_for(name)
+        with _encoder(plan, name, options.get("max_queries"),
                       options.get("max_docs")) as (encoder, settings, datasets, weights):
-            texts = probe_texts(datasets, probe)
+            texts = probe_texts(datasets(), probe)
             together = _embed(encoder, settings, texts)
             tokens = encoder.token_lengths(_prefixed(settings, texts))
             alone = _embed(encoder, settings, texts, one_by_one=True)
             described = encoder.describe()
+        tokenizer = resolve_tokenizer(plan.variant(name).model_folder())
         spread = float(np.max(1.0 - cosines(together, alone)))
         moved = _reference_distance(folder.read_summary_data(), name)
         cert = {"certificate_version": CERT_VERSION, "variant": name,
@@ -162,7 +177,8 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
                 "options": {"max_queries": options.get("max_queries"),
                             "max_docs": options.get("max_docs")},
                 "identity": {"model_fingerprint": weights, "backend": described,
-                             "engines": engine_versions(), "host": host_facts().as_dict()},
+                             "engines": engine_versions(), "host": host_facts().as_dict(),
+                             "tokenizer": tokenizer.as_dict()},
                 "verdict": {"verdict": info.verdict, "results": str(folder.root),
                             "numerics_class": (summary.host.numerics_class
                                                if summary.host else None)},
@@ -272,8 +288,9 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
     served = None if url is None else EncoderVariant(
         name=f"{name}-served", backend="openai",
         http=HttpOptions(url=url, model=model) if model else HttpOptions(url=url))
-    with _encoder(plan, name, options.get("max_queries"),
-                  options.get("max_docs"), served=served) as (encoder, settings, _, weights):
+    known = TokenizerIdentity.from_dict(identity.get("tokenizer"))
+    with _encoder(plan, name, options.get("max_queries"), options.get("max_docs"),
+                  served=served, tokenizer=known) as (encoder, settings, _, weights):
         if url is not None:  # what the deployment does by itself, long texts included
             encoder.extra_fields.update(own_truncation_fields(url))
         vectors = _embed(encoder, settings, probe)
