@@ -175,3 +175,34 @@ def test_plan_prints_the_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "reference fp32: load" in result.out and "candidate int8-vectors" in result.out
     assert "gate: nDCG@10 vs qrels max_drop 50%" in result.out
     assert "cache: chunks keyed by weights fingerprint" in result.out
+
+
+def _rescore_recipe(folder: Path, where: str, rescore: int) -> Path:
+    """A binary candidate (``where="candidate"``) or a search grid's binary precision
+    (``where="search"``) rescoring ``rescore`` × depth candidates."""
+    if where == "candidate":
+        return write_recipe(folder, candidates=[
+            {"name": "binary", "vectors": {"quantize": "binary", "rescore": rescore}}])
+    data = recipe_data(folder)
+    data.update(max_queries=40, search={"weights": ["fp32"], "vectors": [
+        {"quantize": "none"}, {"quantize": "binary", "rescore": rescore}]})
+    return recipes.write(folder / "recipe.yaml", data)
+
+
+@pytest.mark.parametrize(("where", "field"), [("candidate", "candidates.0.vectors.rescore"),
+                                              ("search", "search.vectors.1.rescore")])
+def test_a_rescore_past_any_use_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           where: str, field: str) -> None:
+    """``vectors.rescore`` multiplies the depth: 10**12 validated and planned, and the run
+    rescored the whole corpus without a word (the candidates are capped at its size). A
+    multiplier past 1000 is a typo or a wish for float scoring of every document: refused
+    naming the field, the bound and what to use instead; the bound itself plans."""
+    path = _rescore_recipe(tmp_path, where, 10**12)
+    for command in ("validate", "plan"):
+        result = run_cli(capsys, command, str(path))
+        assert result.code == 2, (command, result.err)
+        assert no_traceback(result.err) and f"{path}:" in result.err
+        assert f"field '{field}'" in result.err, result.err
+        assert "at most 1000" in result.err and "Fix:" in result.err, result.err
+        assert "queries: float" in result.err, result.err
+    assert run_cli(capsys, "plan", str(_rescore_recipe(tmp_path, where, 1000))).code == 0

@@ -65,6 +65,33 @@ MAX_THREADS = 1024
 Wait = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
 Threads = Annotated[int | None, Field(default=None, ge=1, le=MAX_THREADS)]
 
+# vectors.rescore multiplies the search depth: the quantized first stage returns depth ×
+# rescore candidates, which the float query rescores (evalq.retrieve.search). Usual
+# multipliers are 4 for int8 and 10 to 40 for binary; at 1000 a depth of 100 rescores
+# 100,000 candidates per query, more than most corpora an evaluation reads hold, so a
+# larger one changes nothing but what the recipe claims. 10**12 planned, and the run
+# silently rescored the whole corpus; past the bound the recipe is refused
+# (docs/keep-index.md).
+MAX_RESCORE = 1000
+
+
+def _rescore_at_most(value: int) -> int:
+    """The bound as a refusal that says what to use instead (``le=`` says only the
+    number, and the recipe's fix for it points at the key reference)."""
+    if value > MAX_RESCORE:
+        raise ValueError(f"rescore is at most {MAX_RESCORE}, not {value} (the float query "
+                         f"rescores depth × rescore candidates); fix: use at most "
+                         f"{MAX_RESCORE} (4 for int8 and 10 for binary are usual), or, to "
+                         f"score every document with the float query, vectors.queries: "
+                         f"float (a variant's) or quantize: none")
+    return value
+
+
+# One bound for a variant's vectors.rescore and a search grid's (evalq.plan.search);
+# the schema states it, so the generated key reference shows it.
+Rescore = Annotated[int, Field(ge=1, json_schema_extra={"maximum": MAX_RESCORE}),
+                    AfterValidator(_rescore_at_most)]
+
 
 def _named_file(value: str | None) -> str | None:
     """A user's graph path names a file: an empty one was silently ignored (evalq
@@ -179,7 +206,7 @@ class VectorOptions(StrictOptions):
     binary), with no quantized first stage (``evalq.retrieve.vectorquant``)."""
 
     quantize: Literal["none", "int8", "binary"] = "none"
-    rescore: int | None = Field(default=None, ge=1)
+    rescore: Rescore | None = None
     queries: Literal["quantized", "float"] = "quantized"
     dims: int | None = Field(default=None, ge=1)
 

@@ -25,6 +25,7 @@ from evalq.core.options import StrictOptions
 from evalq.decide.drop_evidence import MIN_QUERIES
 from evalq.decide.search import split_queries
 from evalq.encode.rates import MeasuredRate
+from evalq.engines.options import Rescore
 from evalq.plan.variant import SearchedVariant
 from evalq.retrieve.kinds import KindOptions
 from evalq.retrieve.registry import DEFAULT_VECTOR_KIND, EXACT_KIND, INDEX_KINDS
@@ -46,7 +47,7 @@ class VectorChoice(StrictOptions):
     (:class:`evalq.retrieve.vectorquant.VectorSpec`)."""
 
     quantize: Literal["none", "int8", "binary"] = "none"
-    rescore: int | None = Field(default=None, ge=1)
+    rescore: Rescore | None = None
 
     @model_validator(mode="after")
     def _rescore_needs_codes(self) -> VectorChoice:
