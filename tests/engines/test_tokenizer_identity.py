@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from evalq.engines.openai_http import TokenCounter
 from evalq.engines.tokenizer_identity import (
     TokenizerIdentity,
     folder_digest,
@@ -108,3 +109,13 @@ def test_the_direct_load_imports_none_of_autotokenizers_tables(minilm_path: Path
     assert all(_imported(minilm_path, None).values())
     older = TokenizerIdentity(known.class_path, "4.0.0", known.files)
     assert all(_imported(minilm_path, older).values())
+
+
+@pytest.mark.model
+def test_a_served_endpoints_token_counts_are_the_same_through_the_identity(
+        minilm_path: Path, minilm_settings) -> None:
+    """``evalq verify --url`` counts the probe's tokens with the certified tokenizer too."""
+    known = resolve(minilm_path)
+    direct = TokenCounter(minilm_settings, minilm_path, known)
+    assert direct.exact and direct(TEXTS) == TokenCounter(minilm_settings, minilm_path)(TEXTS)
+    assert direct(TEXTS)[-1] == minilm_settings.max_length  # truncated where the run does

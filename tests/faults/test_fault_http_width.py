@@ -22,7 +22,7 @@ def _estimated_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model folder holds only config.json: count tokens by estimate, not tokenizer."""
     real = evalq.engines.openai_http.TokenCounter
     monkeypatch.setattr(evalq.engines.openai_http, "TokenCounter",
-                        lambda settings, path: real(settings, None))
+                        lambda settings, path, known=None: real(settings, None))
 
 
 def _server(dim: int) -> CannedServer:

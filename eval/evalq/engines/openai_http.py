@@ -32,6 +32,7 @@ from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.replies import parse_openai_reply
 from evalq.engines.server_identity import PROBE_TEXT, server_identity
 from evalq.engines.spec import REMOTE_SERVER, BackendSpec
+from evalq.engines.tokenizer_identity import TokenizerIdentity, load_tokenizer
 
 EncodingFormat = Literal["float", "base64"]
 BACKEND_NAME = "openai"
@@ -49,16 +50,16 @@ class TokenCounter:
     vector, and ``describe()`` says which one was used.
     """
 
-    def __init__(self, settings: EncodingSettings, tokenizer_path: str | Path | None) -> None:
+    def __init__(self, settings: EncodingSettings, tokenizer_path: str | Path | None,
+                 known: TokenizerIdentity | None = None) -> None:
+        """``known``: what a certificate says AutoTokenizer resolved for the folder
+        (``evalq verify --url``; ``engines.tokenizer_identity``)."""
         self.settings = settings
         self.exact = tokenizer_path is not None
         self._tokenizer: Any = None
         if tokenizer_path is not None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(
-                str(tokenizer_path), truncation_side=settings.truncation_side
-            )
+            self._tokenizer = load_tokenizer(tokenizer_path, known)
+            self._tokenizer.truncation_side = settings.truncation_side
 
     @property
     def method(self) -> str:
@@ -93,6 +94,7 @@ class HttpClientArgs(TypedDict, total=False):
     backoff_s: float
     concurrency: int
     tokenizer_path: str | Path | None
+    tokenizer: TokenizerIdentity | None
     probe_store: str | Path | None
 
 
@@ -111,6 +113,7 @@ class HttpEncoderBase:
                  api_key_env: str | None = None, timeout_s: float = 120.0, retries: int = 3,
                  backoff_s: float = 0.5, concurrency: int = 4,
                  tokenizer_path: str | Path | None = None,
+                 tokenizer: TokenizerIdentity | None = None,
                  probe_store: str | Path | None = None) -> None:
         """The arguments every served embedding backend takes, with their defaults; a
         subclass takes its own and hands these on as :class:`HttpClientArgs`."""
@@ -119,7 +122,7 @@ class HttpEncoderBase:
         self.route = "/" + route.lstrip("/")
         self.settings = settings
         self.api_key_env = api_key_env
-        self._counter = TokenCounter(settings, tokenizer_path)
+        self._counter = TokenCounter(settings, tokenizer_path, tokenizer)
         self._http = HttpJsonClient(self.url, policy=policy,
                                     api_key=read_api_key(api_key_env), concurrency=concurrency)
         self.probe_store = Path(probe_store) if probe_store is not None else None
@@ -280,7 +283,7 @@ def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:
         # a Matryoshka variant asks the server for its width (vectors.dims)
         dimensions=http.dimensions if http.dimensions is not None else variant.vectors.dims,
         encoding_format=http.encoding_format, tokenizer_path=ctx.model_path, route=http.route,
-        probe_store=ctx.cache_dir / "servers",
+        tokenizer=ctx.tokenizer, probe_store=ctx.cache_dir / "servers",
     )
 
 
