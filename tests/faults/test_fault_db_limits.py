@@ -4,7 +4,12 @@ beyond PostgreSQL's bigint LIMIT passed the recipe and failed on the server's SE
 query after the table was loaded, as an exit 3 (the SET's DataError was not the
 OperationalError the kind names). A Qdrant ``timeout`` of 10**12 s failed every request
 in the socket layer, reported as a server that did not answer. They are refused at plan
-time, naming the field."""
+time, naming the field.
+
+Two multipliers of every query's work are bounded below what the server takes, at what
+no search needs: pgvector's bit ``rerank`` at 100,000 candidates and Qdrant's
+``oversampling`` at 1000 × the limit. 10**12 of either planned, and the run re-ranked or
+rescored the whole collection without a word; the refusal says what to use instead."""
 
 from __future__ import annotations
 
@@ -37,4 +42,34 @@ def test_a_setting_the_server_refuses_is_refused_at_plan_time(
     assert result.code == 2, result.err
     assert no_traceback(result.err) and str(path) in result.err
     assert f"candidates.0.index.{field}" in result.err or f"{field}" in result.err
-    assert any(limit in result.err for limit in ("32768", "9223372036854775807", "86400"))
+    assert any(limit in result.err for limit in ("32768", "100000", "86400"))
+
+
+QDRANT_CODES: dict[str, Any] = {"kind": "qdrant", "quantization_config": {
+    "scalar": {"type": "int8"}}}
+PAST_ANY_USE = {
+    "rerank": ({**PG, "vector_type": "bit", "iterative_scan": "relaxed_order",
+                "rerank": 10**12}, "candidates.0.index.rerank", "at most 100000", 100_000),
+    "oversampling": ({**QDRANT_CODES, "search_params": {"quantization": {
+        "oversampling": 1e12}}}, "candidates.0.index.search_params.quantization.oversampling",
+        "at most 1000", 1000),
+    "swept oversampling": ({**QDRANT_CODES, "sweep": {"oversampling": [2, 1e12]}},
+                           "candidates.0.index", "at most 1000", None),
+}
+
+
+@pytest.mark.parametrize("case", list(PAST_ANY_USE))
+def test_a_multiplier_past_any_use_is_refused_saying_what_to_use(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    index, field, words, bound = PAST_ANY_USE[case]
+    path = write_recipe(tmp_path, candidates=[{"name": "db", "index": index}])
+    result = run_cli(capsys, "validate", str(path))
+    assert result.code == 2, result.err
+    assert no_traceback(result.err) and f"field '{field}" in result.err, result.err
+    assert words in result.err and "Fix:" in result.err, result.err
+    if bound is not None:  # the bound itself is accepted
+        name = field.rsplit(".", 1)[-1]
+        at = ({**index, name: bound} if name == "rerank" else {**index, "search_params": {
+            "quantization": {"oversampling": bound}}})
+        path = write_recipe(tmp_path, candidates=[{"name": "db", "index": at}])
+        assert run_cli(capsys, "validate", str(path)).code == 0

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -54,9 +54,11 @@ from evalq.retrieve.search import id_ranks
 _OPERATORS = {"<#>": ("ip_ops", lambda d: -d), "<=>": ("cosine_ops", lambda d: 1.0 - d),
               "<->": ("l2_ops", lambda d: -d)}
 _PG_EF_SEARCH = 40  # pgvector's default hnsw.ef_search
-# pgvector's range of ivfflat.probes, and PostgreSQL's of LIMIT (bigint): beyond them the
-# SET or the re-rank's query failed on the server, after the table was loaded
-_PG_MAX_PROBES, _PG_MAX_LIMIT = 32768, 2**63 - 1
+_PG_MAX_PROBES = 32768  # pgvector's range of ivfflat.probes (past it the SET failed, late)
+# bit re-rank depth: 10**12 planned and re-ranked the whole table by the float vectors
+Rerank = Annotated[int, Field(ge=1, json_schema_extra={"maximum": 100_000}), kinds.at_most(
+    100_000, "rerank", "the Hamming stage's candidates re-ranked by the float vectors",
+    "a few times the depth (10x is usual), or vector_type: vector for float search")]
 _COPY_BATCH = 10_000  # rows per COPY: an interrupted ingest keeps every batch it finished
 _COMPLETE = "evalq complete"  # the table comment a finished ingest sets, with its key
 
@@ -67,7 +69,7 @@ class PgvectorSearch(StrictOptions):
 
     ef_search: int | None = Field(default=None, ge=1, le=1000)
     probes: int | None = Field(default=None, ge=1, le=_PG_MAX_PROBES)
-    rerank: int | None = Field(default=None, ge=1, le=_PG_MAX_LIMIT)
+    rerank: Rerank | None = None
     iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
 
 
@@ -112,7 +114,7 @@ class PgvectorOptions(KindOptions):
     probes: int | None = Field(default=None, ge=1, le=_PG_MAX_PROBES)
     vector_type: Literal["vector", "halfvec", "bit"] = "vector"
     operator: Literal["<#>", "<=>", "<->"] = "<#>"
-    rerank: int | None = Field(default=None, ge=1, le=_PG_MAX_LIMIT)
+    rerank: Rerank | None = None
     iterative_scan: Literal["off", "strict_order", "relaxed_order"] | None = None
     enable_seqscan: bool = False
     sweep: PgvectorSweep | None = None

@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
 from evalq.core.options import StrictOptions
 from evalq.core.redact import without_password
-from evalq.retrieve.kinds import IndexProof, KindOptions, SweepOptions
+from evalq.retrieve.kinds import IndexProof, KindOptions, SweepOptions, at_most
 
 # the options that shape a stored shard or collection (its key); search_params are
 # searched at any value
@@ -76,10 +76,18 @@ class QuantizationConfig(StrictOptions):
         return self
 
 
+# Qdrant's candidates from the codes are limit x oversampling, rescored by the float
+# vectors: 10**12 planned and rescored every point.
+Oversampling = Annotated[float, Field(ge=1.0, allow_inf_nan=False,
+                                      json_schema_extra={"maximum": 1000}), at_most(
+    1000, "oversampling", "the candidates from the codes, rescored, are limit × oversampling",
+    "a small factor (1.5 to 4 is usual), or search_params.exact: true to score every point")]
+
+
 class QuantizationSearch(StrictOptions):
     ignore: bool = False
     rescore: bool | None = None
-    oversampling: float | None = Field(default=None, ge=1.0, allow_inf_nan=False)
+    oversampling: Oversampling | None = None
 
 
 class SearchParams(StrictOptions):
