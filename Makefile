@@ -10,7 +10,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install test test-fast fuzz docs demo bench lint clean llmcompressor-venv infinity-venv stpeer-venv chromium screenshot
+.PHONY: install test test-deps test-fast fuzz docs demo bench lint clean llmcompressor-venv infinity-venv stpeer-venv chromium screenshot
 
 install: $(STAMP)
 
@@ -92,9 +92,14 @@ chromium:
 	    exit 1; \
 	  fi; }
 
+# The suite's venvs and chromium install side by side: pip's unpacking and bytecode
+# compiling of one venv leaves the second core idle, and no two share a folder.
+test-deps:
+	$(MAKE) -j3 install llmcompressor-venv infinity-venv chromium
+
 # --durations: the slowest tests, printed at the end, so a CPU generation on which the suite
 # runs long shows where its time goes.
-test: install llmcompressor-venv infinity-venv chromium docs lint
+test: test-deps docs lint
 	$(BIN)/python -m pytest tests -m "not fuzz" --durations=30
 
 # The long fuzz tier: 10,000 generated recipes, server answers and damaged results folders
