@@ -53,24 +53,32 @@ def _recipe(gates: list[dict[str, Any]], candidates: list[str], **extra: Any) ->
         "gates": gates, "stats": {"resamples": 500}, **extra})
 
 
-def _variant(role: str, weight_bytes: int, parity: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+def _variant(role: str, weight_bytes: int, parity: dict[str, Any] | None = None,
+             docs_per_s: float | None = None) -> dict[str, Any]:
+    encode = {} if docs_per_s is None else {"documents": {
+        "texts": 100, "tokens": 5000, "seconds_computing": 100 / docs_per_s,
+        "texts_per_s": docs_per_s, "tokens_per_s": 50 * docs_per_s, "n_cached": 0,
+        "n_computed": 100, "chunks_cached": 0, "chunks_computed": 1, "n_unique": 100,
+        "tokens_computed": 5000, "padded_tokens": 6000, "batches": 4}}
     return {"role": role, "settings": {"pooling": "mean"},
             "backend": {"quantization": {"weight_bytes": weight_bytes}},
             "timings": {}, "parity": parity,
-            "datasets": {"pydocs": {"documents": 100, "encode": {}, "index": None}}}
+            "datasets": {"pydocs": {"documents": 100, "encode": encode, "index": None}}}
 
 
 def _folder(tmp_path: Path, recipe: Recipe, per_variant: dict[str, PerQuery],
-            parity: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
-    """A results folder as ``evalq run`` leaves it: per-query values, manifest, summary."""
+            parity: dict[str, Any] | None = None, speeds: dict[str, float] | None = None,
+            ) -> tuple[Path, dict[str, Any]]:
+    """A results folder as ``evalq run`` leaves it: per-query values, manifest, summary
+    (``speeds``: documents/s a variant's encoding was timed at)."""
     folder = RunFolder(tmp_path / "out")
     folder.prepare()
     variants = {}
     for i, (name, values) in enumerate(per_variant.items()):
         folder.write_per_query("pydocs", name, values)
         role = "reference" if i == 0 else "candidate"
-        variants[name] = _variant(role, 1000 - 100 * i, (parity or {}).get(name))
+        variants[name] = _variant(role, 1000 - 100 * i, (parity or {}).get(name),
+                                  (speeds or {}).get(name))
     manifest = {"recipe": recipe.model_dump(mode="json"), "variants": variants,
                 "status": "finished"}
     folder.write_manifest(manifest)
@@ -120,6 +128,23 @@ def test_only_the_gated_candidate_is_recommended(tmp_path: Path) -> None:
     assert statuses == {"gated": "ship", "cheaper": "ungated"}
     rec = recommend(RunView.load(root))
     assert rec.variant == "gated" and "1 passing candidate " in rec.text
+
+
+@pytest.mark.parametrize(("speed", "said"), [(26.2, True), (40.0, False), (None, False)])
+def test_a_recommendation_by_bytes_says_when_it_encodes_slower(
+        tmp_path: Path, speed: float | None, said: bool) -> None:
+    """ov-int8 on an AVX2-only CPU: certified and the cheapest by weight bytes, but it
+    encoded at 26.2 documents/s against fp32's 27.4. Bytes decide; the text says so rather
+    than leave "cheapest" to read as "faster". Faster, or untimed (cached): nothing."""
+    recipe = _recipe([{"metric": "nDCG@10", "max_drop": 0.05}], ["ov-int8"])
+    speeds = {"fp32": 27.4, **({"ov-int8": speed} if speed is not None else {})}
+    root, _ = _folder(tmp_path, recipe, {"fp32": _values(0), "ov-int8": _near(1)},
+                      speeds=speeds)
+    rec = recommend(RunView.load(root))
+    assert rec.variant == "ov-int8"
+    assert ("0.96× the reference's speed" in rec.text) is said, rec.text
+    assert ("26.2 against 27.4 documents/s" in rec.text) is said
+    assert ("not speed" in rec.text) is said
 
 
 def test_every_candidate_gets_one_of_four_verdicts(tmp_path: Path,

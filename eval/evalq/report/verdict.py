@@ -277,7 +277,22 @@ def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> R
     return Recommendation(
         best, key,
         f"{best}: the cheapest of {len(passing)} passing candidate"
-        f"{'s' if len(passing) != 1 else ''} by {label}, {_fmt_cost(key, value)}{versus}")
+        f"{'s' if len(passing) != 1 else ''} by {label}, {_fmt_cost(key, value)}{versus}"
+        f"{_slower_here(run, best, key, label)}")
+
+
+def _slower_here(run: RunView, best: str, key: str, label: str) -> str:
+    """Where the cost is bytes and the recommended candidate encoded slower than the
+    reference in this run, a clause saying so. A quantized candidate reads as "faster" to
+    a team choosing for latency, and on some CPUs it is not: without VNNI, OpenVINO's int8
+    encodes at 0.87x fp32 (docs/benchmarks.md, the x86-64/avx2 record)."""
+    if key == "throughput":
+        return ""
+    mine, ref = costs(run, best).throughput, costs(run, run.reference).throughput
+    if mine is None or not ref or mine >= ref:
+        return ""
+    return (f"; in this run it encoded at {mine / ref:.2f}× the reference's speed "
+            f"({mine:.1f} against {ref:.1f} documents/s): chosen for {label}, not speed")
 
 
 def gates_word(summary: RunSummary) -> str:
