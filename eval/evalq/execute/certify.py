@@ -87,9 +87,10 @@ def _encoder(plan: Plan, name: str, max_queries: int | None,
              ) -> Iterator[tuple[Any, Any, Callable[[], list[Any]], str | None]]:
     """The variant's encoder as the run built it (same calibration corpus, so a derived
     graph is the cached one on this machine), or the client of ``served`` with the same
-    settings; its settings, the datasets (read when first asked: a verify whose graph is
-    cached reads none), and the weights fingerprint the plan resolved. ``tokenizer``:
-    what the certificate says AutoTokenizer resolved (``engines.tokenizer_identity``)."""
+    settings; its settings, the datasets (read when first asked: verifying a candidate
+    that calibrates nothing reads none), and the weights fingerprint the plan resolved.
+    ``tokenizer``: what the certificate says AutoTokenizer resolved
+    (``engines.tokenizer_identity``)."""
     vp = plan.variant(name)
     variant = vp.options
 
