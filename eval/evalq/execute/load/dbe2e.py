@@ -7,6 +7,12 @@ costs in that deployment, model and database together. The served answer's vecto
 truncated to the variant's Matryoshka ``dims`` as the run truncates it; each search is
 checked against the sequential search of the vectors the stage encoded before (a served
 model that answers other vectors under load shows up as answers that differ).
+
+A failed request names its side: the model's failures are counted as ``model_transport``,
+``model_http_5xx``, ``model_http_4xx`` and ``model_bad_response``, the database's as
+``database_error``; a ``timeout`` is either's (both wait the same ``timeout_s``, and the
+generator records every timeout at it). A model server evalq started that exits during
+a step ends the stage as ``server_died`` naming the model, not the database.
 """
 
 from __future__ import annotations
@@ -72,14 +78,14 @@ class EndToEndGenerator(SearchGenerator):
         except httpx.TimeoutException:
             return "timeout"
         except httpx.HTTPError:
-            return "transport"
+            return "model_transport"
         if result is not None:
             result.status_codes[str(response.status_code)] += 1
         if response.status_code >= 400:
-            return "http_5xx" if response.status_code >= 500 else "http_4xx"
+            return "model_http_5xx" if response.status_code >= 500 else "model_http_4xx"
         vector = read_vector(response.content, self.api)
         if vector is None:
-            return "bad_response"
+            return "model_bad_response"
         if self.dims is not None:
             vector = truncate(vector[None, :], self.dims)[0]
         loop = asyncio.get_running_loop()

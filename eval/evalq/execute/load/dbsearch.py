@@ -145,6 +145,9 @@ class SearchDrive:
     generator: Callable[[], SearchGenerator]
     watch: ServerWatch
     alive: Callable[[], bool] = lambda: True  # the index's own check (ConcurrentIndex.alive)
+    # The end-to-end stage's model server, where evalq started it (Endpoint.alive): a
+    # model that dies mid-step must not read as a database that did.
+    model_alive: Callable[[], bool] | None = None
 
 
 def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
@@ -174,8 +177,11 @@ def sweep_searches(workload: Workload, section: LoadSection, drive: SearchDrive,
         verdict, reasons = judge_step(figures, workload, section.error_budget)
         assert gen.pool is not None or m.sent == 0
         database = gen.pool.record() if gen.pool is not None else {}
-        if figures["errors"] and not drive.alive():
-            verdict, outcome.server_died = "server_died", True
+        if drive.model_alive is not None and not drive.model_alive():
+            verdict, outcome.server_died, outcome.died = "server_died", True, "model server"
+            reasons.append("the model server's process exited during the step")
+        elif figures["errors"] and not drive.alive():
+            verdict, outcome.server_died, outcome.died = "server_died", True, "database"
             reasons.append("the database stopped answering during the step (a new "
                            "session was refused after its searches failed)")
         step = {"series": "search", "level": level, **figures, "server": sampler.result,

@@ -136,7 +136,7 @@ def _drive(vp: VariantPlan, section: LoadSection, vectors: StageVectors,
                                                          pool.query_tokens))]
     return SearchDrive(requests, lambda: EndToEndGenerator(
         LoadGenerator(endpoint.url, bounds), SearchGenerator(bounds, make_pool, left),
-        endpoint.api, vp.options.vectors.dims), watch, alive)
+        endpoint.api, vp.options.vectors.dims), watch, alive, endpoint.alive)
 
 
 def _workloads(name: str, section: LoadSection, drive: SearchDrive,
@@ -165,7 +165,7 @@ def _workloads(name: str, section: LoadSection, drive: SearchDrive,
         broken += [f"{name} {workload.name}: {b}" for b in outcome.broken]
         folder.write_summary(summary)
         if outcome.server_died:
-            broken.append(f"{name}: the database died; remaining workloads skipped")
+            broken.append(f"{name}: the {outcome.died} died; remaining workloads skipped")
             break
     return broken
 

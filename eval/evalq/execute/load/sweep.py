@@ -222,6 +222,7 @@ class WorkloadOutcome:
     knee: Knee | None = None
     knee_series: str | None = None
     server_died: bool = False
+    died: str = "server"  # which server (a database stage: "database" or "model server")
 
     @property
     def broken(self) -> list[str]:
