@@ -88,6 +88,21 @@ def test_an_edited_folder_goes_through_autotokenizer(tmp_path: Path, minilm_path
     assert not known.class_path.endswith(type(load_tokenizer(folder)).__qualname__)
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("class_path", [
+    "transformers.modeling_utils:PreTrainedModel",  # a model, not a tokenizer
+    "transformers.models.bert.tokenization_bert:NoSuchTokenizer",
+    "transformers.no_such_module:BertTokenizer",
+    "os:system",
+])
+def test_an_edited_class_is_never_loaded_directly(minilm_path: Path, class_path: str) -> None:
+    """A certificate is a file a user hands in: whatever class it names, only a
+    transformers tokenizer class loads directly; anything else goes to AutoTokenizer."""
+    known = resolve(minilm_path)
+    edited = TokenizerIdentity(class_path, known.transformers, known.files)
+    assert type(load_tokenizer(minilm_path, edited)) is type(load_tokenizer(minilm_path))
+
+
 def _imported(path: Path, known: TokenizerIdentity | None) -> dict[str, bool]:
     code = ("import json, sys\n"
             "from evalq.engines.tokenizer_identity import TokenizerIdentity, load_tokenizer\n"

@@ -91,9 +91,14 @@ def _known_class(known: TokenizerIdentity | None, model_path: Path) -> Any:
         return None
     module, _, name = known.class_path.partition(":")
     try:
-        return getattr(importlib.import_module(module), name)
+        kind = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):  # a class this transformers does not have
         return None
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    # an edited certificate naming a model class would load weights through it
+    return kind if isinstance(kind, type) and issubclass(kind, PreTrainedTokenizerBase) \
+        else None
 
 
 def load_tokenizer(model_path: str | Path, known: TokenizerIdentity | None = None) -> Any:
