@@ -31,8 +31,8 @@ from evalq.execute.load.dbsearch import (
 from evalq.execute.load.generator import LoadGenerator
 from evalq.execute.load.sweep import Endpoint, embed_request
 from evalq.plan.load import LoadSection
-from evalq.retrieve.kinds import Documents, Queries
 from evalq.retrieve.registry import INDEX_KINDS
+from support.clustered import clustered
 
 pytestmark = [pytest.mark.server, pytest.mark.process]
 
@@ -71,18 +71,9 @@ server.serve_forever()
 """
 
 
-def _corpus() -> tuple[Documents, Queries]:
-    rng = np.random.default_rng(5)
-    docs = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
-    queries = (docs[:N_QUERIES] + 0.1 * rng.standard_normal((N_QUERIES, 16))).astype(
-        np.float32)
-    return (Documents(tuple(f"doc-{i:04d}" for i in range(N_DOCS)), docs),
-            Queries(tuple(f"q{i}" for i in range(N_QUERIES)), queries))
-
-
 def test_a_model_server_that_dies_is_named_and_the_database_is_not(
         tmp_path: Path, qdrant_root: Path) -> None:
-    docs, queries = _corpus()
+    docs, queries = clustered(N_DOCS, 16, N_QUERIES, seed=5)
     np.save(tmp_path / "queries.npy", queries.vectors)
     child = subprocess.Popen([sys.executable, "-c", _MODEL, str(tmp_path / "queries.npy")],
                              stdout=subprocess.PIPE, text=True)
