@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 
 def _is_number_field(annotation: Any) -> bool:
@@ -34,3 +34,16 @@ class StrictOptions(BaseModel):
                 if isinstance(value, bool) and info and _is_number_field(info.annotation):
                     raise ValueError(f"'{name}' must be a number, not {str(value).lower()}")
         return data
+
+
+def at_most(most: float, name: str, why: str, fix: str) -> AfterValidator:
+    """An option's upper bound, refused saying what the option does and what to use
+    instead (``le=`` says only the number, and the recipe's fix for it points at the key
+    reference). For options that multiply the work of every query (vectors.rescore,
+    pgvector's rerank, Qdrant's oversampling), where a value far past any use planned and
+    then quietly searched everything."""
+    def check(value: float) -> float:
+        if value > most:
+            raise ValueError(f"{name} is at most {most:g}, not {value:g} ({why}); fix: {fix}")
+        return value
+    return AfterValidator(check)

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from evalq.core.names import PathName
-from evalq.core.options import StrictOptions
+from evalq.core.options import StrictOptions, at_most
 from evalq.core.values import FloatDtype
 
 Device = Literal["cpu", "cuda", "auto"]
@@ -75,22 +75,12 @@ Threads = Annotated[int | None, Field(default=None, ge=1, le=MAX_THREADS)]
 MAX_RESCORE = 1000
 
 
-def _rescore_at_most(value: int) -> int:
-    """The bound as a refusal that says what to use instead (``le=`` says only the
-    number, and the recipe's fix for it points at the key reference)."""
-    if value > MAX_RESCORE:
-        raise ValueError(f"rescore is at most {MAX_RESCORE}, not {value} (the float query "
-                         f"rescores depth × rescore candidates); fix: use at most "
-                         f"{MAX_RESCORE} (4 for int8 and 10 for binary are usual), or, to "
-                         f"score every document with the float query, vectors.queries: "
-                         f"float (a variant's) or quantize: none")
-    return value
-
-
 # One bound for a variant's vectors.rescore and a search grid's (evalq.plan.search);
 # the schema states it, so the generated key reference shows it.
-Rescore = Annotated[int, Field(ge=1, json_schema_extra={"maximum": MAX_RESCORE}),
-                    AfterValidator(_rescore_at_most)]
+Rescore = Annotated[int, Field(ge=1, json_schema_extra={"maximum": MAX_RESCORE}), at_most(
+    MAX_RESCORE, "rescore", "the float query rescores depth × rescore candidates",
+    f"use at most {MAX_RESCORE} (4 for int8 and 10 for binary are usual), or, to score every "
+    "document with the float query, vectors.queries: float (a variant's) or quantize: none")]
 
 
 def _named_file(value: str | None) -> str | None:

@@ -268,8 +268,8 @@ def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> R
         return tuple(parts)
 
     best = min(passing, key=rank)
-    value = costs(run, best).get(key)
-    ref_value = costs(run, run.reference).get(key)
+    mine, ref = costs(run, best), costs(run, run.reference)
+    value, ref_value = mine.get(key), ref.get(key)
     versus = ""
     if value is not None and ref_value:
         ratio = value / ref_value
@@ -278,17 +278,17 @@ def recommend(run: RunView, verdicts: list[CandidateVerdict] | None = None) -> R
         best, key,
         f"{best}: the cheapest of {len(passing)} passing candidate"
         f"{'s' if len(passing) != 1 else ''} by {label}, {_fmt_cost(key, value)}{versus}"
-        f"{_slower_here(run, best, key, label)}")
+        f"{_slower_here(mine.throughput, ref.throughput, key, label)}")
 
 
-def _slower_here(run: RunView, best: str, key: str, label: str) -> str:
-    """Where the cost is bytes and the recommended candidate encoded slower than the
-    reference in this run, a clause saying so. A quantized candidate reads as "faster" to
-    a team choosing for latency, and on some CPUs it is not: without VNNI, OpenVINO's int8
-    encodes at 0.87x fp32 (docs/benchmarks.md, the x86-64/avx2 record)."""
+def _slower_here(mine: float | None, ref: float | None, key: str, label: str) -> str:
+    """Where the cost is bytes and the recommended candidate encoded slower (``mine``
+    documents/s) than the reference (``ref``) in this run, a clause saying so. A
+    quantized candidate reads as "faster" to a team choosing for latency, and on some
+    CPUs it is not: without VNNI, OpenVINO's int8 encodes at 0.87x fp32
+    (docs/benchmarks.md, the x86-64/avx2 record)."""
     if key == "throughput":
         return ""
-    mine, ref = costs(run, best).throughput, costs(run, run.reference).throughput
     if mine is None or not ref or mine >= ref:
         return ""
     return (f"; in this run it encoded at {mine / ref:.2f}× the reference's speed "

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evalq.core.options import StrictOptions
 from evalq.core.ranking import Ranking
@@ -78,17 +78,6 @@ class IndexProof(BaseModel):
     exact: bool
     method: str
     params: dict[str, Any] = Field(default_factory=dict)
-
-
-def at_most(most: float, name: str, why: str, fix: str) -> AfterValidator:
-    """An index option's upper bound, refused saying what the option does and what to use
-    instead (``le=`` says only the number). For options that multiply the work of every
-    query, where a value far past any use planned and then quietly searched everything."""
-    def check(value: float) -> float:
-        if value > most:
-            raise ValueError(f"{name} is at most {most:g}, not {value:g} ({why}); fix: {fix}")
-        return value
-    return AfterValidator(check)
 
 
 class SweepOptions(StrictOptions):

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from evalq.core.options import StrictOptions
+from evalq.core.options import StrictOptions, at_most
 from evalq.core.redact import without_password
-from evalq.retrieve.kinds import IndexProof, KindOptions, SweepOptions, at_most
+from evalq.retrieve.kinds import IndexProof, KindOptions, SweepOptions
 
 # the options that shape a stored shard or collection (its key); search_params are
 # searched at any value
