@@ -97,10 +97,16 @@ chromium:
 test-deps:
 	$(MAKE) -j3 install llmcompressor-venv infinity-venv chromium
 
+# Two workers (pytest-xdist): most of the suite is single-threaded Python, so one worker
+# leaves the second core idle. `--dist loadgroup` sends each group of tests whole to one
+# worker: a shared server, engine or database starts once, in one worker
+# (tests/support/worker_groups.py). TEST_WORKERS=0 runs it in this process, in order.
 # --durations: the slowest tests, printed at the end, so a CPU generation on which the suite
 # runs long shows where its time goes.
+TEST_WORKERS ?= 2
+
 test: test-deps docs lint
-	$(BIN)/python -m pytest tests -m "not fuzz" --durations=30
+	$(BIN)/python -m pytest tests -m "not fuzz" -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 # The long fuzz tier: 10,000 generated recipes, server answers and damaged results folders
 # per parser (tests/faults/test_fuzz_surfaces.py; hours). EVALQ_FUZZ_LONG=N sets the count.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from support import worker_groups
 from support.stdlib_texts import stdlib_docstrings
 from support.vllm_settings import VLLM_TEST_MEMORY
 
@@ -129,6 +130,30 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name in _CLOSE_THE_EMBEDDING_ENGINE)
     _kill_test_after_the_server_users(items)
+    worker_groups.write(config, items)
+
+
+def pytest_configure(config) -> None:
+    worker_groups.configure(config)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _transformers_logs_to_the_session_stream():
+    """transformers binds its log handler to ``sys.stderr`` as it is at its first log
+    call. Made inside a test using ``capsys``, that stream is closed after the test, and
+    every later transformers warning prints "--- Logging error ---" with a traceback into
+    the next test's stderr (which the fault tests read). Made here, before any test's own
+    capture starts, it writes to the session's stream, whichever test a worker runs first."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.get_logger("transformers")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Our groups as xdist's scopes under ``--dist loadgroup`` (tests/support/worker_groups.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return worker_groups.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")
