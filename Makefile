@@ -93,10 +93,9 @@ chromium:
 	  fi; }
 
 # The suite's venvs and chromium install side by side: pip's unpacking and bytecode
-# compiling of one venv leaves the second core idle, and no two share a folder. The docs
-# build and the lint (both need only the main venv) run while the other venvs install.
+# compiling of one venv leaves the second core idle, and no two share a folder.
 test-deps:
-	$(MAKE) -j4 install llmcompressor-venv infinity-venv chromium docs lint
+	$(MAKE) -j3 install llmcompressor-venv infinity-venv chromium
 
 # Two workers (pytest-xdist): most of the suite is single-threaded Python, so one worker
 # leaves the second core idle. `--dist loadgroup` sends each group of tests whole to one
@@ -106,7 +105,7 @@ test-deps:
 # runs long shows where its time goes.
 TEST_WORKERS ?= 2
 
-test: test-deps
+test: test-deps docs lint
 	$(BIN)/python -m pytest tests -m "not fuzz" -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 # The long fuzz tier: 10,000 generated recipes, server answers and damaged results folders

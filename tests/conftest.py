@@ -130,7 +130,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name in _CLOSE_THE_EMBEDDING_ENGINE)
     _kill_test_after_the_server_users(items)
-    worker_groups.arrange(config, items)
+    worker_groups.write(config, items)
 
 
 def pytest_configure(config) -> None:

@@ -63,18 +63,13 @@ def configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
-def arrange(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a worker: put the shared groups first (the longest, the vLLM group, starts at
-    once instead of after the modules with more tests, and the run does not end on one
-    worker running it alone), then write the groups of the collection (every worker
-    collects the same tests, so the first file written is the map; later ones replace it
-    atomically)."""
+def write(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a worker: write the groups of its collection (every worker collects the same
+    tests, so the first file written is the map; later ones replace it atomically)."""
     target = os.environ.get(GROUPS_ENV)
     if not target or not hasattr(config, "workerinput"):
         return
-    first = {group: rank for rank, (group, _) in enumerate(SHARED_BY)}
     groups = {item.nodeid: group_of(item) for item in items}
-    items.sort(key=lambda item: first.get(groups[item.nodeid], len(first)))
     part = Path(f"{target}.{config.workerinput['workerid']}")
     part.write_text(json.dumps(groups))
     part.replace(target)
@@ -92,5 +87,4 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
                 self.groups = json.loads(Path(os.environ[GROUPS_ENV]).read_text())
             return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
 
-    config.option.loadscopereorder = False  # the order arrange() gave
     return ByGroup(config, log)
