@@ -85,6 +85,6 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:
                 self.groups = json.loads(Path(os.environ[GROUPS_ENV]).read_text())
-            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
+            return self.groups[nodeid]  # every worker collected every node id
 
     return ByGroup(config, log)

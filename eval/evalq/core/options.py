@@ -10,6 +10,7 @@ own blocks, pipelines, load tests, scale-out and batch sensitivity refuse the sa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
@@ -39,11 +40,22 @@ class StrictOptions(BaseModel):
 def at_most(most: float, name: str, why: str, fix: str) -> AfterValidator:
     """An option's upper bound, refused saying what the option does and what to use
     instead (``le=`` says only the number, and the recipe's fix for it points at the key
-    reference). For options that multiply the work of every query (vectors.rescore,
-    pgvector's rerank, Qdrant's oversampling), where a value far past any use planned and
-    then quietly searched everything."""
+    reference), and stated in the schema as its ``maximum`` (so the generated key reference
+    shows it, from this one number). For options that multiply the work of every query
+    (vectors.rescore, pgvector's rerank, Qdrant's oversampling), where a value far past
+    any use planned and then quietly searched everything."""
     def check(value: float) -> float:
         if value > most:
             raise ValueError(f"{name} is at most {most:g}, not {value:g} ({why}); fix: {fix}")
         return value
-    return AfterValidator(check)
+    return _Bounded(check, most)
+
+
+@dataclass(frozen=True)
+class _Bounded(AfterValidator):
+    """An AfterValidator that also writes its bound into the JSON schema."""
+
+    most: float = 0.0
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return {**handler(schema), "maximum": self.most}

@@ -77,7 +77,7 @@ MAX_RESCORE = 1000
 
 # One bound for a variant's vectors.rescore and a search grid's (evalq.plan.search);
 # the schema states it, so the generated key reference shows it.
-Rescore = Annotated[int, Field(ge=1, json_schema_extra={"maximum": MAX_RESCORE}), at_most(
+Rescore = Annotated[int, Field(ge=1), at_most(
     MAX_RESCORE, "rescore", "the float query rescores depth × rescore candidates",
     f"use at most {MAX_RESCORE} (4 for int8 and 10 for binary are usual), or, to score every "
     "document with the float query, vectors.queries: float (a variant's) or quantize: none")]

@@ -56,7 +56,7 @@ _OPERATORS = {"<#>": ("ip_ops", lambda d: -d), "<=>": ("cosine_ops", lambda d: 1
 _PG_EF_SEARCH = 40  # pgvector's default hnsw.ef_search
 _PG_MAX_PROBES = 32768  # pgvector's range of ivfflat.probes (past it the SET failed, late)
 # bit re-rank depth: 10**12 planned and re-ranked the whole table by the float vectors
-Rerank = Annotated[int, Field(ge=1, json_schema_extra={"maximum": 100_000}), at_most(
+Rerank = Annotated[int, Field(ge=1), at_most(
     100_000, "rerank", "the Hamming stage's candidates re-ranked by the float vectors",
     "a few times the depth (10x is usual), or vector_type: vector for float search")]
 _COPY_BATCH = 10_000  # rows per COPY: an interrupted ingest keeps every batch it finished

@@ -78,8 +78,7 @@ class QuantizationConfig(StrictOptions):
 
 # Qdrant's candidates from the codes are limit x oversampling, rescored by the float
 # vectors: 10**12 planned and rescored every point.
-Oversampling = Annotated[float, Field(ge=1.0, allow_inf_nan=False,
-                                      json_schema_extra={"maximum": 1000}), at_most(
+Oversampling = Annotated[float, Field(ge=1.0, allow_inf_nan=False), at_most(
     1000, "oversampling", "the candidates from the codes, rescored, are limit × oversampling",
     "a small factor (1.5 to 4 is usual), or search_params.exact: true to score every point")]
 
