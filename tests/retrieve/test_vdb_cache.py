@@ -22,7 +22,8 @@ from evalq.core.ranking import Ranking
 from evalq.retrieve import keyed, pg_server, pgvector_kind
 from evalq.retrieve.exact import ExactOptions
 from evalq.retrieve.kinds import Documents, KindOptions, Queries
-from evalq.retrieve.pgvector_kind import PgvectorIndex, PgvectorSweep
+from evalq.retrieve.pgvector_kind import PgvectorIndex
+from evalq.retrieve.pgvector_options import PgvectorSweep
 from evalq.retrieve.qdrant_kind import QdrantIndex
 from evalq.retrieve.registry import INDEX_KINDS
 

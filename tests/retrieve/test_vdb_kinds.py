@@ -35,7 +35,8 @@ from evalq.recipe.schema import load_recipe
 from evalq.retrieve import pg_server
 from evalq.retrieve.kinds import Documents, KindOptions, recall_at
 from evalq.retrieve.pg_server import check_version
-from evalq.retrieve.pgvector_kind import PgvectorIndex, PgvectorSearch
+from evalq.retrieve.pgvector_kind import PgvectorIndex
+from evalq.retrieve.pgvector_options import PgvectorSearch
 from evalq.retrieve.qdrant_kind import SearchParams
 from evalq.retrieve.registry import INDEX_KINDS
 from support import recipes

@@ -34,6 +34,7 @@ import numpy as np
 
 from evalq.core.compositions import outcome_clause
 from evalq.core.gates import VariantGate
+from evalq.core.values import PerQuery
 from evalq.decide.gate import decide_gates
 from evalq.decide.summary_stats import column
 from evalq.encode.composition import declared_dependence
@@ -109,6 +110,23 @@ def between_compositions(stacks: Sequence[np.ndarray]) -> dict[str, Any]:
             "bit_identical": all(np.array_equal(stacks[0], s) for s in stacks[1:])}
 
 
+def _composition_metrics(sections: RunSections, gated: set[str], values: PerQuery,
+                         ref_values: PerQuery) -> dict[str, dict[str, float]]:
+    """One composition's mean of each reported (and each gated reference) measure, with
+    its paired delta against the reference where both cover the same queries."""
+    metrics: dict[str, dict[str, float]] = {}
+    for name in [*sections.metrics, *(m for m in sections.reference_metrics if m in gated)]:
+        col = column(values, name, parse_measure(name).name)
+        if col is None:
+            continue
+        entry = {"value": float(np.nanmean(col)) if len(col) else float("nan")}
+        ref_column = column(ref_values, name, parse_measure(name).name)
+        if ref_column is not None and len(ref_column) == len(col):
+            entry["delta"] = float(np.mean(col - ref_column))
+        metrics[name] = entry
+    return metrics
+
+
 def apply_sensitivity(
     sections: RunSections, specs: Sequence[GateSpec], gate: VariantGate, measured_entry:
     Mapping[str, Any], folder: RunFolder, dataset: str, variant: str,
@@ -131,18 +149,9 @@ def apply_sensitivity(
                             for v in per_text.get(part, {}).values()], dtype=np.float64)
         comp_gate = decide_gates(specs, values, ref_values, extra_values={"cosine": cosines},
                                  resamples=sections.stats.resamples, seed=sections.stats.seed)
-        metrics: dict[str, Any] = {}
-        for name in [*sections.metrics, *(m for m in sections.reference_metrics if m in gated)]:
-            col = column(values, name, parse_measure(name).name)
-            if col is None:
-                continue
-            mean = float(np.nanmean(col)) if len(col) else float("nan")
-            entry: dict[str, Any] = {"value": mean}
-            ref_column = column(ref_values, name, parse_measure(name).name)
-            if ref_column is not None and len(ref_column) == len(col):
-                entry["delta"] = float(np.mean(col - ref_column))
-            metrics[name] = entry
-            metric_values.setdefault(name, []).append(entry.get("delta", mean))
+        metrics = _composition_metrics(sections, gated, values, ref_values)
+        for name, entry in metrics.items():
+            metric_values.setdefault(name, []).append(entry.get("delta", entry["value"]))
         verdict = comp_gate.verdict  # too small a slice to decide is inconclusive
         rows.append({"id": comp["id"], "batch_tokens": comp["batch_tokens"],
                      "shuffle_seed": comp["shuffle_seed"], "passed": comp_gate.passed,
