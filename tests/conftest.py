@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from support import worker_groups
 from support.stdlib_texts import stdlib_docstrings
 from support.vllm_settings import VLLM_TEST_MEMORY
+
+# two xdist workers, each shared server, engine or database in one of them
+pytest_plugins = ("support.worker_groups",)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -130,11 +132,6 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name in _CLOSE_THE_EMBEDDING_ENGINE)
     _kill_test_after_the_server_users(items)
-    worker_groups.write(config, items)
-
-
-def pytest_configure(config) -> None:
-    worker_groups.configure(config)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -147,13 +144,6 @@ def _transformers_logs_to_the_session_stream():
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.get_logger("transformers")
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """Our groups as xdist's scopes under ``--dist loadgroup`` (tests/support/worker_groups.py)."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    return worker_groups.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")

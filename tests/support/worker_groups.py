@@ -15,6 +15,9 @@ no longer lets it do (``Node.nodeid`` is derived, ``_nodeid`` is ignored), so th
 take another road: each worker writes the map of node id to group to a file the
 controller names (:data:`GROUPS_ENV`), and the controller's scheduler reads it once the
 workers' collections are in (they write it while collecting, before reporting).
+
+A pytest plugin (``pytest_plugins`` in tests/conftest.py), whole in this module, so that
+tests/project/test_worker_groups.py can run it on a small suite of its own.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def group_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def configure(config: pytest.Config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """In the controller of a distributed run: name the file the workers write."""
     if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
         return
@@ -63,9 +66,11 @@ def configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
-def write(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a worker: write the groups of its collection (every worker collects the same
-    tests, so the first file written is the map; later ones replace it atomically)."""
+    tests, so the first file written is the map; later ones replace it atomically).
+    Last, after the conftest has ordered the items."""
     target = os.environ.get(GROUPS_ENV)
     if not target or not hasattr(config, "workerinput"):
         return
@@ -75,8 +80,12 @@ def write(config: pytest.Config, items: list[pytest.Item]) -> None:
     part.replace(target)
 
 
-def make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """The controller's scheduler: xdist's scope scheduling, with our groups as scopes."""
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The controller's scheduler under ``--dist loadgroup``: xdist's scope scheduling,
+    with our groups as scopes (any other ``--dist`` keeps xdist's own)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ByGroup(LoadScopeScheduling):
