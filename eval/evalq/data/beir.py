@@ -10,7 +10,6 @@ shared ones of :mod:`evalq.data.assemble`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from evalq.core.dataset import Dataset
 from evalq.core.errors import InputError
 from evalq.data import assemble
 from evalq.data.assemble import AssemblyOptions, FieldNames, TextRecord, assemble_dataset
-from evalq.data.trec import iter_text_lines, read_qrels
+from evalq.data.trec import iter_json_lines, read_qrels
 
 CORPUS_FILE = "corpus.jsonl"
 QUERIES_FILE = "queries.jsonl"
@@ -45,18 +44,7 @@ def iter_jsonl_records(
     Blank lines are skipped; anything else that is not a JSON object with the id and text
     fields is an error naming the line. A missing or null title is an empty title.
     """
-    for number, text in iter_text_lines(path):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"malformed JSON at column {exc.colno}: {exc.msg}",
-                file=path,
-                line=number,
-                fix="write exactly one JSON object per line (JSON Lines)",
-            ) from None
+    for number, row in iter_json_lines(path):
         if not isinstance(row, dict):
             raise InputError(
                 f"expected a JSON object, got {type(row).__name__}",

@@ -34,7 +34,7 @@ from evalq.data.assemble import (
     record_id,
     record_text,
 )
-from evalq.data.trec import iter_text_lines
+from evalq.data.trec import iter_json_lines, iter_text_lines
 
 FileFormat = Literal["json", "parquet", "csv", "tsv"]
 _EXTENSIONS: dict[str, FileFormat] = {
@@ -243,16 +243,7 @@ def _read_json_files(files: list[Path]) -> Table:
             for index, row in enumerate(rows, start=1):
                 add(row, file, index)
             continue
-        for number, text in lines:
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"malformed JSON at column {exc.colno}: {exc.msg}", file=file, line=number,
-                    fix="write exactly one JSON object per line (JSON Lines)",
-                ) from None
+        for number, row in iter_json_lines(file, lines):
             add(row, file, number)
     return Table(columns, where)
 

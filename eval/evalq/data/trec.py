@@ -17,12 +17,13 @@ score, then document id descending), so the ``rank`` column is checked but not t
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from evalq.core.atomicio import write_text
 from evalq.core.dataset import Qrels
@@ -64,6 +65,24 @@ def iter_text_lines(path: Path) -> Iterator[tuple[int, str]]:
             if number == 1 and text.startswith("\ufeff"):
                 text = text[1:]
             yield number, text.rstrip("\r\n")
+
+
+def iter_json_lines(path: Path, lines: Iterable[tuple[int, str]] | None = None,
+                    ) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, value)`` of a JSON Lines file (or of its ``lines``, already
+    read), blank lines skipped: one parser for every JSON Lines format evalq reads, so a
+    malformed line is named the same way in each."""
+    for number, text in iter_text_lines(path) if lines is None else lines:
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", file=path,
+                             line=number,
+                             fix="write exactly one JSON object per line (JSON Lines)",
+                             ) from None
+        yield number, value
 
 
 def _parse_relevance(value: str, path: Path, line: int, field: str) -> int:

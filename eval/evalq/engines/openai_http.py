@@ -136,6 +136,24 @@ class HttpEncoderBase:
             self.server_identity = server_identity(
                 label, describe, lambda: self._embed_batch([PROBE_TEXT])[0], self.probe_store)
 
+    def _key(self, own: Mapping[str, Any]) -> str:
+        """The cache key: the server's identity, the backend and the encoding settings,
+        with what the subclass's vectors also depend on (``own``)."""
+        key = {"server": self.server_identity, "backend": self.backend, **own,
+               "settings": self.settings.fingerprint()}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _described(self, own: Mapping[str, Any]) -> dict[str, Any]:
+        """The manifest's record of the client: what every served backend states (where,
+        which key variable, the retry policy, batching), with the subclass's ``own``."""
+        return {"backend": self.backend, "url": self.url, "route": self.route, **own,
+                "server_identity": self.server_identity,
+                "api_key_env": self.api_key_env,  # the variable's name, never its value
+                "token_lengths": self._counter.method, "max_batch": self.max_batch,
+                "concurrency": self._http.concurrency,
+                "timeout_s": self._http.policy.timeout_s,
+                "retries": self._http.policy.retries, "settings": self.settings.as_dict()}
+
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         return self._counter(texts)
 
@@ -195,37 +213,16 @@ class OpenAIEncoder(HttpEncoderBase):
     def fingerprint(self) -> str:
         self._identify(f"openai|{self.url}|{self.model}",
                        lambda: self._http.get_json("/v1/models"))
-        key = {
-            "server": self.server_identity,
-            "backend": self.backend,
-            "identity": self.identity,
-            "model": self.model,
-            "dimensions": self.dimensions,
-            "extra_fields": self.extra_fields,
-            "settings": self.settings.fingerprint(),
-        }
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        return self._key({"identity": self.identity, "model": self.model,
+                          "dimensions": self.dimensions, "extra_fields": self.extra_fields})
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "url": self.url,
-            "route": self.route,
-            "model": self.model,
-            "served_model": self.served_model,
-            "server_identity": self.server_identity,
-            "api_key_env": self.api_key_env,  # the variable's name, never its value
+        return self._described({
+            "model": self.model, "served_model": self.served_model,
             "dimensions": self.dimensions,
             "encoding_format": self.encoding_format or "float",
             "request_fields": self.extra_fields,
-            "client_side_normalize": self.settings.normalize,
-            "token_lengths": self._counter.method,
-            "max_batch": self.max_batch,
-            "concurrency": self._http.concurrency,
-            "timeout_s": self._http.policy.timeout_s,
-            "retries": self._http.policy.retries,
-            "settings": self.settings.as_dict(),
-        }
+            "client_side_normalize": self.settings.normalize})
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -10,8 +10,6 @@ the server's ``max_client_batch_size``. ``/info`` goes into the manifest.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from typing import Any, Unpack
 
@@ -93,32 +91,14 @@ class TeiEncoder(HttpEncoderBase):
 
     def fingerprint(self) -> str:
         self._identify(f"tei|{self.url}", lambda: self.info)
-        key = {
-            "server": self.server_identity,
-            "backend": self.backend,
-            "model_id": self.info.get("model_id"),
-            "model_sha": self.info.get("model_sha"),
-            "model_dtype": self.info.get("model_dtype"),
-            "prompt_name": self.prompt_name,
-            "settings": self.settings.fingerprint(),
-        }
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        return self._key({"model_id": self.info.get("model_id"),
+                          "model_sha": self.info.get("model_sha"),
+                          "model_dtype": self.info.get("model_dtype"),
+                          "prompt_name": self.prompt_name})
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "url": self.url,
-            "route": self.route,
-            "model": self.info.get("model_id"),
-            "api_key_env": self.api_key_env,
-            "info": self.info,
-            "server_identity": self.server_identity,
-            "request_fields": self._fields(),
-            "token_lengths": self._counter.method,
-            "max_batch": self.max_batch,
-            "concurrency": self._http.concurrency,
-            "settings": self.settings.as_dict(),
-        }
+        return self._described({"model": self.info.get("model_id"), "info": self.info,
+                                "request_fields": self._fields()})
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

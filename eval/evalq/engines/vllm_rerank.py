@@ -34,13 +34,11 @@ from evalq.engines.reranker import (
     Reranker,
     RerankSettings,
     bi_encoder_settings,
-    described_quantization,
     rerank_settings,
-    served_fingerprint,
 )
 from evalq.engines.spec import BackendSpec
-from evalq.engines.vllm_engine import cpu_numerics_dependent, shutdown_llm
-from evalq.engines.vllm_rerank_server import VllmServerReranker
+from evalq.engines.vllm_engine import shutdown_llm
+from evalq.engines.vllm_rerank_server import VllmRerankerIdentity, VllmServerReranker
 from evalq.engines.vllm_server import ServerLaunch, engine_flags
 
 BACKEND_NAME = "vllm-engine"
@@ -48,7 +46,7 @@ BACKEND_NAME = "vllm-engine"
 
 
 
-class VllmEngineReranker:
+class VllmEngineReranker(VllmRerankerIdentity):
     backend = BACKEND_NAME
 
     def __init__(self, model_path: str | Path, *, settings: RerankSettings, kind: str,
@@ -88,18 +86,8 @@ class VllmEngineReranker:
         self.startup_s = time.perf_counter() - began
         self._tokenizer = self._llm.get_tokenizer()
 
-    def fingerprint(self) -> str:
-        return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
-                                  self.quantization, self.settings,
-                                  isa_dependent=cpu_numerics_dependent(
-                                      self.on_cpu, self.dtype, self.quantization,
-                                      self.model_path))
-
     def describe(self) -> dict[str, Any]:
-        return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),
-                "model_fingerprint": self._model_fingerprint, "dtype": self.dtype,
-                "quantization": described_quantization(self.quantization, self.record),
-                "vllm_version": self.vllm_version,
+        return {**self.identity(), "vllm_version": self.vllm_version,
                 "engine_args": {k: v for k, v in self.engine_args.items() if k != "model"},
                 "request": {"use_activation": self._use_activation(),
                             "tokenization_kwargs": self._tokenization()},

@@ -59,7 +59,38 @@ def score_request_fields(settings: RerankSettings, kind: str) -> dict[str, Any]:
     return fields
 
 
-class VllmServerReranker:
+class VllmRerankerIdentity:
+    """What a reranker that vLLM runs is, for the score cache and the manifest, whether
+    an engine in this process (``engines.vllm_rerank``) or a server it started: one
+    model, dtype, quantization and settings score alike in both, and the host's numerics
+    class joins the key where CPU kernels below fp32 decide the scores."""
+
+    backend: str
+    kind: str
+    model_path: Path
+    dtype: str
+    quantization: str | None
+    record: QuantizationRecord | None
+    settings: RerankSettings
+    on_cpu: bool
+    _model_fingerprint: str
+
+    def fingerprint(self) -> str:
+        # Not a server client's: its URL carries a port that changes with every start.
+        return served_fingerprint(self.backend, self.kind, self._model_fingerprint, self.dtype,
+                                  self.quantization, self.settings,
+                                  isa_dependent=cpu_numerics_dependent(
+                                      self.on_cpu, self.dtype, self.quantization,
+                                      self.model_path))
+
+    def identity(self) -> dict[str, Any]:
+        """The part of :meth:`describe` both ways share: the backend and the model."""
+        return {"backend": self.backend, "kind": self.kind, "model_path": str(self.model_path),
+                "model_fingerprint": self._model_fingerprint, "dtype": self.dtype,
+                "quantization": described_quantization(self.quantization, self.record)}
+
+
+class VllmServerReranker(VllmRerankerIdentity):
     """Starts a vLLM server for ``model_path`` and scores pairs through ``route``."""
 
     backend = BACKEND_NAME
@@ -103,20 +134,9 @@ class VllmServerReranker:
         """Requests sent (the server batches them itself)."""
         return int(getattr(self.client, "requests", 0))
 
-    def fingerprint(self) -> str:
-        # Not the client's: its URL carries a port that changes with every start.
-        return served_fingerprint(BACKEND_NAME, self.kind, self._model_fingerprint, self.dtype,
-                                  self.quantization, self.settings,
-                                  isa_dependent=cpu_numerics_dependent(
-                                      self.on_cpu, self.dtype, self.quantization,
-                                      self.model_path))
-
     def describe(self) -> dict[str, Any]:
         client = self.client.describe()
-        return {"backend": BACKEND_NAME, "kind": self.kind, "model_path": str(self.model_path),
-                "model_fingerprint": self._model_fingerprint, "dtype": self.dtype,
-                "quantization": described_quantization(self.quantization, self.record),
-                "route": self.route, "request_fields": client["request_fields"],
+        return {**self.identity(), "route": self.route, "request_fields": client["request_fields"],
                 "max_batch": client["max_batch"], "server": self.server.describe(),
                 "settings": self.settings.as_dict(), "fingerprint": self.fingerprint()}
 

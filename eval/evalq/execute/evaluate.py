@@ -58,15 +58,7 @@ from evalq.plan.sides import SidePlan
 from evalq.plan.types import ParityPlan, Plan, VariantPlan
 from evalq.plan.variant import SearchedVariant
 from evalq.results import rundir
-from evalq.results.folder import (
-    RunFolder,
-    clean_json,
-    environment,
-    git_revision,
-    host_record,
-    now_iso,
-    package_versions,
-)
+from evalq.results.folder import RunFolder, clean_json, host_record, now_iso, provenance
 from evalq.results.hostpart import HostPart
 from evalq.results.snippets import write_snippets
 
@@ -171,12 +163,9 @@ def _prepare(plan: Plan, *, progress: bool | None, executor: str | None,
     if ray_exec is not None and cache is None:  # Ray hands vectors over through a cache
         cache = ray_exec.private_cache(folder.root)
     model_paths = {name: vp.model_folder() for name, vp in planned.items()}
+    made_with = provenance()
     manifest: dict[str, Any] = {
-        "evalq_version": package_versions()["evalq"],
-        "git_revision": git_revision(),
-        "versions": package_versions(),
-        "environment": environment(),
-        "host": host_record(),
+        "evalq_version": made_with["versions"]["evalq"], **made_with,
         "recipe_file": str(recipe_path),
         "recipe": copy.deepcopy(dict(plan.recorded)),
         "options": {"max_queries": max_queries, "max_docs": max_docs,

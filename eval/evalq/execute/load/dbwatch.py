@@ -14,10 +14,10 @@ as it is made.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from evalq.execute.load.serverstats import ProcessSampler
+from evalq.execute.periodic import Periodic
 from evalq.results.dbpart import StepServer
 from evalq.retrieve.serverwatch import ServerWatch
 
@@ -31,8 +31,7 @@ class DatabaseSampler:
         self.watch = watch
         self.metrics_interval_s = metrics_interval_s
         self.process = ProcessSampler(watch.pid) if watch.pid is not None else None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticks = Periodic(self._read, metrics_interval_s, "evalq-db-metrics")
         self._peak: dict[str, float] = {}
         self._reports = 0
         self.result: dict[str, Any] = {}
@@ -46,24 +45,16 @@ class DatabaseSampler:
         for name, value in figures.items():
             self._peak[name] = max(self._peak.get(name, 0.0), value)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.metrics_interval_s):
-            self._read()
-
     def __enter__(self) -> DatabaseSampler:
         if self.process is not None:
             self.process.__enter__()
         if self.watch.memory is not None:
             self._read()
-            self._thread = threading.Thread(target=self._run, name="evalq-db-metrics",
-                                            daemon=True)
-            self._thread.start()
+            self._ticks.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._ticks.stop(join_s=10):
             self._read()
         figures: dict[str, Any] = {}
         if self.process is not None:

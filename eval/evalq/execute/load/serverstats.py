@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from evalq.execute.periodic import Periodic
+
 _METRIC_LINE = re.compile(r"^(vllm:|tei_|infinity)?\S*(batch|num_seqs|max_model_len|"
                           r"queue|concurren)\S*\s", re.IGNORECASE)
 
@@ -40,8 +42,7 @@ class ProcessSampler:
     def __init__(self, pid: int | None, interval_s: float = 0.2) -> None:
         self.pid = pid
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticks = Periodic(self._sample, interval_s, "evalq-load-sampler")
         self._lock = threading.Lock()
         self._peak_rss = 0
         self._t0 = 0.0
@@ -82,24 +83,16 @@ class ProcessSampler:
         with self._lock:
             return sum(last - self._cpu_first[key] for key, last in self._cpu_last.items())
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
     def __enter__(self) -> ProcessSampler:
         if self.pid is None:
             return self
         self._sample(starting=True)
         self._t0 = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, name="evalq-load-sampler",
-                                        daemon=True)
-        self._thread.start()
+        self._ticks.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        self._ticks.stop(join_s=2)
         self.result = self._result()
 
     def _result(self) -> dict[str, Any]:
