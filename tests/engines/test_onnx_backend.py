@@ -9,6 +9,7 @@ judged queries) and record what they did. Bad input exits 2 naming the file and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -138,6 +139,26 @@ def test_methods_derive_a_recorded_graph(method, onnx_ctx, mixed_texts, inproces
         assert info["calibration"]["ids"] == [f"doc{i}" for i in range(128)][:len(mixed_texts)]
 
 
+def test_a_certified_draw_finds_the_cached_static_graph_without_the_corpus(onnx_ctx):
+    """As for OpenVINO's NNCF graph (tests/engines/test_openvino_backend.py): the digest a
+    certificate records keys the cached static int8 graph, and the corpus is not read."""
+    variant = Variant(name="q", backend="onnx",
+                      quantization={"method": "ort-static-int8", "calibration_texts": 16})
+    first = build(variant, onnx_ctx)
+    first.close()
+    drawn = first.describe()["graph_info"]["params"]["calibration_ids"]
+
+    def unread(n: int, seed: int) -> list[tuple[str, str]]:
+        raise AssertionError("the corpus was read")
+
+    known = dataclasses.replace(onnx_ctx, calibration=unread, known_draws={(16, 0): drawn})
+    again = build(variant, known)
+    again.close()
+    assert again.describe()["graph_key"] == first.describe()["graph_key"]
+    with pytest.raises(AssertionError, match="the corpus was read"):
+        build(variant, dataclasses.replace(known, known_draws={(16, 1): drawn}))
+
+
 def test_quantizer_logging_leaves_the_root_logger_as_it_found_it(monkeypatch, capsys):
     """ONNX Runtime's quantizer calls ``logging.warning``, which on a bare root logger
     installs a stderr handler for good; inside ``quantizer_logging`` its messages print
@@ -203,8 +224,6 @@ def test_graph_of_the_wrong_width_exits_2(onnx_ctx, tmp_path):
 
 
 def test_calibration_on_an_empty_corpus_exits_2(onnx_ctx):
-    import dataclasses
-
     empty = dataclasses.replace(onnx_ctx, calibration=lambda n, seed: [])
     with pytest.raises(InputError) as caught:
         build(Variant(name="s", backend="onnx",

@@ -114,6 +114,35 @@ def test_device_cuda_without_cuda_names_the_variant(tmp_path: Path) -> None:
     assert any("gpu-bf16" in n for n in plan.machine_notes)
 
 
+def test_a_cpu_engine_plans_on_the_cpu_whatever_gpu_is_here(tmp_path: Path) -> None:
+    """ONNX Runtime and OpenVINO variants run on the CPU: on a GPU machine ``device: auto``
+    plans them there (not on the GPU torch sees), ``device: cuda`` is refused as the
+    recipe's problem on any machine, and a plan of CPU engines alone asks torch nothing
+    (importing it is seconds of a warm ``evalq verify``)."""
+    on_a_gpu = DeviceInfo("cuda", "a GPU", (9, 0))
+    path = write_recipe(tmp_path, candidates=[{"name": "ov", "backend": "openvino"},
+                                              {"name": "ort", "backend": "onnx"}])
+    plan = build_plan(load_recipe(path), path, detect=lambda: on_a_gpu)
+    assert [(v.name, v.device) for v in plan.variants] == [
+        ("fp32", "cuda"), ("ov", "cpu"), ("ort", "cpu")]
+    data = recipe_data(tmp_path, candidates=[{"name": "ort", "backend": "onnx"}])
+    data["reference"] = {"name": "ov", "backend": "openvino"}
+    cpu_only = recipes.write(tmp_path / "cpu-only.yaml", data)
+
+    def never() -> DeviceInfo:
+        raise AssertionError("a plan of CPU engines asked which GPU is here")
+
+    plan = build_plan(load_recipe(cpu_only), cpu_only, detect=never)
+    assert [v.device for v in plan.variants] == ["cpu", "cpu"]
+    gpu = write_recipe(tmp_path, candidates=[{"name": "ov", "backend": "openvino",
+                                              "device": "cuda"}])
+    for machine in (on_a_gpu, DeviceInfo("cpu")):
+        with pytest.raises(PlanError) as err:
+            build_plan(load_recipe(gpu), gpu, detect=lambda m=machine: m)
+        assert "backend openvino runs on the CPU only" in str(err.value)
+        assert "candidates.0.device" in str(err.value)
+
+
 @pytest.mark.parametrize(("text", "needles"), [
     ("max_queries: true\n", ["max_queries", "must be a number"]),
     ("stats: {resamples: 1000000000000}\n", ["resamples", "less than or equal"]),

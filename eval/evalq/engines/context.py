@@ -3,8 +3,8 @@ such as ``vllm_build`` need not import the factory that imports them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ class BuildContext:
     # The tokenizer a certificate says AutoTokenizer resolved for the folder
     # (``evalq verify``: loaded without AutoTokenizer's imports where that still holds).
     tokenizer: TokenizerIdentity | None = None
+    # (n, seed) -> the digest of the calibration documents the certificate's graph was
+    # drawn with (``evalq verify``: the cached graph is found without reading the corpus)
+    known_draws: Mapping[tuple[int, int], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def graph_for(variant: EncoderVariant, ctx: BuildContext, front: TokenizerFront 
     return variant_graph(graph, variant.quantization, BACKEND_NAME, lambda: DeriveContext(
         ctx.cache_dir / "checkpoints",
         front or TokenizerFront(ctx.model_path, ctx.settings, ctx.tokenizer),
-        ctx.calibration, ctx.model_path), onnx_bytes)
+        ctx.calibration, ctx.model_path, ctx.known_draws), onnx_bytes)
 
 
 def build(variant: EncoderVariant, ctx: BuildContext) -> Encoder:

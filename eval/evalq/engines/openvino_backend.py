@@ -113,7 +113,8 @@ def graph_for(variant: EncoderVariant, ctx: BuildContext, front: TokenizerFront,
     graph = base_ir(getattr(variant, BACKEND_NAME, None), ctx.model_path, ctx.cache_dir,
                     fp16=fp16)
     return variant_graph(graph, variant.quantization, BACKEND_NAME, lambda: DeriveContext(
-        ctx.cache_dir / "checkpoints", front, ctx.calibration, ctx.model_path), ir_bytes,
+        ctx.cache_dir / "checkpoints", front, ctx.calibration, ctx.model_path,
+        ctx.known_draws), ir_bytes,
         unquantized=("dtype", 16) if fp16 else ("none", 32))
 
 

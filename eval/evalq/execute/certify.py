@@ -84,13 +84,15 @@ def probe_texts(datasets: list[Any], count: int) -> list[tuple[str, str]]:
 def _encoder(plan: Plan, name: str, max_queries: int | None,
              max_docs: int | None, *, served: EncoderVariant | None = None,
              tokenizer: TokenizerIdentity | None = None,
+             known_draws: Mapping[tuple[int, int], str] | None = None,
              ) -> Iterator[tuple[Any, Any, Callable[[], list[Any]], str | None]]:
     """The variant's encoder as the run built it (same calibration corpus, so a derived
     graph is the cached one on this machine), or the client of ``served`` with the same
     settings; its settings, the datasets (read when first asked: verifying a candidate
     that calibrates nothing reads none), and the weights fingerprint the plan resolved.
     ``tokenizer``: what the certificate says AutoTokenizer resolved
-    (``engines.tokenizer_identity``)."""
+    (``engines.tokenizer_identity``); ``known_draws``: its calibrated graph's draw
+    (:func:`_certified_draws`)."""
     vp = plan.variant(name)
     variant = vp.options
 
@@ -104,12 +106,28 @@ def _encoder(plan: Plan, name: str, max_queries: int | None,
 
     ctx = BuildContext(vp.model_folder(), vp.encoding_settings(), plan.work_dir / "logs",
                        resolve_device(variant.device), plan.work_dir, calibration,
-                       tokenizer=tokenizer)
+                       tokenizer=tokenizer, known_draws=known_draws or {})
     encoder = create_encoder(served or variant, ctx)
     try:
         yield encoder, vp.encoding_settings(), datasets, vp.model_fingerprint
     finally:
         encoder.close()
+
+
+def _certified_draws(identity: Mapping[str, Any]) -> dict[tuple[int, int], str]:
+    """``(count, seed)`` -> the digest of the documents the certified graph was calibrated
+    on, from the certificate's record of its backend (none where nothing was calibrated,
+    or where the record is not what a run writes: verify then draws as a run does)."""
+    backend = identity.get("backend")
+    info = backend.get("graph_info") if isinstance(backend, dict) else None
+    params = info.get("params") if isinstance(info, dict) else None
+    if not isinstance(params, dict):
+        return {}
+    count, seed = params.get("calibration_texts"), params.get("seed")
+    drawn = params.get("calibration_ids")
+    if type(count) is int and type(seed) is int and isinstance(drawn, str):
+        return {(count, seed): drawn}
+    return {}
 
 
 def _prefixed(settings: Any, probe: list[tuple[str, str]]) -> list[str]:
@@ -291,7 +309,8 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
         http=HttpOptions(url=url, model=model) if model else HttpOptions(url=url))
     known = TokenizerIdentity.from_dict(identity.get("tokenizer"))
     with _encoder(plan, name, options.get("max_queries"), options.get("max_docs"),
-                  served=served, tokenizer=known) as (encoder, settings, _, weights):
+                  served=served, tokenizer=known,
+                  known_draws=_certified_draws(identity)) as (encoder, settings, _, weights):
         if url is not None:  # what the deployment does by itself, long texts included
             encoder.extra_fields.update(own_truncation_fields(url))
         vectors = _embed(encoder, settings, probe)

@@ -260,9 +260,11 @@ def _plan_gates(recipe: Any, problems: Problems) -> list[GatePlan]:
 def _plan_variants(recipe: Any, selected: Sequence[Any], problems: Problems, detect: Any,
                    gate_plans: list[GatePlan], use_cache: bool) -> list[VariantPlan]:
     """The selected variants in recipe order; the device is detected once, and only when a
-    local backend will run."""
+    local backend that can run on a GPU will run (asking torch costs seconds of import, a
+    good part of a warm ``evalq verify`` of an OpenVINO or ONNX Runtime candidate)."""
     device_info = None
-    if any(getattr(BACKENDS.get("embedding", v.backend), "local", False) for v in selected):
+    specs = [BACKENDS.get("embedding", v.backend) for v in selected]
+    if any(s is not None and s.local and "cuda" in s.devices for s in specs):
         device_info = (detect or detect_device)()
     variant_plans = []
     for i, variant in enumerate(recipe.variants):

@@ -17,7 +17,7 @@ from typing import Any
 
 from evalq.core.errors import InputError
 from evalq.core.weights import model_fingerprint
-from evalq.engines.capability import check_capability
+from evalq.engines.capability import DeviceInfo, check_capability
 from evalq.engines.lasttoken import eos_problem
 from evalq.engines.modelinfo import (
     ModelNotCachedError,
@@ -114,6 +114,11 @@ def check_serving(recipe: Any, variant: Any, vpath: tuple[Any, ...], label: str,
 
 def _check_local(variant: Any, vpath: tuple[Any, ...], label: str, support: Any,
                  device_info: Any, problems: Problems) -> tuple[str, str]:
+    if "cuda" not in support.devices:  # a CPU engine runs on the CPU whatever GPU is here
+        device_info = DeviceInfo("cpu")
+        if variant.device == "cuda":
+            problems.add((*vpath, "device"), f"{label}: backend {variant.backend} runs on "
+                         "the CPU only", "use device: cpu or auto for this variant")
     assert device_info is not None
     if variant.device == "cuda" and device_info.kind != "cuda":
         problems.machine_problem((*vpath, "device"),

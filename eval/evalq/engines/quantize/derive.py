@@ -9,9 +9,10 @@ to its own test. This module holds the context they get and the checks they shar
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
@@ -19,6 +20,7 @@ from pydantic import Field
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from evalq.core.errors import InputError
+from evalq.engines.quantize.onnx_graph import OnnxGraph, cached_derived
 
 # (n, seed) -> up to n (doc id, text) pairs drawn from the run's corpora, seeded.
 CalibrationSource = Callable[[int, int], list[tuple[str, str]]]
@@ -65,12 +67,36 @@ class CalibrationFront(Protocol):
 @dataclass(frozen=True)
 class DeriveContext:
     """Where derived graphs are cached, the text side (``textfront`` or ``pairfront``),
-    and where calibration texts come from (None: this run has no corpus to offer)."""
+    and where calibration texts come from (None: this run has no corpus to offer).
+    ``known_draws``: ``(count, seed)`` -> the digest of the documents a certified graph
+    was calibrated on, as its certificate records it (``evalq verify``)."""
 
     cache_dir: Path
     front: CalibrationFront
     calibration: CalibrationSource | None
     model_path: Path
+    known_draws: Mapping[tuple[int, int], str] = field(default_factory=dict)
+
+
+def draw_digest(ids: Sequence[str]) -> str:
+    """A calibration draw's part of its graph's cache key: its documents' ids, in order."""
+    return hashlib.sha256("\0".join(ids).encode()).hexdigest()[:16]
+
+
+def certified_graph(ctx: DeriveContext, parent: OnnxGraph, method: str, count: int,
+                    seed: int, key_params: Callable[[str], dict[str, Any]], file: str,
+                    ) -> OnnxGraph | None:
+    """The cached graph a certificate's draw keys, found without reading the corpus.
+
+    The key of a calibrated graph holds the digest of its draw, and drawing means loading
+    every dataset (the longest step of a warm ``evalq verify``). A certificate records
+    that digest, so verify looks the graph up by it; where it is not cached (another
+    machine, another parent export) the method draws and builds as a run does, and the
+    digest of what it draws keys the result."""
+    drawn = ctx.known_draws.get((count, seed))
+    if drawn is None:
+        return None
+    return cached_derived(parent, ctx.cache_dir, method, key_params(drawn), file=file)
 
 
 def hidden_size(model_path: Path) -> int:
@@ -104,8 +130,8 @@ def calibration_texts(ctx: DeriveContext, count: int, seed: int, method: str,
 
 
 __all__ = ["CalibrationCount", "CalibrationFront", "CalibrationSource", "DeriveContext", "Seed",
-           "calibration_texts", "graph_method_load", "hidden_size", "option_error",
-           "option_refusal"]
+           "calibration_texts", "certified_graph", "draw_digest", "graph_method_load",
+           "hidden_size", "option_error", "option_refusal"]
 
 
 def graph_method_load(name: str, backends: tuple[str, ...]) -> Callable[..., Any]:

@@ -9,7 +9,6 @@ the graph in int8.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,8 @@ from evalq.engines.quantize.derive import (
     DeriveContext,
     Seed,
     calibration_texts,
+    certified_graph,
+    draw_digest,
     graph_method_load,
 )
 from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph
@@ -44,8 +45,18 @@ class Params(BaseModel):
 
 
 def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
+    # The ranges come from running the float graph on this CPU, and the graph is meant
+    # for its integer kernels: a calibrated graph belongs to the numerics class it was
+    # made on (core.host), so a cache copied to another CPU calibrates again.
+    def key_params(drawn: str) -> dict[str, Any]:
+        return {**params.model_dump(mode="json"), "calibration_ids": drawn, **numerics_key()}
+
+    certified = certified_graph(ctx, parent, NAME, params.calibration_texts, params.seed,
+                                key_params, IR_FILE)
+    if certified is not None:
+        return certified
     ids, texts = calibration_texts(ctx, params.calibration_texts, params.seed, NAME)
-    drawn = hashlib.sha256("\0".join(ids).encode()).hexdigest()[:16]
+    drawn = draw_digest(ids)
 
     def make(src: Path, out: Path) -> dict[str, Any]:
         import nncf
@@ -69,10 +80,5 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                     "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
 
-    # The ranges come from running the float graph on this CPU, and the graph is meant
-    # for its integer kernels: a calibrated graph belongs to the numerics class it was
-    # made on (core.host), so a cache copied to another CPU calibrates again.
-    key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn,
-                  **numerics_key()}
-    return derived_graph(parent, ctx.cache_dir, NAME, key_params, make, file=IR_FILE,
+    return derived_graph(parent, ctx.cache_dir, NAME, key_params(drawn), make, file=IR_FILE,
                          libraries=("openvino", "nncf"))

@@ -313,7 +313,7 @@ def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[
                   libraries: tuple[str, ...] = ("onnx", "onnxruntime")) -> OnnxGraph:
     """A graph a quantization method derives from ``parent`` (``make(parent_file,
     out_file)`` returns what to record), cached by the parent's key and the parameters."""
-    key = _key({"parent": parent.key, "method": method, "params": params})
+    key = _derived_key(parent, method, params)
 
     def build(work: Path) -> dict[str, Any]:
         made = make(parent.path, work / file)
@@ -321,6 +321,21 @@ def derived_graph(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[
                 "versions": engine_versions(tuple(libraries))}
 
     return cached_graph(cache_dir / f"graph-{method}-{key}", build, file)
+
+
+def _derived_key(parent: OnnxGraph, method: str, params: dict[str, Any]) -> str:
+    return _key({"parent": parent.key, "method": method, "params": params})
+
+
+def cached_derived(parent: OnnxGraph, cache_dir: Path, method: str, params: dict[str, Any],
+                   *, file: str = GRAPH_FILE) -> OnnxGraph | None:
+    """The graph :func:`derived_graph` would return from its cache for these arguments,
+    or None where that folder is missing or cannot be trusted (nothing is built, and a
+    damaged folder is left for :func:`derived_graph` to warn about and rebuild)."""
+    folder = cache_dir / f"graph-{method}-{_derived_key(parent, method, params)}"
+    info = _verified(folder, file)[0] if folder.exists() else None
+    return None if info is None else OnnxGraph(folder / file, folder.name.rsplit("-", 1)[-1],
+                                               info, reused=True)
 
 
 def versions(*names: str) -> dict[str, str | None]:
@@ -337,6 +352,7 @@ __all__ = [
     "TOKEN_STATES",
     "GraphHead",
     "OnnxGraph",
+    "cached_derived",
     "cached_graph",
     "check_graph",
     "check_width",

@@ -9,7 +9,6 @@ depend on its batch neighbours, unlike dynamic int8. The ISA configurations are
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -23,9 +22,11 @@ from evalq.engines.quantize.derive import (
     DeriveContext,
     Seed,
     calibration_texts,
+    certified_graph,
+    draw_digest,
     graph_method_load,
 )
-from evalq.engines.quantize.onnx_graph import OnnxGraph, derived_graph
+from evalq.engines.quantize.onnx_graph import GRAPH_FILE, OnnxGraph, derived_graph
 from evalq.engines.quantize.ort_dynamic import WEIGHT_TYPES
 from evalq.engines.quantize.ort_nodes import (
     STATIC_OPERATORS,
@@ -77,8 +78,18 @@ _CALIBRATION = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percent
 
 
 def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
+    # The ranges come from running the float graph on this CPU, and the graph is meant
+    # for its integer kernels: a calibrated graph belongs to the numerics class it was
+    # made on (core.host), so a cache copied to another CPU calibrates again.
+    def key_params(drawn: str) -> dict[str, Any]:
+        return {**params.model_dump(mode="json"), "calibration_ids": drawn, **numerics_key()}
+
+    certified = certified_graph(ctx, parent, NAME, params.calibration_texts, params.seed,
+                                key_params, GRAPH_FILE)
+    if certified is not None:
+        return counted(certified, NAME)
     ids, texts = calibration_texts(ctx, params.calibration_texts, params.seed, NAME)
-    drawn = hashlib.sha256("\0".join(ids).encode()).hexdigest()[:16]
+    drawn = draw_digest(ids)
 
     def make(src: Path, out: Path) -> dict[str, Any]:
         import onnx
@@ -120,12 +131,7 @@ def derive(parent: OnnxGraph, params: Params, ctx: DeriveContext) -> OnnxGraph:
                     "source": ctx.front.calibration_source,
                     "count": len(ids), "ids": ids, "ids_sha256": drawn}}
 
-    # The ranges come from running the float graph on this CPU, and the graph is meant
-    # for its integer kernels: a calibrated graph belongs to the numerics class it was
-    # made on (core.host), so a cache copied to another CPU calibrates again.
-    key_params = {**params.model_dump(mode="json"), "calibration_ids": drawn,
-                  **numerics_key()}
-    return counted(derived_graph(parent, ctx.cache_dir, NAME, key_params, make), NAME)
+    return counted(derived_graph(parent, ctx.cache_dir, NAME, key_params(drawn), make), NAME)
 
 
 def _batches(ctx: DeriveContext, texts: list[str], names: list[str],
