@@ -47,6 +47,21 @@ def _parquet_bytes(data: bytes) -> object:
     return make
 
 
+def _parquet_rows(last: list[float] | None) -> object:
+    """A parquet file whose last row is ``last`` (a short list, or null) where the others
+    are full vectors: the plan's norm sample read the column with numpy, and its
+    "inhomogeneous shape" ValueError was an exit 3."""
+    def make(folder: Path) -> dict[str, str]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows: list[list[float] | None] = [list(map(float, v)) for v in _vectors()]
+        rows[-1] = last
+        pq.write_table(pa.table({"id": IDS, "vector": rows}), folder / "v.parquet")
+        return {"path": "v.parquet"}
+    return make
+
+
 def _qdrant(collection: str | None) -> object:
     def make(folder: Path) -> dict[str, object]:
         (folder / "shard").mkdir()
@@ -60,6 +75,9 @@ CASES = {
     "parquet of another format": (_parquet_bytes(b"PAR1 not parquet"),
                                   ["v.parquet", "not a readable parquet"]),
     "empty parquet": (_parquet_bytes(b""), ["v.parquet", "not a readable parquet"]),
+    "a parquet row of another width": (_parquet_rows([0.5] * 10),
+                                       ["v.parquet", "of another width"]),
+    "a null parquet row": (_parquet_rows(None), ["v.parquet", "null"]),
     "an empty folder as a Qdrant shard": (_qdrant(None), ["no Qdrant shard", "shard"]),
     "a Qdrant collection out of its path": (_qdrant("../.."), ["collection"]),
 }

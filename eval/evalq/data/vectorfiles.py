@@ -79,17 +79,26 @@ def _check_finite(vectors: np.ndarray, wanted: Sequence[str], path: Path, what: 
 def _parquet(path: Path, id_column: str, vector_column: str) -> tuple[list[str], np.ndarray]:
     table = read_parquet(path, [id_column, vector_column])
     ids = [str(i) for i in table.column(id_column).to_pylist()]
+    return ids, parquet_matrix(table, vector_column, path)
+
+
+def parquet_matrix(table: Any, vector_column: str, path: Path,
+                   dtype: Any = np.float32) -> np.ndarray:
+    """The vector column of a parquet ``table`` as a (rows, dim) matrix; a row that is
+    null, empty or of another width is bad input naming the file and the column (the
+    plan's norm sample reads the column too, and numpy's "inhomogeneous shape" was an
+    exit 3 there)."""
     try:
-        vectors = np.asarray(table.column(vector_column).to_pylist(), dtype=np.float32)
+        vectors = np.asarray(table.column(vector_column).to_pylist(), dtype=dtype)
     except (TypeError, ValueError):
-        vectors = np.empty((0, 0), dtype=np.float32)
-    if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+        vectors = np.empty((0, 0), dtype=dtype)
+    if vectors.ndim != 2 or vectors.shape[0] != table.num_rows:
         raise InputError(message=f"column '{vector_column}' of {path} does not hold one "
                          "float list of the same length per row (a row is empty, null or "
                          "of another width)",
                          fix="store one vector (a list of floats of the model's width) per "
                          "row")
-    return ids, vectors
+    return vectors
 
 
 def read_parquet(path: Path, columns: list[str] | None = None) -> Any:

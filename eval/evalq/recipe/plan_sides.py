@@ -207,9 +207,7 @@ def _check_one(file: VectorFile, probe: ProbeOptions, base: Path,
     try:
         ids, width = read_header(file, base, side)
     except InputError as exc:
-        inner = (exc.field or "").split(".")  # <side>.<source>.<field>: name the field
-        problems.add((*key, *inner[1:]) if inner[0] == side else key,
-                     f"{label}: {exc.message}", exc.fix or "")
+        _refused(exc, at, label, problems)
         return None
     model_dim = embedding_dim(plan.model_path) if plan.model_path else None
     widths = {model_dim, options.vectors.dims} - {None}
@@ -222,7 +220,11 @@ def _check_one(file: VectorFile, probe: ProbeOptions, base: Path,
                      "that this model made")
         return None
     normalize = (plan.settings or {}).get("normalize")
-    norms = sample_norms(file, base, probe) if normalize and width == model_dim else None
+    try:  # the sample reads the rows: a null or ragged parquet row is refused there
+        norms = sample_norms(file, base, probe) if normalize and width == model_dim else None
+    except InputError as exc:
+        _refused(exc, at, label, problems)
+        return None
     if norms is not None and len(norms) and float(np.max(np.abs(norms - 1.0))) > \
             probe.norm_tolerance:
         problems.add(key, f"{label}: the {side}' vectors of {file.label()} are not unit "
@@ -234,6 +236,16 @@ def _check_one(file: VectorFile, probe: ProbeOptions, base: Path,
                      "are raw")
         return None
     return ids
+
+
+def _refused(exc: InputError, at: tuple[str, tuple[Any, ...]], label: str,
+             problems: Problems) -> None:
+    """A source's refusal under the recipe field of the source (``at``: the side and
+    that field), down to the source's own field when the refusal names one."""
+    side, key = at
+    inner = (exc.field or "").split(".")  # <side>.<source>.<field>: name the field
+    problems.add((*key, *inner[1:]) if inner[0] == side else key,
+                 f"{label}: {exc.message}", exc.fix or "")
 
 
 def _check_coverage(recipe: Any, path: Path, read: dict[str, set[str]],

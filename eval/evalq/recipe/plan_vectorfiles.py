@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError
-from evalq.data.vectorfiles import read_ids, read_parquet
+from evalq.data.vectorfiles import parquet_matrix, read_ids, read_parquet
 from evalq.plan.sides import ProbeOptions, VectorFile
 from evalq.retrieve.stored_vectors import pgvector_header, qdrant_header, qdrant_server_header
 
@@ -147,5 +147,4 @@ def _parquet_header(where: Path, file: VectorFile, side: str) -> tuple[list[str]
 
 
 def _parquet_vectors(where: Path, column: str) -> np.ndarray:
-    table = read_parquet(where, [column])
-    return np.asarray(table.column(column).to_pylist(), dtype=np.float64)
+    return parquet_matrix(read_parquet(where, [column]), column, where, dtype=np.float64)
