@@ -32,3 +32,64 @@ def test_an_unparsable_url_is_refused_at_plan_time(
     assert result.code == 2, result.err
     assert no_traceback(result.err) and str(path) in result.err
     assert "candidates.0." in result.err and "localhost:6333" in result.err
+
+
+class _WebPage:
+    """A loopback HTTP server that answers every request with a web page: what a url
+    names when it points at another service (a dashboard, a proxy's login page)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _page(self) -> None:
+                body = b"<!DOCTYPE html><html><body>Grafana</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = _page
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> _WebPage:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_url_that_is_no_qdrant_is_refused_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that answers 200 with a web page: qdrant-client's JSON decoder error went
+    through as an exit 3, at plan time for a documents: source and after the reference
+    had encoded for the index kind."""
+    import numpy as np
+
+    from evalq.core.errors import InputError
+    from evalq.retrieve.kinds import Documents
+    from evalq.retrieve.qdrant_options import QdrantOptions
+    from evalq.retrieve.registry import INDEX_KINDS
+
+    with _WebPage() as page:
+        path = write_recipe(tmp_path, candidates=[_documents(page.url)])
+        result = run_cli(capsys, "plan", str(path))
+        assert result.code == 2, result.err
+        assert no_traceback(result.err) and "candidates.0.documents.qdrant.url" in result.err
+        assert "not as Qdrant's REST API" in result.err and "6333" in result.err
+        docs = Documents(ids=("a", "b"), vectors=np.eye(2, 4, dtype=np.float32))
+        with pytest.raises(InputError) as caught:
+            INDEX_KINDS.build(QdrantOptions(url=page.url), docs, where="candidates.q.index")
+    assert caught.value.field == "candidates.q.index.url"
+    assert "Grafana" in caught.value.message

@@ -12,6 +12,7 @@ a fault reads the same, and names the same kind of field, wherever it happens.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -87,6 +88,18 @@ class QdrantConnection:
             raise self.refused(exc, refused_field) from None
         except (self.exc.ResponseHandlingException, OSError) as exc:
             raise self.unreachable(exc) from None
+        except json.JSONDecodeError as exc:  # a 200 whose body is no JSON: not Qdrant
+            raise self.not_qdrant(exc) from None
+
+    def not_qdrant(self, exc: json.JSONDecodeError) -> InputError:
+        """A server that answered, but not in JSON (a web page, another service on the
+        port): qdrant-client lets the decoder's error through, which is no bug of evalq's
+        but a url that names something other than Qdrant's REST API."""
+        body = redact(" ".join(exc.doc[:80].split()))
+        return InputError(message=f"{self.label} answered, but not as Qdrant's REST API "
+                                  f"does (no JSON: {body!r})", field=f"{self.where}.url",
+                          fix="give the Qdrant server's REST address (port 6333 unless "
+                              "it was changed; 6334 is gRPC, which evalq does not use)")
 
     def unreachable(self, exc: Exception) -> InputError:
         source = getattr(exc, "source", exc)
