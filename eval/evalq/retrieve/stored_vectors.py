@@ -15,6 +15,7 @@ the field and the fix.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,7 +55,7 @@ def pgvector_rows(dsn: str, table: str, id_column: str, vector_column: str,
             sql.Identifier(id_column)), table, where, (list(wanted),))
     return _in_order({doc: np.asarray(getattr(v, "to_numpy", lambda v=v: v)(),
                                       dtype=np.float32) for doc, v in found}, wanted,
-                     f"pgvector table {table}")
+                     f"pgvector table {table}", f"{where}.pgvector.vector_column")
 
 
 @contextmanager
@@ -118,7 +119,7 @@ def qdrant_rows(path: Path, id_payload: str | None, wanted: Sequence[str],
     rows: dict[str, np.ndarray] = {}
     for doc, vector in _points(path, id_payload, where, with_vector=True):
         rows[doc] = np.asarray(vector, dtype=np.float32)
-    return _in_order(rows, wanted, f"Qdrant shard {path}")
+    return _in_order(rows, wanted, f"Qdrant shard {path}", f"{where}.qdrant")
 
 
 def _points(path: Path, id_payload: str | None, where: str, *, with_vector: bool,
@@ -201,7 +202,8 @@ def qdrant_server_rows(url: str, collection: str, api_key_env: str | None,
                                      with_vectors=True):
             if doc in asked:
                 rows[doc] = np.asarray(vector, dtype=np.float32)
-    return _in_order(rows, wanted, f"the collection '{collection}' on {conn.label}")
+    return _in_order(rows, wanted, f"the collection '{collection}' on {conn.label}",
+                     f"{where}.qdrant")
 
 
 @contextmanager
@@ -255,10 +257,24 @@ def _scrolled(conn: QdrantConnection, collection: str, id_payload: str | None,
             return
 
 
-def _in_order(rows: dict[str, np.ndarray], wanted: Sequence[str], label: str) -> np.ndarray:
+def _in_order(rows: dict[str, np.ndarray], wanted: Sequence[str], label: str,
+              field: str) -> np.ndarray:
+    """The ``wanted`` rows stacked in that order. Every one must be there and be one
+    vector of the source's width: a NULL in a pgvector column arrives as a 0-d NaN, and
+    a ``vector`` column declared without a width may hold rows of several; either made
+    numpy's stack fail as an exit 3 (the plan reads one row's width only)."""
     missing = [doc for doc in wanted if doc not in rows]
     if missing:
         raise InputError(message=f"{label} lacks {len(missing)} documents of the corpus, "
-                                 f"e.g. {', '.join(missing[:3])}",
+                                 f"e.g. {', '.join(missing[:3])}", field=field,
                          fix="load the whole corpus into it, or lower max_docs")
+    shapes = Counter(rows[doc].shape for doc in wanted)
+    width = max(shapes, key=lambda s: (len(s) == 1, shapes[s]))
+    odd = [doc for doc in wanted if rows[doc].shape != width or len(width) != 1]
+    if odd:
+        raise InputError(message=f"{label} has {len(odd)} rows of the corpus that are "
+                                 f"NULL or not {width[0] if width else 'equally'} wide "
+                                 f"like the others, e.g. documents {', '.join(odd[:3])}",
+                         field=field, fix="store one vector of the model's width for every "
+                                          "document (re-embed those rows)")
     return np.stack([rows[doc] for doc in wanted]).astype(np.float32, copy=False)
