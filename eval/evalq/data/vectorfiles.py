@@ -45,7 +45,7 @@ def read_rows(path: Path, ids_path: Path | None, wanted: Sequence[str], *,
                          f"max_{'docs' if what == 'documents' else 'queries'}")
     rows = np.fromiter((row_of[doc] for doc in wanted), dtype=np.int64, count=len(wanted))
     picked = np.asarray(vectors[rows], dtype=np.float32)
-    _check_finite(picked, wanted, path, what)
+    check_finite(picked, wanted, f"vector file {path}", what)
     return picked
 
 
@@ -61,17 +61,17 @@ def read_ids(ids_path: Path) -> list[str]:
                          "file's row order") from None
 
 
-def _check_finite(vectors: np.ndarray, wanted: Sequence[str], path: Path, what: str
-                  ) -> None:
+def check_finite(vectors: np.ndarray, wanted: Sequence[str], source: str, what: str,
+                 field: str | None = None) -> None:
     """A NaN or infinite row is refused: FAISS and the quantizers give it no score, so its
     document silently leaves every ranking (a query's, every result), and a float16 file
     overflows to inf above 65504 (why: the probe samples only a few rows, so it cannot be
-    what finds them)."""
+    what finds them). ``source`` names the file, table or collection the rows came from."""
     bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
     if bad.size:
-        raise InputError(message=f"vector file {path} has {bad.size} rows with NaN or "
+        raise InputError(message=f"{source} has {bad.size} rows with NaN or "
                          f"infinite values, e.g. {what} "
-                         f"{', '.join(str(wanted[i]) for i in bad[:3])}",
+                         f"{', '.join(str(wanted[i]) for i in bad[:3])}", field=field,
                          fix=f"re-embed those {what} (or drop them from the dataset); "
                          "every row must be finite")
 

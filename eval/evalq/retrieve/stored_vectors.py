@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from evalq.core.errors import InputError, MissingExtraError
+from evalq.data.vectorfiles import check_finite
 from evalq.retrieve import pg_server
 from evalq.retrieve.qdrant_connection import QdrantConnection
 
@@ -262,7 +263,9 @@ def _in_order(rows: dict[str, np.ndarray], wanted: Sequence[str], label: str,
     """The ``wanted`` rows stacked in that order. Every one must be there and be one
     vector of the source's width: a NULL in a pgvector column arrives as a 0-d NaN, and
     a ``vector`` column declared without a width may hold rows of several; either made
-    numpy's stack fail as an exit 3 (the plan reads one row's width only)."""
+    numpy's stack fail as an exit 3 (the plan reads one row's width only). A Qdrant
+    collection stores NaN and infinite values as given, and the probe samples too few
+    rows to find them: such a row is refused as a vector file's is."""
     missing = [doc for doc in wanted if doc not in rows]
     if missing:
         raise InputError(message=f"{label} lacks {len(missing)} documents of the corpus, "
@@ -277,4 +280,6 @@ def _in_order(rows: dict[str, np.ndarray], wanted: Sequence[str], label: str,
                                  f"like the others, e.g. documents {', '.join(odd[:3])}",
                          field=field, fix="store one vector of the model's width for every "
                                           "document (re-embed those rows)")
-    return np.stack([rows[doc] for doc in wanted]).astype(np.float32, copy=False)
+    matrix = np.stack([rows[doc] for doc in wanted]).astype(np.float32, copy=False)
+    check_finite(matrix, wanted, label, "documents", field)  # as a vector file's rows
+    return matrix
