@@ -34,7 +34,8 @@ _SERVER_ONLY = ("collection", "api_key_env", "timeout", "index_wait_s")
 
 class HnswConfig(StrictOptions):
     """Qdrant's ``hnsw_config`` (``full_scan_threshold`` defaults to 1 KB here, not
-    Qdrant's 10000: see the module's note on the trap)."""
+    Qdrant's 10000: see the module's note on the trap). ``m: 0`` is Qdrant's way to build
+    no graph: every search is then a full scan, and the proof says so."""
 
     m: int = Field(default=16, ge=0)
     ef_construct: int = Field(default=100, ge=4)
@@ -155,6 +156,10 @@ class QdrantOptions(KindOptions):
             raise ValueError("sweep.hnsw_ef: search_params.exact searches every point "
                              "whatever hnsw_ef is, so every swept value would be the same "
                              "search; fix: set exact: false, or leave the sweep out")
+        if sweep is not None and sweep.hnsw_ef is not None and self.hnsw_config.m == 0:
+            raise ValueError("sweep.hnsw_ef: hnsw_config.m 0 builds no HNSW graph, so every "
+                             "search scans every point whatever hnsw_ef is; fix: set m "
+                             "(16 is Qdrant's default), or leave the sweep out")
         return self
 
     @model_validator(mode="after")
@@ -229,16 +234,20 @@ def proof(options: QdrantOptions, params: SearchParams, info: dict[str, int], di
           ) -> IndexProof:
     """The proof of a Qdrant search, from what the shard or server reports (``points``,
     ``indexed_vectors``): how many vectors the HNSW index holds. A search is exhaustive
-    when it asked for ``exact``, when nothing is indexed, or when the vectors are under
-    ``full_scan_threshold``; such a search is recorded as exact, never as an index run."""
+    when it asked for ``exact``, when nothing is indexed, when the vectors are under
+    ``full_scan_threshold``, or when ``m`` is 0 (Qdrant builds no graph then, and still
+    counts every vector as indexed); such a search is recorded as exact, never as an
+    index run."""
     vectors_kb = info["points"] * dim * 4 / 1024
     below = vectors_kb < options.hnsw_config.full_scan_threshold
-    exact = params.exact or info["indexed_vectors"] == 0 or below
+    no_graph = options.hnsw_config.m == 0
+    exact = params.exact or info["indexed_vectors"] == 0 or below or no_graph
     quant = options.quantization_config
     method = "full scan" if exact else "HNSW"
     if quant is not None:
         method += f" over {next(k for k, v in quant.model_dump().items() if v)} codes"
     return IndexProof(kind="qdrant", exact=exact, method=method, params={
         **info, "vectors_kb": vectors_kb, "below_full_scan_threshold": below,
+        "hnsw_graph": not no_graph,
         **options.hnsw_config.model_dump(), **options.optimizers_config.model_dump(),
         "search_params": params.model_dump(exclude_none=True)})
