@@ -178,14 +178,29 @@ def connect(db: Database, where: str) -> Any:
     except psycopg.errors.FeatureNotSupported as exc:
         conn.close()
         raise InputError(message=f"{db.label} has no pgvector extension "
-                                 f"({first_line(exc)})", field=f"{where}.dsn",
+                                 f"({first_line(exc)})", field=_dsn_field(where),
                          fix="install pgvector 0.7 or newer on that server "
                              "(https://github.com/pgvector/pgvector), or leave dsn: out "
                              "to use the embedded server") from None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # the server has pgvector, this database has not created it, and the dsn's user
+        # may not: no dead server, and no rerun helps
+        conn.close()
+        raise InputError(message=f"{db.label} has not created the pgvector extension in "
+                                 f"this database, and the dsn's user may not create it "
+                                 f"({first_line(exc)})", field=_dsn_field(where),
+                         fix="have a superuser run CREATE EXTENSION vector; in that "
+                             "database once, or give a dsn whose user may") from None
     except psycopg.Error as exc:
         conn.close()
         raise database_error(exc, db, where) from None
     return conn
+
+
+def _dsn_field(where: str) -> str:
+    """The recipe field of the dsn: ``where`` itself when the caller names it already
+    (a ``documents: {pgvector: ...}`` source), else the index's ``dsn``."""
+    return where if where.endswith(".dsn") else f"{where}.dsn"
 
 
 def answers(db: Database) -> bool:
