@@ -121,7 +121,22 @@ class QdrantIndex(PointsSearch):
                              field=self.where,
                              fix="use options Qdrant accepts (hnsw_config, "
                                  "quantization_config) and a writable path") from None
+        except Exception as exc:  # qdrant-edge's own errors: a bare Exception
+            raise self._damaged(exc, folder) from None
         marker.write_text(key + "\n")
+
+    def _damaged(self, exc: Exception, folder: Path) -> Exception:
+        """A kept shard Qdrant cannot load (a file of it cut short or overwritten: a full
+        disk, a killed write) is the cache's, not evalq's bug: exit 2 naming the folder
+        to delete, which the rerun builds again. Any other type is returned as it is."""
+        if type(exc) is not Exception:
+            return exc
+        return InputError(message=f"the Qdrant shard in {self.path} cannot be loaded "
+                                  f"({str(exc).splitlines()[0][:200]})",
+                          field=f"{self.where}.path",
+                          fix=f"delete {folder} (evalq's shard of these vectors; the rerun "
+                              "builds it again); if it recurs, check the disk under "
+                              f"{folder.parent}")
 
     def _open(self, folder: Path) -> None:
         """Load the key's shard (its config checked against the options'), or make it."""
