@@ -197,6 +197,18 @@ def connect(db: Database, where: str) -> Any:
     return conn
 
 
+def not_permitted(exc: BaseException, db: Database, where: str) -> InputError:
+    """The dsn's user lacks a privilege evalq's table needs: to create it in the schema
+    (PostgreSQL 15 grants no one CREATE on ``public`` by default), or to read or load
+    one another role made. No rerun helps, and the server is not dead."""
+    return InputError(message=f"{db.label}: the dsn's user may not do what evalq's table "
+                              f"of the vectors needs ({first_line(exc)})",
+                      field=_dsn_field(where),
+                      fix="grant that user CREATE on the schema (GRANT CREATE ON SCHEMA "
+                          "public TO <user>) and, for tables another role made, SELECT and "
+                          "INSERT on them, or give a dsn whose user has these rights")
+
+
 def _dsn_field(where: str) -> str:
     """The recipe field of the dsn: ``where`` itself when the caller names it already
     (a ``documents: {pgvector: ...}`` source), else the index's ``dsn``."""

@@ -138,8 +138,8 @@ class PgvectorIndex:
             if not found[1]:
                 return set()
             have = {int(r[0]) for r in self.conn.execute(f"SELECT id FROM {self.table}")}
-        except psycopg.OperationalError as exc:
-            raise pg_server.database_error(exc, self.db, self.where) from None
+        except (psycopg.OperationalError, psycopg.errors.InsufficientPrivilege) as exc:
+            raise self._failure(exc, "dsn") from None
         complete = found[0] == f"{_COMPLETE} {key}" and len(have) == len(self._ids)
         return None if complete else have
 
@@ -177,10 +177,8 @@ class PgvectorIndex:
                 copy.set_types(["int4", "halfvec" if half else "vector"])
                 for sql_id, vector in zip(sql_ids.tolist(), vectors):
                     copy.write_row((sql_id, HalfVector(vector) if half else vector))
-        except psycopg.OperationalError as exc:
-            raise pg_server.database_error(exc, self.db, self.where) from None
         except psycopg.Error as exc:
-            raise self._refused(exc, "vector_type") from None
+            raise self._failure(exc, "vector_type") from None
 
     # -- searching --------------------------------------------------------------------
     def search(self, queries: Queries, depth: int, params: Any = None) -> Ranking:
@@ -214,10 +212,8 @@ class PgvectorIndex:
                         idx[row, :len(found)] = self._row_of[got[:, 0].astype(np.int64)]
                         scores[row, :len(found)] = score_of(got[:, 1])
             self._search_s = time.perf_counter() - began
-        except psycopg.OperationalError as exc:
-            raise pg_server.database_error(exc, self.db, self.where) from None
         except psycopg.Error as exc:
-            raise self._refused(exc, "ef_search") from None
+            raise self._failure(exc, "ef_search") from None
         self._queries, self._missing = n_q, int((idx < 0).sum())
         return Ranking.from_search(queries.ids, self._ids, idx, scores)
 
@@ -352,10 +348,19 @@ class PgvectorIndex:
 
         try:
             self.conn.execute(statement)
-        except psycopg.OperationalError as exc:
-            raise pg_server.database_error(exc, self.db, self.where) from None
         except psycopg.Error as exc:
-            raise self._refused(exc, field) from None
+            raise self._failure(exc, field) from None
+
+    def _failure(self, exc: BaseException, field: str) -> InputError:
+        """A database error as the user's to fix: a server gone, a privilege the dsn's
+        user lacks (no rerun helps), or options the server refused (``field``)."""
+        import psycopg
+
+        if isinstance(exc, psycopg.OperationalError):
+            return pg_server.database_error(exc, self.db, self.where)
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return pg_server.not_permitted(exc, self.db, self.where)
+        return self._refused(exc, field)
 
     def _refused(self, exc: BaseException, field: str) -> InputError:
         return InputError(
