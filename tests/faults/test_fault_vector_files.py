@@ -112,6 +112,17 @@ def test_a_non_finite_row_is_refused_not_dropped(tmp_path: Path, bad: float) -> 
     assert "d4" in caught.value.message and "v.npy" in caught.value.message
 
 
+def test_an_ids_file_from_a_windows_editor_reads_as_its_ids(tmp_path: Path) -> None:
+    """A byte-order mark before the first id, CRLF line ends and a trailing space were
+    read into the ids, and the run refused the file for 'lacking d1', which the user
+    could see on its first line."""
+    np.save(tmp_path / "v.npy", _vectors())
+    (tmp_path / "ids.txt").write_bytes(
+        "\ufeff".encode() + "\r\n".join([IDS[0] + " ", *IDS[1:]]).encode() + b"\r\n")
+    assert np.array_equal(read_rows(tmp_path / "v.npy", tmp_path / "ids.txt", IDS),
+                          _vectors())
+
+
 def test_a_ragged_parquet_column_is_refused(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -51,9 +51,13 @@ def read_rows(path: Path, ids_path: Path | None, wanted: Sequence[str], *,
 
 def read_ids(ids_path: Path) -> list[str]:
     """A vector file's ids, one a line in row order; a file that is not UTF-8 text (a
-    binary file named by mistake) is bad input, not a crash."""
+    binary file named by mistake) is bad input, not a crash. A byte-order mark (what
+    some editors put first) and spaces around an id are not part of it: ids hold no
+    whitespace, and "lacks d1" for a file whose first line reads d1 sends a user
+    looking for what cannot be seen."""
     try:
-        return ids_path.read_text(encoding="utf-8").splitlines()
+        return [line.strip() for line in
+                ids_path.read_text(encoding="utf-8-sig").splitlines()]
     except UnicodeDecodeError as exc:
         raise InputError(message=f"ids file {ids_path} is not UTF-8 text ({exc.reason} at "
                          f"byte {exc.start})",
