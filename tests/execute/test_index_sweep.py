@@ -74,7 +74,7 @@ def _load(index: dict[str, Any], tmp_path: Path) -> Any:
     ({"kind": "pgvector", "sweep": {"ef_search": [10, 5000]}}, "index", "at 5000",
      "values this index takes"),
     ({"kind": "qdrant", "sweep": {"oversampling": [1.0, 2.0]}}, "index",
-     "oversampling applies to quantized vectors", "quantization_config"),
+     "apply to quantized vectors", "quantization_config"),
     ({"kind": "exact", "sweep": {"efSearch": [1, 2]}}, "index.sweep", "unknown key 'sweep'",
      "kind"),
 ])

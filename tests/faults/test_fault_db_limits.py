@@ -73,3 +73,20 @@ def test_a_multiplier_past_any_use_is_refused_saying_what_to_use(
             "quantization": {"oversampling": bound}}})
         path = write_recipe(tmp_path, candidates=[{"name": "db", "index": at}])
         assert run_cli(capsys, "validate", str(path)).code == 0
+
+
+def test_quantized_search_settings_over_unquantized_vectors_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``search_params.quantization`` (rescore, oversampling) without a
+    ``quantization_config``: Qdrant takes it and does nothing, so a variant named for its
+    rescored search ran a plain one, without a word."""
+    index = {"kind": "qdrant", "search_params": {"quantization": {"rescore": True,
+                                                                  "oversampling": 4.0}}}
+    path = write_recipe(tmp_path, candidates=[{"name": "db", "index": index}])
+    result = run_cli(capsys, "validate", str(path))
+    assert result.code == 2 and no_traceback(result.err), result.err
+    assert "candidates.0.index" in result.err and "quantization_config" in result.err
+    assert "stores none" in result.err
+    path = write_recipe(tmp_path, candidates=[{"name": "db", "index": {
+        **index, **QDRANT_CODES}}])
+    assert run_cli(capsys, "validate", str(path)).code == 0

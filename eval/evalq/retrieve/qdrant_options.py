@@ -160,6 +160,13 @@ class QdrantOptions(KindOptions):
             raise ValueError("sweep.hnsw_ef: hnsw_config.m 0 builds no HNSW graph, so every "
                              "search scans every point whatever hnsw_ef is; fix: set m "
                              "(16 is Qdrant's default), or leave the sweep out")
+        if self.search_params.quantization is not None and self.quantization_config is None:
+            # Qdrant takes it and does nothing: a variant 'rescored at 4x oversampling'
+            # would be an unquantized search under that name
+            raise ValueError("search_params.quantization: ignore, rescore and oversampling "
+                             "apply to quantized vectors, and this collection stores none; "
+                             "fix: set quantization_config (scalar, binary or product), or "
+                             "leave search_params.quantization out")
         return self
 
     @model_validator(mode="after")
