@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.support import recipes
+from tests.support.certified_draws import assert_certified_draw_needs_no_corpus
 
 from evalq.app.cli import main
 from evalq.core.errors import InputError, MissingExtraError
@@ -142,21 +143,9 @@ def test_methods_derive_a_recorded_graph(method, onnx_ctx, mixed_texts, inproces
 def test_a_certified_draw_finds_the_cached_static_graph_without_the_corpus(onnx_ctx):
     """As for OpenVINO's NNCF graph (tests/engines/test_openvino_backend.py): the digest a
     certificate records keys the cached static int8 graph, and the corpus is not read."""
-    variant = Variant(name="q", backend="onnx",
-                      quantization={"method": "ort-static-int8", "calibration_texts": 16})
-    first = build(variant, onnx_ctx)
-    first.close()
-    drawn = first.describe()["graph_info"]["params"]["calibration_ids"]
-
-    def unread(n: int, seed: int) -> list[tuple[str, str]]:
-        raise AssertionError("the corpus was read")
-
-    known = dataclasses.replace(onnx_ctx, calibration=unread, known_draws={(16, 0): drawn})
-    again = build(variant, known)
-    again.close()
-    assert again.describe()["graph_key"] == first.describe()["graph_key"]
-    with pytest.raises(AssertionError, match="the corpus was read"):
-        build(variant, dataclasses.replace(known, known_draws={(16, 1): drawn}))
+    assert_certified_draw_needs_no_corpus(build, Variant(
+        name="q", backend="onnx",
+        quantization={"method": "ort-static-int8", "calibration_texts": 16}), onnx_ctx, 16)
 
 
 def test_quantizer_logging_leaves_the_root_logger_as_it_found_it(monkeypatch, capsys):

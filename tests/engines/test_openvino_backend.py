@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.support import recipes
+from tests.support.certified_draws import assert_certified_draw_needs_no_corpus
 
 from evalq.app.cli import main
 from evalq.core.errors import InputError
@@ -105,22 +106,9 @@ def test_a_certified_draw_finds_the_cached_graph_without_reading_the_corpus(ov_c
     """``evalq verify`` knows the digest of the certified graph's calibration draw (its
     certificate records it): with it the cached graph is found and the corpus is never
     read; a digest that keys no cached graph draws from the corpus as a run does."""
-    variant = Variant(name="ov8", backend="openvino",
-                      quantization={"method": "nncf-int8", "calibration_texts": 16})
-    first = build(variant, ov_ctx)
-    first.close()
-    drawn = first.describe()["graph_info"]["params"]["calibration_ids"]
-
-    def unread(n: int, seed: int) -> list[tuple[str, str]]:
-        raise AssertionError("the corpus was read")
-
-    known = dataclasses.replace(ov_ctx, calibration=unread, known_draws={(16, 0): drawn})
-    again = build(variant, known)
-    again.close()
-    assert again.describe()["graph_key"] == first.describe()["graph_key"]
-    for other in ({(16, 0): "0" * 16}, {(32, 0): drawn}, {}):
-        with pytest.raises(AssertionError, match="the corpus was read"):
-            build(variant, dataclasses.replace(known, known_draws=other))
+    assert_certified_draw_needs_no_corpus(build, Variant(
+        name="ov8", backend="openvino",
+        quantization={"method": "nncf-int8", "calibration_texts": 16}), ov_ctx, 16)
 
 
 def test_int8_on_an_empty_corpus_exits_2(ov_ctx):
