@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import signal
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from support import recipes
+from support.loopback import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "beir-tiny"
@@ -65,15 +67,12 @@ def no_traceback(text: str) -> bool:
     return "Traceback (most recent call last)" not in text
 
 
-class CannedServer:
+class CannedServer(LoopbackServer):
     """A deliberately misbehaving ``/v1/embeddings`` server: ``reply(inputs)`` returns
     ``(status, body_text, headers)``. No real server misbehaves on demand, so the faults a
     broken deployment produces are served from here; ``/v1/models`` reports ``models``."""
 
     def __init__(self, reply: Any, models: Any = None) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         outer = self
         self.reply, self.models, self.seen = reply, models, []
 
@@ -101,18 +100,7 @@ class CannedServer:
                 status, text, headers = outer.reply(payload["input"], dict(self.headers))
                 self._write(status, text, headers)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> CannedServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def text_vector(text: str, dim: int = 384, version: int = 0) -> list[float]:

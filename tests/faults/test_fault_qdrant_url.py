@@ -6,11 +6,14 @@ source are refused at plan time, naming the field."""
 
 from __future__ import annotations
 
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 from faultkit import no_traceback, run_cli, write_recipe
+
+from support.loopback import LoopbackServer
 
 URLS = ["http://127.0.0.1:99999", "http://[::1", "http://:6333", "http://127.0.0.1:0"]
 
@@ -34,40 +37,22 @@ def test_an_unparsable_url_is_refused_at_plan_time(
     assert "candidates.0." in result.err and "localhost:6333" in result.err
 
 
-class _WebPage:
-    """A loopback HTTP server that answers every request with a web page: what a url
-    names when it points at another service (a dashboard, a proxy's login page)."""
+class _Page(BaseHTTPRequestHandler):
+    """Every request answered with a web page: what a url names when it points at
+    another service (a dashboard, a proxy's login page)."""
 
-    def __init__(self) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+    def _page(self) -> None:
+        body = b"<!DOCTYPE html><html><body>Grafana</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-            def _page(self) -> None:
-                body = b"<!DOCTYPE html><html><body>Grafana</body></html>"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_PATCH = _page
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> _WebPage:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    do_GET = do_POST = do_PUT = do_PATCH = _page
 
 
 def test_a_url_that_is_no_qdrant_is_refused_naming_it(
@@ -82,7 +67,7 @@ def test_a_url_that_is_no_qdrant_is_refused_naming_it(
     from evalq.retrieve.qdrant_options import QdrantOptions
     from evalq.retrieve.registry import INDEX_KINDS
 
-    with _WebPage() as page:
+    with LoopbackServer(_Page) as page:
         path = write_recipe(tmp_path, candidates=[_documents(page.url)])
         result = run_cli(capsys, "plan", str(path))
         assert result.code == 2, result.err

@@ -20,8 +20,10 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from support.loopback import LoopbackServer
 
 
 @dataclass
@@ -35,21 +37,10 @@ class RerankState:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class FakeRerankServer:
+class FakeRerankServer(LoopbackServer):
     def __init__(self, state: RerankState) -> None:
         self.state = state
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeRerankServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(_make_handler(self))
 
     def scores(self, query: str, texts: list[str], raw: bool) -> list[float]:
         import torch
