@@ -2,7 +2,9 @@
 `evalq verify` reads a file a user can edit and vectors a server returns. A certificate
 whose probe or tolerance is not what `evalq certify` writes is exit 2 ("not an evalq
 certificate", naming the part); before, a NaN tolerance or NaN vectors verified as MATCH
-(no comparison with NaN is a mismatch) and unequal lists or text vectors ended in exit 3."""
+(no comparison with NaN is a mismatch) and unequal lists or text vectors ended in exit 3,
+as did an identity, options or settings part of another type, token counts as text and a
+vector value past float32."""
 
 from __future__ import annotations
 
@@ -48,6 +50,19 @@ EDITS = {
     "tolerance past any cosine": _tolerance(5.0),
     "tolerance as text": _tolerance("1e-4"),
     "recipe not a mapping": lambda cert: cert.update(recipe=[1]),
+    # what verify reads beside the probe: each ended in exit 3 (AttributeError,
+    # OverflowError) instead of naming the certificate
+    "identity a list": lambda cert: cert.update(identity=[1]),
+    "identity.host a text": lambda cert: cert["identity"].update(host="x86-64/amx"),
+    "identity.engines a list": lambda cert: cert["identity"].update(engines=["torch"]),
+    "options a list": lambda cert: cert.update(options=[1]),
+    "options.max_queries as text": lambda cert: cert.update(options={"max_queries": "40"}),
+    "options.max_docs 0": lambda cert: cert.update(options={"max_docs": 0}),
+    "settings a text": lambda cert: cert.update(settings="mean"),
+    "token counts as text": _probe(tokens=["3"] * 4),
+    "a vector value past float64": _probe(vectors=[[10**400, *row[1:]] for row in VECTORS]),
+    "a vector value past float32": _probe(vectors=[[1e39, *row[1:]] for row in VECTORS]),
+    "certificate_version true": lambda cert: cert.update(certificate_version=True),
 }
 
 
@@ -67,6 +82,24 @@ def test_an_edited_certificate_is_not_a_certificate(tmp_path: Path, case: str) -
         read_certificate(path)
     assert "not an evalq certificate" in caught.value.message
     assert str(caught.value.file) == str(path)
+
+
+@pytest.mark.parametrize("case", ["identity a list", "options a list"])
+def test_an_edited_part_verify_reads_is_exit_2_not_3(
+        tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the command, with a recipe that plans: these edits passed the reading, and
+    verify then failed on them with exit 3 ('a bug in evalq') once the plan was built."""
+    from faultkit import recipe_data, run_cli
+
+    cert = copy.deepcopy(CERT)
+    cert.update(variant="int8-vectors", recipe=recipe_data(tmp_path),
+                recipe_file=str(tmp_path / "recipe.yaml"))
+    EDITS[case](cert)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cert))
+    outcome = run_cli(capsys, "verify", str(path))
+    assert outcome.code == 2, outcome.err
+    assert f"{path}: not an evalq certificate" in outcome.err, outcome.err
 
 
 def test_an_invalid_stored_recipe_names_the_certificate(tmp_path: Path) -> None:

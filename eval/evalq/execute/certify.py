@@ -55,6 +55,7 @@ LOCAL_BACKENDS = ("inprocess", "onnx", "openvino")
 # order) stays within: float32 rounding over a model's layers, two decades above a
 # single dot product's, and two decades below what truncation or pooling moves.
 FLOOR = 1e-4
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def read_certificate(path: str | Path) -> dict[str, Any]:
     file = Path(path)
     try:
         cert = json.loads(file.read_text(encoding="utf-8"))
-        if cert["certificate_version"] != CERT_VERSION:
+        version = cert["certificate_version"]
+        if version != CERT_VERSION or isinstance(version, bool):
             raise ValueError(f"certificate_version {cert['certificate_version']}")
         missing = [k for k in ("variant", "recipe", "identity", "probe", "tolerance")
                    if k not in cert]
@@ -238,11 +240,35 @@ def read_certificate(path: str | Path) -> dict[str, Any]:
 def _parts_problem(cert: dict[str, Any]) -> str | None:
     """What is wrong with the parts verify reads, as certify writes them (None: nothing):
     a hand-edited probe of unequal lengths, text vectors or a NaN tolerance ended in exit
-    3, or verified anything (no comparison with NaN is a mismatch). Checked by type, not
-    by catching what reading them would raise, so a bug here still surfaces as one."""
+    3, or verified anything (no comparison with NaN is a mismatch); so did an identity,
+    options or settings part of another type (a list where certify writes a mapping).
+    Checked by type, not by catching what reading them would raise, so a bug here still
+    surfaces as one."""
     if not isinstance(cert["variant"], str) or not isinstance(cert["recipe"], dict):
         return "variant must be a name and recipe a mapping"
-    probe = cert["probe"]
+    problem = _probe_problem(cert["probe"]) or _context_problem(cert)
+    if problem is not None:
+        return problem
+    bound = cert["tolerance"]
+    tolerance = bound.get("max_one_minus_cosine") if isinstance(bound, dict) else None
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) \
+            or not 0 <= tolerance < 1:
+        return f"tolerance.max_one_minus_cosine {tolerance!r} is not a number in [0, 1)"
+    return None
+
+
+def _float32(value: Any) -> bool:
+    """A JSON number a float32 holds finitely (NaN, infinities, booleans and integers past
+    float32, which numpy cannot even convert when past float64, are not)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) \
+        and abs(value) <= _FLOAT32_MAX
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _probe_problem(probe: Any) -> str | None:
     if not isinstance(probe, dict):
         return "probe must be a mapping"
     roles, texts = probe.get("roles"), probe.get("texts")
@@ -253,19 +279,35 @@ def _parts_problem(cert: dict[str, Any]) -> str | None:
                 "'document' and of texts")
     rows = probe.get("vectors")
     if not isinstance(rows, list) or len(rows) != len(texts) or any(
-            not isinstance(row, list) or not row or any(
-                isinstance(x, bool) or not isinstance(x, int | float) for x in row)
-            for row in rows) or len({len(row) for row in rows}) != 1 \
-            or not np.isfinite(np.asarray(rows, dtype=np.float64)).all():
-        return "probe.vectors must be one finite vector per probe text, all of one width"
+            not isinstance(row, list) or not row or not all(_float32(x) for x in row)
+            for row in rows) or len({len(row) for row in rows}) != 1:
+        return ("probe.vectors must be one vector of finite float32 numbers per probe "
+                "text, all of one width")
     tokens = probe.get("tokens")
-    if tokens is not None and (not isinstance(tokens, list) or len(tokens) != len(texts)):
-        return "probe.tokens must hold one count per probe text"
-    bound = cert["tolerance"]
-    tolerance = bound.get("max_one_minus_cosine") if isinstance(bound, dict) else None
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) \
-            or not 0 <= tolerance < 1:
-        return f"tolerance.max_one_minus_cosine {tolerance!r} is not a number in [0, 1)"
+    if tokens is not None and (not isinstance(tokens, list) or len(tokens) != len(texts)
+                               or not all(_count(n) for n in tokens)):
+        return "probe.tokens must hold one whole number of tokens per probe text"
+    return None
+
+
+def _context_problem(cert: dict[str, Any]) -> str | None:
+    """The identity, options and settings verify reads (``_identity_differences``, the
+    datasets' slice, the causes' settings)."""
+    identity = cert["identity"]
+    if not isinstance(identity, dict):
+        return "identity must be a mapping"
+    for part in ("host", "engines"):
+        if not isinstance(identity.get(part) or {}, dict):
+            return f"identity.{part} must be a mapping"
+    options = cert.get("options") or {}
+    if not isinstance(options, dict):
+        return "options must be a mapping"
+    for limit in ("max_queries", "max_docs"):
+        value = options.get(limit)
+        if value is not None and (not _count(value) or value == 0):
+            return f"options.{limit} {value!r} is neither null nor a whole number >= 1"
+    if not isinstance(cert.get("settings") or {}, dict):
+        return "settings must be a mapping"
     return None
 
 
