@@ -34,7 +34,7 @@ import numpy as np
 
 from evalq.core import atomicio
 from evalq.core.errors import InputError
-from evalq.core.host import engine_versions, host_facts
+from evalq.core.host import current_class, engine_versions, host_facts
 from evalq.data.manifest import load_datasets
 from evalq.encode.parity import pick_parity_texts
 from evalq.engines.context import BuildContext
@@ -162,6 +162,29 @@ def _reference_distance(summary: dict[str, Any], name: str) -> float:
 PlanFor = Callable[[str], Plan]
 
 
+def _check_class(decided: str | None, folder: RunFolder) -> str | None:
+    """Refuse to certify on another numerics class than the verdicts were decided on: the
+    probe's vectors are encoded here and the certificate names this machine's class, so a
+    folder copied to another CPU (or certified under an ISA cap the run lacked) gave a
+    certificate of a class no gate decided, which verify on that class then matched
+    without a word. A note where the folder recorded no host (older folders)."""
+    here = current_class()
+    if decided is None:
+        return (f"{folder.root} records no host: its verdicts may have been decided on "
+                f"another numerics class than this machine's ({here}), which the "
+                "certificates name")
+    if decided != here:
+        raise InputError(
+            message=f"the verdicts were decided on numerics class {decided} and this "
+            f"machine is of class {here}: a certificate's probe is encoded here, so it "
+            f"would certify {here}, where no gate was decided",
+            file=folder.root / "summary.json", field="host.numerics_class",
+            fix=f"run 'evalq certify' on a machine of class {decided}, with the ISA caps "
+            "the run had (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY) and no others, or run "
+            "the recipe on this machine and certify that folder")
+    return None
+
+
 def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_for: PlanFor,
             *, probe: int = 32) -> tuple[list[Path], list[str]]:
     """Write ``certificates/<variant>.json`` for every candidate of a finished run whose
@@ -172,7 +195,12 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
     manifest, summary = folder.read_manifest_data(), folder.read_summary()
     recipe_path = Path(str(manifest.get("recipe_file") or ""))
     options = manifest.get("options") or {}
-    written, notes = [], []
+    written: list[Path] = []
+    passed = [i for i in summary.variants.values() if i.role == "candidate"
+              and i.verdict == "pass"]
+    note = None if not passed else _check_class(
+        summary.host.numerics_class if summary.host else None, folder)
+    notes = [] if note is None else [note]
     for name, info in summary.variants.items():
         if info.role != "candidate" or info.verdict != "pass":
             continue

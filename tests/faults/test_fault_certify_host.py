@@ -1,0 +1,66 @@
+"""Fault class "a results folder certified on another machine" (`evalq certify`): a
+certificate's probe vectors are encoded by the machine that runs `certify`, and its
+identity names that machine's numerics class. A folder whose verdicts were decided on
+another class (copied from another CPU, or certified under an ISA cap the run did not
+have) wrote a certificate of a class no gate decided, and `evalq verify` on that class
+then printed MATCH without a note. It is exit 2 naming the summary's class and this
+machine's, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from faultkit import no_traceback, run_cli, write_recipe
+
+from evalq.app.cli import main
+from evalq.core.host import current_class
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+
+@pytest.fixture(scope="module")
+def passed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of the fault recipe whose int8-vectors candidate passed (4 queries
+    leave it inconclusive, so the summary says pass, as tests/execute/test_certify.py's
+    copies do)."""
+    folder = tmp_path_factory.mktemp("certify-host")
+    assert main(["run", str(write_recipe(folder))]) in (0, 1)
+    out = folder / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    summary["variants"]["int8-vectors"].update(verdict="pass", passed=True)
+    (out / "summary.json").write_text(json.dumps(summary))
+    return out
+
+
+def _decided_on(passed: Path, tmp_path: Path, numerics_class: str) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(passed, out)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["host"]["numerics_class"] = numerics_class
+    (out / "summary.json").write_text(json.dumps(summary))
+    return out
+
+
+def test_a_folder_decided_on_another_class_is_not_certified_here(
+        passed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    elsewhere = "arm64/sve" if current_class().startswith("x86-64") else "x86-64/avx2"
+    out = _decided_on(passed, tmp_path, elsewhere)
+    outcome = run_cli(capsys, "certify", str(out), "--probe", "2")
+    assert outcome.code == 2, outcome.err
+    assert no_traceback(outcome.err)
+    assert f"{out / 'summary.json'}: field 'host.numerics_class'" in outcome.err
+    assert f"decided on numerics class {elsewhere}" in outcome.err
+    assert f"this machine is of class {current_class()}" in outcome.err
+    assert not (out / "certificates").exists()
+
+
+def test_a_folder_decided_on_this_class_is_certified(
+        passed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _decided_on(passed, tmp_path, current_class())
+    outcome = run_cli(capsys, "certify", str(out), "--probe", "2")
+    assert outcome.code == 0, outcome.err
+    cert = json.loads((out / "certificates" / "int8-vectors.json").read_text())
+    assert cert["identity"]["host"]["numerics_class"] == current_class()
