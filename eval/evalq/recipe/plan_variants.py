@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evalq.core.errors import InputError
-from evalq.core.weights import model_fingerprint
+from evalq.core.weights import check_weight_files, model_fingerprint
 from evalq.engines.capability import DeviceInfo, check_capability
 from evalq.engines.lasttoken import eos_problem
 from evalq.engines.modelinfo import (
@@ -209,6 +209,7 @@ def resolve_model(recipe: Any, variant: Any, vpath: tuple[Any, ...], label: str,
         resolved = resolve_model_path(spec_text)
         model_path = str(resolved)
         fingerprint = model_fingerprint(resolved)
+        check_weight_files(resolved)
         merged = recipe.encoding.merged(variant.encoding)
         resolved_settings = resolve_settings(resolved, merged.model_dump(exclude_none=True))
         settings = resolved_settings.as_dict()
