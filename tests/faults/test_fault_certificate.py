@@ -120,10 +120,15 @@ def test_nan_vectors_from_a_deployment_do_not_match() -> None:
     assert any("NaN" in cause for cause in found.causes), found.causes
 
 
-@pytest.mark.parametrize("url", ["not a url", "ftp://127.0.0.1:8000/v1", "http://"])
+@pytest.mark.parametrize("url", ["not a url", "ftp://127.0.0.1:8000/v1", "http://",
+                                 "http://[::1", "http://127.0.0.1:abc/v1",
+                                 "http://127.0.0.1:99999/v1", "http://127.0.0.1:0/v1"])
 def test_verify_refuses_a_url_that_is_not_one(tmp_path: Path, url: str) -> None:
     """`--url 'not a url'` built the model, then retried four times before failing with
-    'cannot reach not a url/v1/embeddings'; it is refused before anything loads."""
+    'cannot reach not a url/v1/embeddings'; it is refused before anything loads. An
+    unclosed IPv6 bracket (urlsplit's ValueError) and a port that is not a number
+    (httpx's InvalidURL, once the model was built) ended in exit 3, and port 99999 was
+    sent and refused as 'cannot reach'."""
     from evalq.app.verify_command import verify_command
 
     path = tmp_path / "c.json"

@@ -54,15 +54,27 @@ def certify_command(results: Path, *, probe: int = 32) -> int:
     return 0
 
 
+def _check_url(url: str) -> None:
+    """``--url`` checked before anything loads: 'not a url' was retried 4 times, and an
+    unclosed IPv6 bracket or a port that is not a number (which ``urlsplit`` raises on, or
+    httpx once the model was built) ended in exit 3; a port past 65535 was sent and
+    refused as 'cannot reach'."""
+    try:
+        parts = urlsplit(url)
+        why = " (port 0)" if parts.port == 0 else ""
+    except ValueError as exc:  # urlsplit's own refusal: "Invalid IPv6 URL", "Port out of range"
+        parts, why = None, f" ({exc})"
+    if why or parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(message=f"{url!r} is not an http(s) URL{why}", field="--url",
+                         fix="pass the endpoint's base, e.g. --url http://127.0.0.1:8000/v1")
+
+
 def verify_command(certificate: Path, *, url: str | None = None,
                    model: str | None = None) -> int:
     """0 when this machine's engine (or the endpoint at ``url``) reproduces the
     certificate, 1 (naming the causes it can tell) when it does not."""
-    if url is not None:  # checked before anything loads ('not a url' was retried 4 times)
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InputError(message=f"{url!r} is not an http(s) URL", field="--url",
-                             fix="pass the endpoint's base, e.g. --url http://127.0.0.1:8000/v1")
+    if url is not None:
+        _check_url(url)
     cert = read_certificate(certificate)
     variants, plan_for = stored_plans(cert["recipe"],
                                       Path(str(cert.get("recipe_file") or "")),
