@@ -4,7 +4,9 @@ identity names that machine's numerics class. A folder whose verdicts were decid
 another class (copied from another CPU, or certified under an ISA cap the run did not
 have) wrote a certificate of a class no gate decided, and `evalq verify` on that class
 then printed MATCH without a note. It is exit 2 naming the summary's class and this
-machine's, and nothing is written."""
+machine's, and nothing is written. And a model folder whose tokenizer was edited after
+certifying: verify names the folder's non-weight files, which the certificate's digest
+tells apart."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from faultkit import no_traceback, run_cli, write_recipe
 
 from evalq.app.cli import main
 from evalq.core.host import current_class
+from evalq.engines.modelinfo import resolve_model_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -64,3 +67,26 @@ def test_a_folder_decided_on_this_class_is_certified(
     assert outcome.code == 0, outcome.err
     cert = json.loads((out / "certificates" / "int8-vectors.json").read_text())
     assert cert["identity"]["host"]["numerics_class"] == current_class()
+
+
+def test_an_edited_tokenizer_is_named_as_the_cause(
+        passed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The model folder's tokenizer edited after certifying (lower-casing off): every
+    vector moved and verify named 'another pooling, dtype, numerics class or model',
+    though the certificate's digest of the folder's non-weight files told it."""
+    out = _decided_on(passed, tmp_path, current_class())
+    assert run_cli(capsys, "certify", str(out), "--probe", "4").code == 0
+    path = out / "certificates" / "int8-vectors.json"
+    cert = json.loads(path.read_text())
+    model = tmp_path / "model"
+    shutil.copytree(resolve_model_path(cert["recipe"]["model"]["path"]), model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config,
+                                                             "do_lower_case": False}))
+    cert["recipe"]["model"]["path"] = str(model)
+    path.write_text(json.dumps(cert))
+    outcome = run_cli(capsys, "verify", str(path))
+    assert outcome.code == 1, outcome.err
+    assert f"cause: other non-weight files (tokenizer, configuration) in {model}" \
+        in outcome.out, outcome.out
+    assert "a different model" not in outcome.out  # the weights and config.json are the same

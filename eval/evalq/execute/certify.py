@@ -41,7 +41,7 @@ from evalq.engines.context import BuildContext
 from evalq.engines.factory import create_encoder, resolve_device
 from evalq.engines.options import EncoderVariant, HttpOptions
 from evalq.engines.server_routes import own_truncation_fields
-from evalq.engines.tokenizer_identity import TokenizerIdentity
+from evalq.engines.tokenizer_identity import TokenizerIdentity, folder_digest
 from evalq.engines.tokenizer_identity import resolve as resolve_tokenizer
 from evalq.execute.calibration_sample import corpus_calibration
 from evalq.execute.verify_causes import compare, cosines
@@ -340,10 +340,11 @@ def _context_problem(cert: dict[str, Any]) -> str | None:
 
 
 def _identity_differences(identity: dict[str, Any], weights: str | None,
-                          url: str | None) -> list[str]:
-    """What the certificate's identity tells apart here: weights, class, versions (for a
-    served endpoint only the weights evalq resolved locally are comparable: the server's
-    host and engines are not visible)."""
+                          url: str | None, model_folder: Path) -> list[str]:
+    """What the certificate's identity tells apart here: weights, class, versions, the
+    model folder's tokenizer and config files (for a served endpoint only the weights
+    evalq resolved locally are comparable: the server's host, engines and tokenizer are
+    not visible)."""
     differs = []
     if weights != identity.get("model_fingerprint"):
         differs.append(f"a different model (weights {str(weights)[:12]}, certified "
@@ -359,6 +360,14 @@ def _identity_differences(identity: dict[str, Any], weights: str | None,
         if now.engines.get(engine) != version:
             differs.append(f"another {engine} version ({now.engines.get(engine)}, "
                            f"certified with {version})")
+    # a folder whose tokenizer was edited moved every vector, and the causes named only
+    # 'another pooling, dtype, numerics class or model', though the digest told it
+    known = TokenizerIdentity.from_dict(identity.get("tokenizer"))
+    files = None if known is None else folder_digest(model_folder)
+    if known is not None and files != known.files:
+        differs.append(f"other non-weight files (tokenizer, configuration) in "
+                       f"{model_folder}: digest {str(files)[:12]}, certified "
+                       f"{known.files[:12]}")
     return differs
 
 
@@ -389,7 +398,8 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
     found = compare(vectors, stored, probe_part["roles"],
                     probe_part.get("tokens") or [0] * len(probe),
                     cert.get("settings") or settings.as_dict(), tolerance)
-    differs = _identity_differences(identity, weights, url)
+    differs = _identity_differences(identity, weights, url,
+                                    plan.variant(name).model_folder())
     return Verification(variant=name, matched=found.matched, min_cosine=found.min_cosine,
                         tolerance=tolerance,
                         causes=() if found.matched else (*found.causes, *differs),
