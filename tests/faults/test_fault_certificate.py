@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,21 @@ def test_nan_vectors_from_a_deployment_do_not_match() -> None:
                     {"normalize": False}, 1e-4)
     assert not found.matched
     assert any("NaN" in cause for cause in found.causes), found.causes
+
+
+def test_huge_finite_vectors_from_a_deployment_are_measured_not_overflowed() -> None:
+    """A server answering vectors of finite float32 values near 1e30 (a missing
+    normalization of a model whose activations blow up): their squares overflow float32,
+    and the cause said 'vector norms inf to inf', beside numpy's overflow warnings."""
+    certified = np.asarray(VECTORS, dtype=np.float32)
+    served = certified * np.float32(1e30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = compare(served, certified, CERT["probe"]["roles"], [3] * 4,
+                        {"normalize": True}, 1e-4)
+    assert not found.matched and found.min_cosine == pytest.approx(1.0)
+    assert found.causes == ("missing normalization: vector norms 1e+30 to 1e+30, the "
+                            "certificate's are 1",), found.causes
 
 
 @pytest.mark.parametrize("url", ["not a url", "ftp://127.0.0.1:8000/v1", "http://",

@@ -67,7 +67,12 @@ def _pattern(bad: np.ndarray, roles: Sequence[str], tokens: Sequence[int],
 
 def compare(served: np.ndarray, certified: np.ndarray, roles: Sequence[str],
             tokens: Sequence[int], settings: dict[str, Any], tolerance: float) -> Comparison:
-    """``served`` against ``certified`` within ``tolerance`` (1 − cosine), with causes."""
+    """``served`` against ``certified`` within ``tolerance`` (1 − cosine), with causes.
+    In float64: a server's float32 vectors of finite values near 1e20 and up overflow a
+    float32 norm, which printed 'vector norms inf to inf' (and numpy's overflow warnings,
+    with its source paths) for norms a float64 holds."""
+    served = np.asarray(served, dtype=np.float64)
+    certified = np.asarray(certified, dtype=np.float64)
     if served.shape != certified.shape:
         return Comparison(False, float("nan"), (_dimensions(served, certified, tolerance),))
     cos = cosines(served, certified)
