@@ -110,6 +110,20 @@ def test_an_invalid_stored_recipe_names_the_certificate(tmp_path: Path) -> None:
     assert caught.value.field == "recipe"
 
 
+def test_a_certificate_plans_where_its_results_folder_cannot_be_written(
+        tmp_path: Path) -> None:
+    """verify plans the stored recipe on the deployment host, and writes no results folder
+    of it; the plan still checked the recipe's output there, so a certificate whose run
+    wrote to ``results/<name>`` (the default) was refused from a working folder where
+    that cannot be created, naming the certifying machine's recipe file."""
+    from faultkit import recipe_data
+
+    (tmp_path / "afile").write_text("")
+    recipe = recipe_data(tmp_path, out=tmp_path / "afile" / "out")
+    _, plan_for = stored_plans(recipe, tmp_path / "recipe.yaml", tmp_path / "c.json")
+    assert plan_for("int8-vectors").variant("int8-vectors").model_path
+
+
 def test_nan_vectors_from_a_deployment_do_not_match() -> None:
     """A server that answers NaN: every 1 - cosine is NaN, `NaN > tolerance` is false,
     and verify printed MATCH."""

@@ -34,7 +34,8 @@ def stored_plans(stored: Any, recipe_file: Path, source: Path | None = None
                          "folder again)") from None
 
     def plan_for(name: str) -> Plan:
-        return build_plan(recipe, recipe_file, use_cache=False, only=[name])
+        return build_plan(recipe, recipe_file, use_cache=False, only=[name],
+                          writes_results=False)
 
     return {v.name: v for v in recipe.variants}, plan_for
 

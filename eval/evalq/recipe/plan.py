@@ -152,12 +152,14 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
                only: Sequence[str] | None = None, max_queries: int | None = None,
                max_docs: int | None = None, use_cache: bool = True,
                located: Any = None, detect: Any = None, machine: bool = True,
-               confirm_large: bool = True) -> Plan:
+               confirm_large: bool = True, writes_results: bool = True) -> Plan:
     """Resolve ``recipe`` (a :class:`evalq.recipe.schema.Recipe`) into a :class:`Plan`, or raise
     :class:`PlanError` listing every problem. ``detect`` (default
     :func:`evalq.engines.capability.detect_device`) is injectable for tests.
     ``confirm_large`` False (``evalq run`` without ``--yes``) refuses a search grid above
-    its ``max_combinations``; printing or validating a plan never refuses it."""
+    its ``max_combinations``; printing or validating a plan never refuses it.
+    ``writes_results`` False (``evalq certify`` and ``verify``, which plan a stored recipe
+    and write no results folder of it) leaves the results folder's location unchecked."""
 
     path = Path(path)
     if located is None and path.is_file():
@@ -178,7 +180,7 @@ def build_plan(recipe: Any, path: str | Path, *, output: str | Path | None = Non
                          max_docs=max_docs, confirm_large=confirm_large,
                          cache_dir=Path(recipe.cache_dir) if use_cache else None)
     check_datasets(recipe, path, problems)  # as the loader will parse them (validate = run)
-    out, cache_dir = _plan_outputs(recipe, output, use_cache, problems)
+    out, cache_dir = _plan_outputs(recipe, output, use_cache, problems, writes_results)
 
     if problems.items:
         raise PlanError(problems.items)
@@ -277,12 +279,16 @@ def _plan_variants(recipe: Any, selected: Sequence[Any], problems: Problems, det
 
 
 def _plan_outputs(recipe: Any, output: str | Path | None, use_cache: bool,
-                  problems: Problems) -> tuple[Path, Path | None]:
-    """Where things go: the results folder and the cache folder (None with --no-cache)."""
+                  problems: Problems, writes_results: bool) -> tuple[Path, Path | None]:
+    """Where things go: the results folder and the cache folder (None with --no-cache).
+    The results folder is checked only where it is written: verify, on a deployment host,
+    refused a certificate whose recipe's output (``results/<name>`` by default, under
+    the working folder) could not be created there, though it writes nothing to it."""
     out = results_folder(recipe, output)
-    _check_writable_dir(out, ("output",) if recipe.output else (), problems,
-                        "--output" if output else ("output" if recipe.output else "output "
-                                                   "(default results/<name>)"))
+    if writes_results:
+        _check_writable_dir(out, ("output",) if recipe.output else (), problems,
+                            "--output" if output else ("output" if recipe.output else
+                                                       "output (default results/<name>)"))
     cache_dir = Path(recipe.cache_dir) if use_cache else None
     if cache_dir is not None:
         _check_writable_dir(cache_dir, ("cache_dir",), problems, "cache_dir")
