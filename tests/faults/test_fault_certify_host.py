@@ -11,6 +11,7 @@ tells apart."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -90,3 +91,23 @@ def test_an_edited_tokenizer_is_named_as_the_cause(
     assert f"cause: other non-weight files (tokenizer, configuration) in {model}" \
         in outcome.out, outcome.out
     assert "a different model" not in outcome.out  # the weights and config.json are the same
+
+
+def test_a_certificate_names_its_recipe_and_results_absolutely(
+        passed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A run started as `evalq run recipe.yaml` with `path: beir-tiny` stores both
+    relative; its certificate kept them so, and a verify from another working folder
+    resolved the dataset there: exit 2 'BEIR dataset folder not found' for a candidate
+    whose graph is calibrated on the corpus."""
+    out = _decided_on(passed, tmp_path, current_class())
+    manifest = json.loads((out / "manifest.json").read_text())
+    dataset = manifest["recipe"]["datasets"][0]
+    dataset["path"] = os.path.relpath(dataset["path"], passed.parent)
+    manifest["recipe_file"] = "recipe.yaml"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(passed.parent)  # where the run was started
+    assert run_cli(capsys, "certify", str(out), "--probe", "2").code == 0
+    cert = json.loads((out / "certificates" / "int8-vectors.json").read_text())
+    assert cert["recipe_file"] == str(passed.parent / "recipe.yaml")
+    assert cert["verdict"]["results"] == str(out)

@@ -193,7 +193,10 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
     reads the stored recipe; this takes no recipe)."""
     folder = RunFolder(results)
     manifest, summary = folder.read_manifest_data(), folder.read_summary()
-    recipe_path = Path(str(manifest.get("recipe_file") or ""))
+    # absolute: 'evalq run recipe.yaml' stores the name as given, and verify from another
+    # working folder resolved the recipe's relative dataset paths there
+    stored = manifest.get("recipe_file")
+    recipe_path = Path(str(stored)).absolute() if stored else Path("")
     options = manifest.get("options") or {}
     written: list[Path] = []
     passed = [i for i in summary.variants.values() if i.role == "candidate"
@@ -227,7 +230,7 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
                 "identity": {"model_fingerprint": weights, "backend": described,
                              "engines": engine_versions(), "host": host_facts().as_dict(),
                              "tokenizer": tokenizer.as_dict()},
-                "verdict": {"verdict": info.verdict, "results": str(folder.root),
+                "verdict": {"verdict": info.verdict, "results": str(folder.root.absolute()),
                             "numerics_class": (summary.host.numerics_class
                                                if summary.host else None)},
                 "settings": settings.as_dict(),
