@@ -180,6 +180,18 @@ def test_a_probe_without_a_query_and_a_document_is_refused(
     assert "--probe" in err and "at least 2" in err and "recipe" not in err
 
 
+@pytest.mark.parametrize("count", ["1001", str(10**20)])
+def test_a_probe_past_its_bound_is_refused(
+        count: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--probe 10**20`` certified: it took every query and every distinct document of
+    the run's first dataset, each encoded once more alone, without a word."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["certify", "no-such-folder", "--probe", count])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--probe" in err and "at most 1000" in err
+
+
 def test_a_certificate_for_a_variant_its_recipe_lacks_names_the_certificate(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`variant` edited to a name the stored recipe does not have pointed the user at

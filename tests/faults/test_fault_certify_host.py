@@ -111,3 +111,14 @@ def test_a_certificate_names_its_recipe_and_results_absolutely(
     cert = json.loads((out / "certificates" / "int8-vectors.json").read_text())
     assert cert["recipe_file"] == str(passed.parent / "recipe.yaml")
     assert cert["verdict"]["results"] == str(out)
+
+
+def test_a_probe_larger_than_the_dataset_says_so(
+        passed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--probe 64`` on a dataset of 4 queries and 8 documents wrote a certificate of 12
+    texts, not 32 of each, and said nothing."""
+    out = _decided_on(passed, tmp_path, current_class())
+    outcome = run_cli(capsys, "certify", str(out), "--probe", "64")
+    assert outcome.code == 0, outcome.err
+    assert ("note: int8-vectors: the probe holds 4 queries and 8 documents, fewer than "
+            "the 32 of each --probe 64 asks") in outcome.out, outcome.out

@@ -50,21 +50,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"evalq: error: {message}\n")
 
 
-def _whole_number(text: str, least: int, why: str) -> int:
-    """argparse type body: a whole number >= ``least`` (argparse names the flag)."""
+def _whole_number(text: str, least: int, why: str, most: int | None = None) -> int:
+    """argparse type body: a whole number >= ``least`` (and <= ``most``; argparse names
+    the flag)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, got {value} {why}")
+    if most is not None and value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most}, got {value} {why}")
     return value
+
+
+# Each probe text is encoded twice by certify (in the probe's batch and alone) and kept
+# with its vector in the certificate: --probe 10**9 took the whole corpus of the run's
+# first dataset, one text at a time.
+_PROBE_MOST = 1000
 
 
 def _probe_count(text: str) -> int:
     """argparse type of ``certify --probe``: half are queries and half documents, so a
     certificate holds at least one of each."""
-    return _whole_number(text, 2, "(half queries, half documents; the default is 32)")
+    return _whole_number(text, 2, "(half queries, half documents; the default is 32)",
+                         _PROBE_MOST)
 
 
 def _positive_int(text: str) -> int:
@@ -291,7 +301,7 @@ def _add_certify(cert: argparse.ArgumentParser) -> None:
     cert.add_argument("results", type=Path)
     cert.add_argument("--probe", type=_probe_count, default=32,
                       help="query and document texts kept with their vectors, half each "
-                      "(default 32; at least 2)")
+                      f"(default 32; at least 2, at most {_PROBE_MOST})")
 
 
 @register_command("certify", "write a certificate per certified candidate of a results "

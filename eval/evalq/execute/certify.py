@@ -158,6 +158,18 @@ def _reference_distance(summary: dict[str, Any], name: str) -> float:
     return max(0.0, 1.0 - min(means)) if means else 0.0
 
 
+def _short_probe(name: str, texts: list[tuple[str, str]], probe: int) -> list[str]:
+    """A note where the first dataset has fewer queries or distinct documents than
+    ``--probe`` asks of each: the probe took what there was, and said nothing."""
+    queries = sum(role == "query" for role, _ in texts)
+    documents, asked = len(texts) - queries, max(1, probe // 2)
+    if queries >= asked and documents >= asked:
+        return []
+    return [f"{name}: the probe holds {queries} queries and {documents} documents, "
+            f"fewer than the {asked} of each --probe {probe} asks: the run's first "
+            "dataset has no more"]
+
+
 # A plan for one variant of the stored recipe (the app builds it: evalq.recipe.plan).
 PlanFor = Callable[[str], Plan]
 
@@ -216,6 +228,7 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
         with _encoder(plan, name, options.get("max_queries"),
                       options.get("max_docs")) as (encoder, settings, datasets, weights):
             texts = probe_texts(datasets(), probe)
+            notes.extend(_short_probe(name, texts, probe))
             together = _embed(encoder, settings, texts)
             tokens = encoder.token_lengths(_prefixed(settings, texts))
             alone = _embed(encoder, settings, texts, one_by_one=True)
