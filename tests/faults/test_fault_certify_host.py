@@ -122,3 +122,27 @@ def test_a_probe_larger_than_the_dataset_says_so(
     assert outcome.code == 0, outcome.err
     assert ("note: int8-vectors: the probe holds 4 queries and 8 documents, fewer than "
             "the 32 of each --probe 64 asks") in outcome.out, outcome.out
+
+
+DAMAGED_MANIFESTS = {
+    "no recipe": lambda manifest: manifest.pop("recipe"),
+    "a recipe without the candidate": lambda manifest: manifest["recipe"].update(
+        candidates=[]),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_MANIFESTS))
+def test_certify_of_a_damaged_manifest_names_it(
+        passed: Path, tmp_path: Path, case: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Both ended in exit 3 (KeyError 'recipe', KeyError 'int8-vectors'): the manifest's
+    typed check lets a missing recipe through, and certify looked the summary's passed
+    candidate up in the stored recipe unchecked."""
+    out = _decided_on(passed, tmp_path, current_class())
+    manifest = json.loads((out / "manifest.json").read_text())
+    DAMAGED_MANIFESTS[case](manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    outcome = run_cli(capsys, "certify", str(out), "--probe", "2")
+    assert outcome.code == 2, outcome.err
+    assert f"{out / 'manifest.json'}: field 'recipe'" in outcome.err, outcome.err
+    assert not (out / "certificates").exists()

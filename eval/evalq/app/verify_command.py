@@ -42,7 +42,7 @@ def stored_plans(stored: Any, recipe_file: Path, source: Path | None = None
 
 def certify_command(results: Path, *, probe: int = 32) -> int:
     manifest = RunFolder(results).read_manifest_data()
-    variants, plan_for = stored_plans(manifest["recipe"],
+    variants, plan_for = stored_plans(manifest.get("recipe"),  # absent: exit 2, named
                                       Path(str(manifest.get("recipe_file") or "")),
                                       results / "manifest.json")
     written, notes = certify(results, variants, plan_for, probe=probe)

@@ -219,7 +219,14 @@ def certify(results: str | Path, variants: Mapping[str, SearchedVariant], plan_f
     for name, info in summary.variants.items():
         if info.role != "candidate" or info.verdict != "pass":
             continue
-        variant = variants[name]
+        variant = variants.get(name)
+        if variant is None:  # a KeyError, exit 3, before
+            raise InputError(
+                message=f"the summary's candidate '{name}' passed, and the recipe the "
+                f"manifest stores has no variant of that name (its variants: "
+                f"{', '.join(variants)})", file=folder.root / "manifest.json",
+                field="recipe", fix="certify a folder as 'evalq run' wrote it (its "
+                "manifest and summary come from one run), or run the recipe again")
         if variant.backend not in LOCAL_BACKENDS:
             notes.append(f"{name}: backend {variant.backend} is served; certificates "
                          f"cover in-process engines ({', '.join(LOCAL_BACKENDS)})")
