@@ -180,6 +180,35 @@ def test_a_probe_without_a_query_and_a_document_is_refused(
     assert "--probe" in err and "at least 2" in err and "recipe" not in err
 
 
+@pytest.mark.parametrize("lists_route", [True, False])
+def test_a_served_model_of_another_name_names_verify_flags(
+        tmp_path: Path, lists_route: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server started with --served-model-name answers 404 to verify without --model
+    (it asks for the certified model's path). The client's error named the recipe's
+    fields, 'set http.model' (or, where the server lists no routes, 'set http.route'),
+    which verify has no recipe to set; it names --model and --url."""
+    from faultkit import CannedServer, recipe_data, run_cli
+
+    cert = copy.deepcopy(CERT)
+    cert.update(variant="int8-vectors", recipe=recipe_data(tmp_path),
+                recipe_file=str(tmp_path / "recipe.yaml"))
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cert))
+    listing: dict[str, Any] = {"data": [{"id": "minilm", "owned_by": "vllm"}]}
+    if lists_route:  # what /openapi.json says (the stand-in answers every GET alike)
+        listing["paths"] = {"/v1/embeddings": {"post": {}}}
+
+    def reply(inputs: Any, headers: Any) -> Any:
+        return 404, '{"error": "The model does not exist."}', {}
+
+    with CannedServer(reply, listing) as server:
+        outcome = run_cli(capsys, "verify", str(path), "--url", f"{server.url}/v1")
+    assert outcome.code == 2, outcome.err
+    assert f"field '{'--model' if lists_route else '--url'}'" in outcome.err, outcome.err
+    assert "--model with the name" in outcome.err and "--served-model-name" in outcome.err
+    assert "http." not in outcome.err, outcome.err
+
+
 @pytest.mark.parametrize("count", ["1001", str(10**20)])
 def test_a_probe_past_its_bound_is_refused(
         count: str, capsys: pytest.CaptureFixture[str]) -> None:

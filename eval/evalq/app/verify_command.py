@@ -70,6 +70,29 @@ def _check_url(url: str) -> None:
                          fix="pass the endpoint's base, e.g. --url http://127.0.0.1:8000/v1")
 
 
+# What the HTTP client names of a recipe's served variant, as verify's flags: the endpoint
+# is --url and the model --model, and a user told to 'set http.model' has no recipe to set
+# it in (a vLLM started with --served-model-name answered 404 to verify without --model).
+_SERVED_FIELDS = {"http.model": "--model", "http.route": "--url", "url": "--url"}
+
+
+def _in_verify_flags(exc: InputError, model: str | None, model_path: str | None
+                     ) -> InputError:
+    """``exc``, raised by the client of ``--url``, naming verify's flags."""
+    sent = f"it asked for '{model}'" if model else (
+        f"without --model it asks for the certified model's path, {model_path}, which a "
+        "server started with --served-model-name does not know")
+    fix = {"http.model": f"pass --model with the name the server serves the model under "
+                         f"({sent})",
+           "http.route": "pass --url as the base its /embeddings route follows (vLLM, TEI "
+                         "and Infinity with --url-prefix /v1: http://HOST:PORT/v1), and "
+                         f"--model with the name it serves the model under ({sent})",
+           "url": "check that the server at --url is up and answers POST <--url>/embeddings, "
+                  f"and pass --model with the name it serves the model under ({sent})"}
+    return InputError(message=exc.message, field=_SERVED_FIELDS[str(exc.field)],
+                      fix=fix[str(exc.field)])
+
+
 def verify_command(certificate: Path, *, url: str | None = None,
                    model: str | None = None) -> int:
     """0 when this machine's engine (or the endpoint at ``url``) reproduces the
@@ -87,7 +110,14 @@ def verify_command(certificate: Path, *, url: str | None = None,
                          fix="pass the certificate as 'evalq certify' wrote it (its variant "
                          "and recipe come from one results folder), or certify that results "
                          "folder again")
-    found = verify(cert, plan_for(cert["variant"]), url=url, model=model)
+    plan = plan_for(cert["variant"])
+    try:
+        found = verify(cert, plan, url=url, model=model)
+    except InputError as exc:
+        if url is not None and exc.field in _SERVED_FIELDS:
+            raise _in_verify_flags(exc, model,
+                                   plan.variant(cert["variant"]).model_path) from None
+        raise
     print(f"{found.variant}: min cosine {found.min_cosine:.7f} against the certified "
           f"vectors, tolerance 1 - cosine <= {found.tolerance:.2e}")
     for note in found.notes:
