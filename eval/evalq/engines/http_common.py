@@ -226,7 +226,7 @@ class HttpJsonClient:
         self, method: str, path: str, payload: Mapping[str, Any] | None, url: str
     ) -> Any:
         try:
-            response = self._client.request(method, path, json=payload)
+            response = self._whole_answer(method, path, payload)
         except httpx.TransportError as exc:
             raise _Retryable(_describe_transport_error(exc)) from None
         if response.status_code in RETRY_STATUS:
@@ -258,6 +258,31 @@ class HttpJsonClient:
                 field="url",
                 fix="point the recipe at the server's API root",
             ) from None
+
+
+    def _whole_answer(self, method: str, path: str, payload: Mapping[str, Any] | None,
+                      ) -> httpx.Response:
+        """The response, its whole body read within ``timeout_s`` of the request.
+
+        httpx's timeout bounds each read of the socket, not the answer: a server that
+        sends a few bytes every few seconds (a proxy stuck behind a dying backend) was
+        waited for without end. Reading the body in chunks against one deadline makes
+        ``timeout_s`` what the recipe says it is. (A server that drips its headers is
+        still bounded per read only.)"""
+        deadline = time.monotonic() + self.policy.timeout_s
+        with self._client.stream(method, path, json=payload) as response:
+            chunks = []
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise _Retryable(f"no whole answer within timeout_s "
+                                     f"({self.policy.timeout_s:g} s): the server sent "
+                                     f"{sum(map(len, chunks))} bytes of it so far")
+            decoded = [(k, v) for k, v in response.headers.multi_items()
+                       if k.lower() not in ("content-encoding", "content-length",
+                                            "transfer-encoding")]
+            return httpx.Response(response.status_code, headers=decoded,
+                                  content=b"".join(chunks), request=response.request)
 
 
 def _body_excerpt(response: httpx.Response, limit: int = 300) -> str:
