@@ -42,6 +42,12 @@ SHARED_BY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rerank", ("rerank_server", "cross_encoder_path")),
     ("decoder", ("decoder_path", "decoder_settings")),
 )
+# Groups whose fixtures only compute files in the worker's own temporary folders (recipe
+# runs, a fixture checkpoint): a test of another group that uses them builds a second
+# copy in its own worker, which costs time, not correctness (the vLLM group's certificate
+# and decoder tests do). The others hold a server, an engine's memory or a database's
+# data folder, and must start once: no test may use them from another group.
+REBUILT_ELSEWHERE = ("report-runs", "decoder")
 
 
 def group_of(item: pytest.Item) -> str:
