@@ -363,7 +363,8 @@ def _context_problem(cert: dict[str, Any]) -> str | None:
 
 
 def _identity_differences(identity: dict[str, Any], weights: str | None,
-                          url: str | None, model_folder: Path) -> list[str]:
+                          url: str | None, model_folder: Path,
+                          known: TokenizerIdentity | None) -> list[str]:
     """What the certificate's identity tells apart here: weights, class, versions, the
     model folder's tokenizer and config files (for a served endpoint only the weights
     evalq resolved locally are comparable: the server's host, engines and tokenizer are
@@ -385,7 +386,6 @@ def _identity_differences(identity: dict[str, Any], weights: str | None,
                            f"certified with {version})")
     # a folder whose tokenizer was edited moved every vector, and the causes named only
     # 'another pooling, dtype, numerics class or model', though the digest told it
-    known = TokenizerIdentity.from_dict(identity.get("tokenizer"))
     files = None if known is None else folder_digest(model_folder)
     if known is not None and files != known.files:
         differs.append(f"other non-weight files (tokenizer, configuration) in "
@@ -422,7 +422,7 @@ def verify(cert: Mapping[str, Any], plan: Plan, *, url: str | None = None,
                     probe_part.get("tokens") or [0] * len(probe),
                     cert.get("settings") or settings.as_dict(), tolerance)
     differs = _identity_differences(identity, weights, url,
-                                    plan.variant(name).model_folder())
+                                    plan.variant(name).model_folder(), known)
     return Verification(variant=name, matched=found.matched, min_cosine=found.min_cosine,
                         tolerance=tolerance,
                         causes=() if found.matched else (*found.causes, *differs),

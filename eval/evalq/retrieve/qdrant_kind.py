@@ -122,21 +122,22 @@ class QdrantIndex(PointsSearch):
                              fix="use options Qdrant accepts (hnsw_config, "
                                  "quantization_config) and a writable path") from None
         except Exception as exc:  # qdrant-edge's own errors: a bare Exception
-            raise self._damaged(exc, folder) from None
+            # a kept shard cut short or written over (a full disk, a killed write)
+            raise self._edge_error(
+                exc, "cannot be loaded", f"{self.where}.path",
+                f"delete {folder} (evalq's shard of these vectors; the rerun builds it "
+                f"again); if it recurs, check the disk under {folder.parent}") from None
         marker.write_text(key + "\n")
 
-    def _damaged(self, exc: Exception, folder: Path) -> Exception:
-        """A kept shard Qdrant cannot load (a file of it cut short or overwritten: a full
-        disk, a killed write) is the cache's, not evalq's bug: exit 2 naming the folder
-        to delete, which the rerun builds again. Any other type is returned as it is."""
+    def _edge_error(self, exc: Exception, what: str, field: str, fix: str) -> Exception:
+        """qdrant-edge's own errors arrive as a bare ``Exception`` (a shard it cannot
+        load, one closed or broken under the run): the user's to fix, exit 2 saying
+        ``what`` happened to the shard. Any other type is evalq's bug, returned as it is."""
         if type(exc) is not Exception:
             return exc
-        return InputError(message=f"the Qdrant shard in {self.path} cannot be loaded "
+        return InputError(message=f"the Qdrant shard in {self.path} {what} "
                                   f"({str(exc).splitlines()[0][:200]})",
-                          field=f"{self.where}.path",
-                          fix=f"delete {folder} (evalq's shard of these vectors; the rerun "
-                              "builds it again); if it recurs, check the disk under "
-                              f"{folder.parent}")
+                          field=field, fix=fix)
 
     def _open(self, folder: Path) -> None:
         """Load the key's shard (its config checked against the options'), or make it."""
@@ -187,19 +188,14 @@ class QdrantIndex(PointsSearch):
             raise self._broken(exc) from None
 
     def _broken(self, exc: Exception) -> Exception:
-        """qdrant-edge's own service errors arrive as a bare ``Exception`` (a shard closed
-        or broken under the run: "Shard is not initialized"): exit 2 with what a rerun
-        keeps. Any other type is evalq's bug, returned as it is."""
-        if type(exc) is not Exception:
-            return exc
+        """A shard that stopped answering under the run ("Shard is not initialized"), with
+        what a rerun keeps."""
         kept = ("the shard is kept in path, and the rerun reuses it (or resumes an "
                 "interrupted ingest)" if not self._temporary else
                 "set path: in the index to keep the shard for a rerun")
-        return InputError(message=f"the Qdrant shard in {self.path} stopped answering "
-                                  f"({str(exc).splitlines()[0][:200]})",
-                          field=self.where,
-                          fix=f"rerun; {kept}; if it keeps failing, check the disk under "
-                              f"{self.path.parent}")
+        return self._edge_error(exc, "stopped answering", self.where,
+                                f"rerun; {kept}; if it keeps failing, check the disk under "
+                                f"{self.path.parent}")
 
     def _info(self) -> dict[str, int]:
         try:
